@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * weir.h - the one header shared by the BPF programs and Rust.
+ *
+ * Everything a map key, a map value or a table layout needs lives here and
+ * nowhere else: Rust gets these types through bindgen (crate weir-abi), so a
+ * struct is never copied by hand. Every struct has explicit padding and a
+ * size assertion, because the kernel and Rust must agree byte for byte.
+ *
+ * Addresses are stored as four big-endian 32-bit words. An IPv4 address sits
+ * in word 0 with words 1..3 zero; `family` says which one it is.
+ */
+#ifndef WEIR_H
+#define WEIR_H
+
+#include <linux/types.h>
+
+/* Address families as stored in `family` fields (match AF_INET/AF_INET6). */
+#define WEIR_AF_INET 2
+#define WEIR_AF_INET6 10
+
+/* Forwarding modes of a VIP. */
+#define WEIR_MODE_NAT 0 /* rewrite dst addr+port, reverse-NAT the replies */
+#define WEIR_MODE_DSR 1 /* rewrite L2 only; the DIP owns the VIP on lo */
+
+/* Actions for traffic weir does not balance (rodata knobs). */
+#define WEIR_ACT_PASS 0
+#define WEIR_ACT_DROP 1
+
+/* What a TCP packet that misses the connection table and is not a SYN does. */
+#define WEIR_NONSYN_DISPATCH 0 /* dispatch like a new flow and install it */
+#define WEIR_NONSYN_DROP 1
+
+/*
+ * AWFD table geometry. Stage 1 maps a flow to a priority class through
+ * cumulative ranges, stage 2 picks a member of that class. Class 0 (no
+ * available capacity) is never stored, so at most WEIR_MAX_CLASSES non-empty
+ * classes, which bounds m (the maximum weight) to WEIR_MAX_CLASSES.
+ */
+#define WEIR_MAX_CLASSES 16
+#define WEIR_MAX_CLASS_MEMBERS 256
+/* Two table versions per VIP: the controller fills the inactive one, then
+ * flips the VIP's version word, so a reader sees one table or the other. */
+#define WEIR_TABLE_SLOTS 2
+
+/* A DIP slot in the `dips` array is in use. */
+#define WEIR_DIP_F_LIVE (1U << 0)
+
+/* Connection table key: the 5-tuple as seen on the wire. For the reverse
+ * (reply) table it is the tuple of the reply: DIP -> client. */
+struct weir_flow_key {
+	__be32 src[4];
+	__be32 dst[4];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 family;
+	__u8 pad[2];
+};
+_Static_assert(sizeof(struct weir_flow_key) == 40, "weir_flow_key size");
+
+/* Connection table value: which DIP slot (and which incarnation of that
+ * slot) a connection was dispatched to. */
+struct weir_conn {
+	__u32 dip_id;
+	__u32 dip_gen;     /* must equal dips[dip_id].gen, else the DIP was removed */
+	__u32 table_version; /* table version that dispatched it (observability) */
+	__u32 pad;
+	__u64 created_ns;  /* bpf_ktime_get_ns() at install */
+};
+_Static_assert(sizeof(struct weir_conn) == 24, "weir_conn size");
+
+/* Reverse NAT value: the VIP a reply's source must be rewritten back to,
+ * and the L2 path the connection's first packet arrived by, which the reply
+ * leaves by (symmetric return path, no route lookup per reply). */
+struct weir_rev_nat {
+	__be32 vip[4];
+	__be16 vport;
+	__u8 family;
+	__u8 pad;
+	__u32 vip_id;
+	__u32 ifindex;     /* interface the client's packets arrive on */
+	__u8 client_mac[6]; /* L2 source of the client's packets: the reply's destination */
+	__u8 lb_mac[6];     /* L2 destination of the client's packets: the reply's source */
+};
+_Static_assert(sizeof(struct weir_rev_nat) == 40, "weir_rev_nat size");
+
+/* VIP table key. */
+struct weir_vip_key {
+	__be32 addr[4];
+	__be16 port;
+	__u8 proto;
+	__u8 family;
+};
+_Static_assert(sizeof(struct weir_vip_key) == 20, "weir_vip_key size");
+
+/* VIP table value. */
+struct weir_vip {
+	__u32 vip_id; /* index into tables, versions and per-VIP counters */
+	__u8 mode;    /* WEIR_MODE_* */
+	__u8 pad[3];
+};
+_Static_assert(sizeof(struct weir_vip) == 8, "weir_vip size");
+
+/* One DIP slot. `weight` and `vip_id` are informational for `weir status`;
+ * the data plane reads the address, port, MAC and liveness. */
+struct weir_dip {
+	__be32 addr[4];
+	__be16 port;   /* NAT destination port; 0 keeps the VIP's port */
+	__u8 family;
+	__u8 mac_set;  /* 1: `mac` is a configured next hop for this DIP */
+	__u8 mac[6];
+	__u8 pad[2];
+	__u32 flags;   /* WEIR_DIP_F_* */
+	__u32 gen;     /* bumped each time the slot is (re)assigned */
+	__u32 vip_id;
+	__u32 weight;
+};
+_Static_assert(sizeof(struct weir_dip) == 44, "weir_dip size");
+
+/* Stage 1 of AWFD for one (VIP, slot): the flow hash, scaled to
+ * [0, total) as (hash * total) >> 32, selects the first range i with
+ * scaled < bound[i]; that range's class index picks the stage-2 row.
+ * bound[] is cumulative sum of k * |B_k| over non-empty classes. */
+struct weir_class_ranges {
+	__u32 nr;    /* number of non-empty classes, 0 = no DIP available */
+	__u32 total; /* bound[nr - 1]: sum of all weights */
+	__u32 bound[WEIR_MAX_CLASSES];
+	__u32 class_weight[WEIR_MAX_CLASSES]; /* k of each range (observability) */
+};
+_Static_assert(sizeof(struct weir_class_ranges) == 136, "weir_class_ranges size");
+
+/* Stage 2 of AWFD for one (VIP, slot, range index): the members of one
+ * priority class; a flow picks member[weir_rehash(hash) % nr]. */
+struct weir_class_members {
+	__u32 nr;
+	__u32 dip_id[WEIR_MAX_CLASS_MEMBERS];
+};
+_Static_assert(sizeof(struct weir_class_members) == 4 + 4 * WEIR_MAX_CLASS_MEMBERS,
+	       "weir_class_members size");
+
+/* Key of the stage-2 map. */
+struct weir_class_key {
+	__u32 vip_id;
+	__u16 slot;
+	__u16 range;
+};
+_Static_assert(sizeof(struct weir_class_key) == 8, "weir_class_key size");
+
+/* Per-CPU outcome counters. Every packet ends in exactly one of the
+ * "outcome" counters (WEIR_STAT_RX = sum of outcomes); "event" counters
+ * count extra facts and may overlap. */
+enum weir_stat {
+	WEIR_STAT_RX = 0,
+	/* outcomes */
+	WEIR_STAT_PASS_NOT_IP,      /* ARP, LLDP, ... */
+	WEIR_STAT_PASS_NOT_VIP,     /* IP but no VIP matches */
+	WEIR_STAT_PASS_ICMP,
+	WEIR_STAT_PASS_FRAGMENT,
+	WEIR_STAT_PASS_NO_NEIGH,    /* rewritten, handed to the kernel to resolve the next hop */
+	WEIR_STAT_DROP_NOT_VIP,     /* as configured */
+	WEIR_STAT_DROP_ICMP,
+	WEIR_STAT_DROP_FRAGMENT,
+	WEIR_STAT_DROP_MALFORMED,   /* truncated, bad IHL, bad lengths */
+	WEIR_STAT_PASS_MALFORMED,
+	WEIR_STAT_DROP_NO_BACKEND,  /* VIP with no available DIP */
+	WEIR_STAT_DROP_NONSYN_MISS, /* as configured */
+	WEIR_STAT_DROP_NO_ROUTE,    /* fib lookup failed */
+	WEIR_STAT_TX,               /* XDP_TX */
+	WEIR_STAT_REDIRECT,         /* XDP_REDIRECT via devmap */
+	WEIR_STAT_DROP_REDIRECT,    /* redirect target not in tx_ports */
+	/* events */
+	WEIR_STAT_CONN_HIT,
+	WEIR_STAT_CONN_MISS,
+	WEIR_STAT_CONN_NEW,         /* installed */
+	WEIR_STAT_CONN_INSTALL_FAIL,
+	WEIR_STAT_CONN_STALE,       /* hit on a removed DIP: redispatched */
+	WEIR_STAT_NONSYN_MISS,
+	WEIR_STAT_REV_NAT,          /* reply rewritten back to the VIP */
+	WEIR_STAT_MAC_FALLBACK,     /* configured DIP MAC used, fib had no neighbour */
+	WEIR_STAT_MAX,
+};
+
+/* An interface weir is attached to (map `ifaces`, keyed by ifindex). */
+struct weir_iface {
+	__u8 mac[6];
+	__u8 pad[2];
+};
+_Static_assert(sizeof(struct weir_iface) == 8, "weir_iface size");
+
+/* Per-VIP and per-DIP per-CPU counters. */
+struct weir_traffic {
+	__u64 packets;
+	__u64 bytes;
+	__u64 new_conns;
+};
+_Static_assert(sizeof(struct weir_traffic) == 24, "weir_traffic size");
+
+#endif /* WEIR_H */

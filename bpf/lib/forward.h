@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * forward.h - choosing the next hop and sending the frame: XDP_TX when it
+ * leaves by the interface it came in on, XDP_REDIRECT through `tx_ports`
+ * otherwise. The next hop comes from the kernel's FIB (bpf_fib_lookup), or
+ * from the DIP's configured MAC when the FIB is off or has no neighbour.
+ */
+#ifndef WEIR_FORWARD_H
+#define WEIR_FORWARD_H
+
+#include <linux/if_ether.h>
+#include "maps.h"
+#include "stats.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+/* Set at load time: 1 = next hop from the FIB, 0 = configured MACs only. */
+const volatile __u32 cfg_fib_lookup = 1;
+
+static __always_inline int send_out(struct xdp_md *ctx, __u32 ifindex, const __u8 *dmac,
+				    const __u8 *smac)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	long ret;
+
+	if ((void *)(eth + 1) > data_end)
+		return XDP_DROP;
+	__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, smac, ETH_ALEN);
+	if (ifindex == ctx->ingress_ifindex) {
+		stat_inc(WEIR_STAT_TX);
+		return XDP_TX;
+	}
+	ret = bpf_redirect_map(&tx_ports, ifindex, XDP_DROP);
+	if (ret == XDP_REDIRECT) {
+		stat_inc(WEIR_STAT_REDIRECT);
+		return XDP_REDIRECT;
+	}
+	stat_inc(WEIR_STAT_DROP_REDIRECT);
+	return XDP_DROP;
+}
+
+/* Send to `dip` (already rewritten). `l3_len` is the IP datagram length. */
+static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_dip *dip,
+					  __u32 l3_len)
+{
+	struct bpf_fib_lookup fib = {};
+	struct weir_iface *iface;
+	__u32 ifindex = ctx->ingress_ifindex;
+	long rc;
+
+	if (cfg_fib_lookup) {
+		fib.family = dip->family == WEIR_AF_INET6 ? AF_INET6 : AF_INET;
+		fib.ifindex = ctx->ingress_ifindex;
+		fib.tot_len = l3_len;
+		if (dip->family == WEIR_AF_INET6)
+			__builtin_memcpy(fib.ipv6_dst, dip->addr, 16);
+		else
+			fib.ipv4_dst = dip->addr[0];
+		rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_DIRECT);
+		if (rc == BPF_FIB_LKUP_RET_SUCCESS)
+			return send_out(ctx, fib.ifindex, fib.dmac, fib.smac);
+		if (rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
+			stat_inc(WEIR_STAT_DROP_NO_ROUTE);
+			return XDP_DROP;
+		}
+		ifindex = fib.ifindex;
+		if (!dip->mac_set) {
+			/* The kernel forwards the rewritten packet and resolves the neighbour. */
+			stat_inc(WEIR_STAT_PASS_NO_NEIGH);
+			return XDP_PASS;
+		}
+		stat_inc(WEIR_STAT_MAC_FALLBACK);
+	} else if (!dip->mac_set) {
+		stat_inc(WEIR_STAT_DROP_NO_ROUTE);
+		return XDP_DROP;
+	}
+	iface = bpf_map_lookup_elem(&ifaces, &ifindex);
+	if (!iface) {
+		stat_inc(WEIR_STAT_DROP_NO_ROUTE);
+		return XDP_DROP;
+	}
+	return send_out(ctx, ifindex, dip->mac, iface->mac);
+}
+
+#endif /* WEIR_FORWARD_H */

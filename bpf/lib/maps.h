@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * maps.h - every map of the load balancer. Sizes here are defaults; the
+ * loader sets the real ones from the configuration before load. Maps whose
+ * state must outlive the daemon are pinned by name under /sys/fs/bpf/weir.
+ */
+#ifndef WEIR_MAPS_H
+#define WEIR_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "weir.h"
+
+#define WEIR_DEFAULT_CONNS (1 << 20)
+#define WEIR_DEFAULT_VIPS 256
+#define WEIR_DEFAULT_DIPS 4096
+
+/* 5-tuple of a client's packets -> the DIP its connection is pinned to. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, WEIR_DEFAULT_CONNS);
+	__type(key, struct weir_flow_key);
+	__type(value, struct weir_conn);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} conns SEC(".maps");
+
+/* 5-tuple of a DIP's replies (nat mode) -> the VIP to rewrite them back to. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, WEIR_DEFAULT_CONNS);
+	__type(key, struct weir_flow_key);
+	__type(value, struct weir_rev_nat);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rev_nat SEC(".maps");
+
+/* (address, port, protocol) -> VIP id and forwarding mode. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WEIR_DEFAULT_VIPS);
+	__type(key, struct weir_vip_key);
+	__type(value, struct weir_vip);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} vips SEC(".maps");
+
+/* DIP slots; connections refer to a slot by index and generation. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WEIR_DEFAULT_DIPS);
+	__type(key, __u32);
+	__type(value, struct weir_dip);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dips SEC(".maps");
+
+/* VIP id -> active table version; slot = version % WEIR_TABLE_SLOTS. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WEIR_DEFAULT_VIPS);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} table_version SEC(".maps");
+
+/* AWFD stage 1, indexed by vip_id * WEIR_TABLE_SLOTS + slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WEIR_DEFAULT_VIPS * WEIR_TABLE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct weir_class_ranges);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} class_ranges SEC(".maps");
+
+/* AWFD stage 2: (vip, slot, range) -> members of that priority class. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WEIR_DEFAULT_VIPS * WEIR_TABLE_SLOTS * WEIR_MAX_CLASSES);
+	__type(key, struct weir_class_key);
+	__type(value, struct weir_class_members);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} class_members SEC(".maps");
+
+/* Interfaces weir is attached to: redirect targets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} tx_ports SEC(".maps");
+
+/* ifindex -> that interface's MAC (source MAC of what leaves by it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, struct weir_iface);
+} ifaces SEC(".maps");
+
+/* Outcome and event counters, enum weir_stat. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WEIR_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+/* Traffic per VIP id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WEIR_DEFAULT_VIPS);
+	__type(key, __u32);
+	__type(value, struct weir_traffic);
+} vip_traffic SEC(".maps");
+
+/* Traffic per DIP slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WEIR_DEFAULT_DIPS);
+	__type(key, __u32);
+	__type(value, struct weir_traffic);
+} dip_traffic SEC(".maps");
+
+#endif /* WEIR_MAPS_H */

@@ -1,0 +1,22 @@
+//! Generates the Rust types of `bpf/include/weir.h`, so no struct shared with
+//! the BPF programs is ever written twice.
+use std::{env, path::PathBuf};
+
+fn main() {
+    let header = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf/include/weir.h");
+    println!("cargo:rerun-if-changed={}", header.display());
+    let bindings = bindgen::Builder::default()
+        .header(header.to_string_lossy())
+        .clang_arg(format!("-I/usr/include/{}-linux-gnu", env::consts::ARCH))
+        .allowlist_type("weir_.*")
+        .allowlist_var("WEIR_.*")
+        .derive_default(true)
+        .derive_eq(true)
+        .derive_hash(true)
+        .prepend_enum_name(false)
+        .layout_tests(true)
+        .generate()
+        .expect("bindgen could not read bpf/include/weir.h");
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("weir_abi.rs");
+    bindings.write_to_file(out).expect("write bindings");
+}

@@ -1,0 +1,90 @@
+//! The structs and constants of `bpf/include/weir.h`, as the kernel sees them.
+//!
+//! Generated at build time by bindgen; the header is the only definition.
+//! [`AsBytes`] gives the byte view that map updates and lookups take.
+#![allow(non_camel_case_types, non_upper_case_globals, dead_code)]
+
+include!(concat!(env!("OUT_DIR"), "/weir_abi.rs"));
+
+/// A plain-old-data type shared with the kernel: no padding the header did
+/// not spell out, no pointers, every bit pattern valid.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` types made of integers and arrays of
+/// integers whose size has no implicit padding (weir.h asserts it).
+pub unsafe trait AsBytes: Copy + Default {
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: the trait's contract: Self is padding-free POD.
+        unsafe {
+            std::slice::from_raw_parts(
+                self as *const Self as *const u8,
+                std::mem::size_of::<Self>(),
+            )
+        }
+    }
+
+    /// Reads a value from exactly `size_of::<Self>()` bytes.
+    fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != std::mem::size_of::<Self>() {
+            return None;
+        }
+        let mut v = Self::default();
+        // SAFETY: sizes match and every bit pattern is valid for Self.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                &mut v as *mut Self as *mut u8,
+                bytes.len(),
+            );
+        }
+        Some(v)
+    }
+}
+
+macro_rules! pod {
+    ($($t:ty),* $(,)?) => { $(unsafe impl AsBytes for $t {})* };
+}
+
+pod!(
+    weir_flow_key,
+    weir_conn,
+    weir_rev_nat,
+    weir_vip_key,
+    weir_vip,
+    weir_dip,
+    weir_class_ranges,
+    weir_class_members,
+    weir_class_key,
+    weir_iface,
+    weir_traffic,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_match_the_header_assertions() {
+        assert_eq!(std::mem::size_of::<weir_flow_key>(), 40);
+        assert_eq!(std::mem::size_of::<weir_conn>(), 24);
+        assert_eq!(std::mem::size_of::<weir_rev_nat>(), 40);
+        assert_eq!(std::mem::size_of::<weir_dip>(), 44);
+        assert_eq!(std::mem::size_of::<weir_class_ranges>(), 136);
+        assert_eq!(
+            std::mem::size_of::<weir_class_members>(),
+            4 + 4 * WEIR_MAX_CLASS_MEMBERS as usize
+        );
+    }
+
+    #[test]
+    fn bytes_round_trip() {
+        let key = weir_class_key {
+            vip_id: 7,
+            slot: 1,
+            range: 3,
+        };
+        let back = weir_class_key::from_bytes(key.as_bytes()).unwrap();
+        assert_eq!(back, key);
+        assert!(weir_class_key::from_bytes(&[0u8; 3]).is_none());
+    }
+}
