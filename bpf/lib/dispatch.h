@@ -30,8 +30,7 @@ static __always_inline int awfd_select(__u32 vip_id, __u32 hash, __u32 *dip_id, 
 		return -1;
 
 	scaled = ((__u64)hash * ranges->total) >> 32;
-#pragma unroll
-	for (int i = 0; i < WEIR_MAX_CLASSES; i++) {
+	for (__u32 i = 0; i < WEIR_MAX_CLASSES; i++) {
 		range = i;
 		if (i + 1 >= ranges->nr || scaled < ranges->bound[i])
 			break;
@@ -44,6 +43,9 @@ static __always_inline int awfd_select(__u32 vip_id, __u32 hash, __u32 *dip_id, 
 	if (!members || members->nr == 0 || members->nr > WEIR_MAX_CLASS_MEMBERS)
 		return -1;
 	idx = weir_rehash(hash) % members->nr;
+	/* The compiler knows idx < nr <= 256 and would drop the mask that the
+	 * verifier needs to bound the array index. */
+	barrier_var(idx);
 	*dip_id = members->dip_id[idx & (WEIR_MAX_CLASS_MEMBERS - 1)];
 	return 0;
 }

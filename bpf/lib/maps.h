@@ -21,7 +21,6 @@ struct {
 	__uint(max_entries, WEIR_DEFAULT_CONNS);
 	__type(key, struct weir_flow_key);
 	__type(value, struct weir_conn);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } conns SEC(".maps");
 
 /* 5-tuple of a DIP's replies (nat mode) -> the VIP to rewrite them back to. */
@@ -30,7 +29,6 @@ struct {
 	__uint(max_entries, WEIR_DEFAULT_CONNS);
 	__type(key, struct weir_flow_key);
 	__type(value, struct weir_rev_nat);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } rev_nat SEC(".maps");
 
 /* (address, port, protocol) -> VIP id and forwarding mode. */
@@ -39,7 +37,6 @@ struct {
 	__uint(max_entries, WEIR_DEFAULT_VIPS);
 	__type(key, struct weir_vip_key);
 	__type(value, struct weir_vip);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } vips SEC(".maps");
 
 /* DIP slots; connections refer to a slot by index and generation. */
@@ -48,7 +45,6 @@ struct {
 	__uint(max_entries, WEIR_DEFAULT_DIPS);
 	__type(key, __u32);
 	__type(value, struct weir_dip);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dips SEC(".maps");
 
 /* VIP id -> active table version; slot = version % WEIR_TABLE_SLOTS. */
@@ -57,7 +53,6 @@ struct {
 	__uint(max_entries, WEIR_DEFAULT_VIPS);
 	__type(key, __u32);
 	__type(value, __u32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } table_version SEC(".maps");
 
 /* AWFD stage 1, indexed by vip_id * WEIR_TABLE_SLOTS + slot. */
@@ -66,7 +61,6 @@ struct {
 	__uint(max_entries, WEIR_DEFAULT_VIPS * WEIR_TABLE_SLOTS);
 	__type(key, __u32);
 	__type(value, struct weir_class_ranges);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } class_ranges SEC(".maps");
 
 /* AWFD stage 2: (vip, slot, range) -> members of that priority class. */
@@ -75,7 +69,6 @@ struct {
 	__uint(max_entries, WEIR_DEFAULT_VIPS * WEIR_TABLE_SLOTS * WEIR_MAX_CLASSES);
 	__type(key, struct weir_class_key);
 	__type(value, struct weir_class_members);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } class_members SEC(".maps");
 
 /* Interfaces weir is attached to: redirect targets. */

@@ -15,7 +15,7 @@
 /* Where the L4 checksum of the packet sits, or NULL when there is none. */
 static __always_inline __u16 *l4_csum(void *data, void *data_end, const struct packet *pkt)
 {
-	void *l4 = data + pkt->l4_off;
+	void *l4 = data + (pkt->l4_off & PKT_OFF_MASK);
 
 	if (pkt->key.proto == IPPROTO_TCP) {
 		struct tcphdr *th = l4;
@@ -49,14 +49,14 @@ static __always_inline int rewrite_endpoint(void *data, void *data_end, struct p
 {
 	__u16 *check = l4_csum(data, data_end, pkt);
 	__be16 *l4_port;
-	void *l4 = data + pkt->l4_off;
+	void *l4 = data + (pkt->l4_off & PKT_OFF_MASK);
 
 	if ((void *)((__be16 *)l4 + 2) > data_end)
 		return -1;
 	l4_port = (__be16 *)l4 + (dst ? 1 : 0);
 
 	if (pkt->key.family == WEIR_AF_INET) {
-		struct iphdr *iph = data + pkt->l3_off;
+		struct iphdr *iph = data + ETH_HLEN;
 		__be32 *field;
 
 		if ((void *)(iph + 1) > data_end)
@@ -67,7 +67,7 @@ static __always_inline int rewrite_endpoint(void *data, void *data_end, struct p
 			csum_replace4(check, *field, addr[0]);
 		*field = addr[0];
 	} else {
-		struct ipv6hdr *ip6h = data + pkt->l3_off;
+		struct ipv6hdr *ip6h = data + ETH_HLEN;
 		__be32 *field;
 
 		if ((void *)(ip6h + 1) > data_end)

@@ -20,6 +20,9 @@
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1fff
 #define IPV6_EXT_MAX 4 /* extension headers skipped before giving up */
+/* Packet offsets are masked with this before use so the verifier can bound
+ * them; parsing refuses anything that would not fit. */
+#define PKT_OFF_MASK 0x3fff
 
 enum parse_result {
 	PARSE_OK,
@@ -32,8 +35,8 @@ enum parse_result {
 
 struct packet {
 	struct weir_flow_key key;
-	__u32 l3_off;  /* offset of the IP header */
-	__u32 l4_off;  /* offset of the TCP/UDP header */
+	__u32 l3_off;  /* offset of the IP header (ETH_HLEN: no VLAN tags) */
+	__u32 l4_off;  /* offset of the TCP/UDP header, <= PKT_OFF_MASK */
 	__u32 l3_len;  /* IP datagram length as the header says */
 	__u8 tcp_flags;
 };
@@ -44,7 +47,7 @@ struct packet {
 
 static __always_inline int parse_l4(void *data, void *data_end, struct packet *pkt, __u8 proto)
 {
-	void *l4 = data + pkt->l4_off;
+	void *l4 = data + (pkt->l4_off & PKT_OFF_MASK);
 	__u32 l4_len = pkt->l3_off + pkt->l3_len - pkt->l4_off;
 
 	if (proto == IPPROTO_TCP) {
@@ -129,12 +132,12 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct packet 
 		if (nexthdr != IPPROTO_HOPOPTS && nexthdr != IPPROTO_ROUTING &&
 		    nexthdr != IPPROTO_DSTOPTS)
 			break;
-		opt = data + off;
+		opt = data + (off & PKT_OFF_MASK);
 		if ((void *)(opt + 1) > data_end)
 			return PARSE_MALFORMED;
 		nexthdr = opt->nexthdr;
 		off += ((__u32)opt->hdrlen + 1) * 8;
-		if (off > pkt->l3_off + pkt->l3_len)
+		if (off > pkt->l3_off + pkt->l3_len || off > PKT_OFF_MASK)
 			return PARSE_MALFORMED;
 	}
 	pkt->key.proto = nexthdr;

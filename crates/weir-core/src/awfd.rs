@@ -65,13 +65,25 @@ pub struct AwfdTable {
 impl AwfdTable {
     /// Builds the table from each DIP's integer weight; weight 0 drains.
     pub fn from_weights(weights: &[(DipId, u32)]) -> Result<AwfdTable, TableError> {
+        Self::build(weights, true)
+    }
+
+    /// Like [`AwfdTable::from_weights`] but without the data plane's limits
+    /// on classes and members (for simulations with large m or pools);
+    /// [`AwfdTable::select`] works the same. Only overflow is refused. Such
+    /// a table may not be encodable: `ranges`/`members` panic past the limits.
+    pub fn from_weights_unbounded(weights: &[(DipId, u32)]) -> Result<AwfdTable, TableError> {
+        Self::build(weights, false)
+    }
+
+    fn build(weights: &[(DipId, u32)], bounded: bool) -> Result<AwfdTable, TableError> {
         let mut by_weight: BTreeMap<u32, Vec<DipId>> = BTreeMap::new();
         for &(dip, w) in weights {
             if w > 0 {
                 by_weight.entry(w).or_default().push(dip);
             }
         }
-        if by_weight.len() > WEIR_MAX_CLASSES as usize {
+        if bounded && by_weight.len() > WEIR_MAX_CLASSES as usize {
             return Err(TableError::TooManyClasses {
                 classes: by_weight.len(),
             });
@@ -80,7 +92,7 @@ impl AwfdTable {
         let mut bounds = Vec::with_capacity(by_weight.len());
         let mut total: u32 = 0;
         for (weight, mut members) in by_weight.into_iter().rev() {
-            if members.len() > WEIR_MAX_CLASS_MEMBERS as usize {
+            if bounded && members.len() > WEIR_MAX_CLASS_MEMBERS as usize {
                 return Err(TableError::ClassTooLarge {
                     weight,
                     members: members.len(),

@@ -1,1 +1,29 @@
+//! weir's XDP data plane: skeletons, loading, attaching, pinning, map access.
+//!
+//! - [`loader`] opens the `weir_lb` skeleton, applies load-time constants and
+//!   map sizes, reuses pinned state and loads it.
+//! - [`maps`] is typed access to every map, from a loaded program or from
+//!   the pins of a running one (what `weir status` reads).
+//! - [`attach`] attaches and detaches XDP on interfaces.
+//! - [`testrun`] runs a program on a packet through BPF_PROG_TEST_RUN.
 
+pub mod attach;
+pub mod iface;
+pub mod loader;
+pub mod maps;
+pub mod minimal;
+pub mod testrun;
+
+pub mod skel {
+    //! Generated libbpf-rs skeletons of the programs under `bpf/`.
+    #![allow(clippy::all, missing_docs, unsafe_op_in_unsafe_fn)]
+    pub mod lb {
+        include!(concat!(env!("OUT_DIR"), "/weir_lb.skel.rs"));
+    }
+    pub mod minimal {
+        include!(concat!(env!("OUT_DIR"), "/minimal.skel.rs"));
+    }
+}
+
+/// Where a running weir keeps its pinned maps.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/weir";

@@ -1,0 +1,79 @@
+//! Network interfaces by name: index and MAC address, read from sysfs.
+
+use std::fs;
+
+use anyhow::{bail, Context, Result};
+
+/// An interface weir attaches to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Iface {
+    pub name: String,
+    pub ifindex: u32,
+    pub mac: [u8; 6],
+}
+
+impl Iface {
+    /// Looks an interface up in the current network namespace.
+    pub fn by_name(name: &str) -> Result<Iface> {
+        let base = format!("/sys/class/net/{name}");
+        let index = fs::read_to_string(format!("{base}/ifindex")).with_context(|| {
+            format!("no network interface named {name:?} (see `ip link`); fix `interfaces` in the config")
+        })?;
+        let ifindex = index
+            .trim()
+            .parse()
+            .with_context(|| format!("bad ifindex of {name}"))?;
+        let addr = fs::read_to_string(format!("{base}/address"))
+            .with_context(|| format!("reading the MAC address of {name}"))?;
+        Ok(Iface {
+            name: name.to_string(),
+            ifindex,
+            mac: parse_mac(addr.trim())?,
+        })
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6]> {
+    let parts: Vec<&str> = s.split(':').collect();
+    if parts.len() != 6 {
+        bail!("{s:?} is not a MAC address (expected six hex bytes like 02:00:00:00:00:01)");
+    }
+    let mut mac = [0u8; 6];
+    for (b, p) in mac.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16)
+            .ok()
+            .filter(|_| p.len() == 2)
+            .with_context(|| format!("{s:?} is not a MAC address: bad byte {p:?}"))?;
+    }
+    Ok(mac)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_macs_and_refuses_garbage() {
+        assert_eq!(
+            parse_mac("02:00:0a:ff:00:01").unwrap(),
+            [2, 0, 10, 255, 0, 1]
+        );
+        for bad in [
+            "",
+            "02:00",
+            "02:00:0a:ff:00:0g",
+            "2:0:a:f:0:1",
+            "02:00:0a:ff:00:01:02",
+        ] {
+            assert!(parse_mac(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn loopback_exists_and_unknown_names_are_explained() {
+        assert!(Iface::by_name("lo").unwrap().ifindex >= 1);
+        let err = Iface::by_name("weir-nope0").unwrap_err().to_string();
+        assert!(err.contains("weir-nope0"), "{err}");
+    }
+}

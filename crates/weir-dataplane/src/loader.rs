@@ -1,0 +1,231 @@
+//! Loading `weir_lb`: load-time constants (.rodata) and map sizes come from
+//! the configuration, so nothing is recompiled; state maps are reused from
+//! their pins when a previous daemon left them, and pinned otherwise.
+
+use std::fs;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapHandle, OpenObject};
+
+use crate::skel::lb::{OpenWeirLbSkel, WeirLbSkel, WeirLbSkelBuilder};
+
+/// What weir does with traffic it does not balance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Pass,
+    Drop,
+}
+
+impl Action {
+    fn raw(self) -> u32 {
+        match self {
+            Action::Pass => weir_abi::WEIR_ACT_PASS,
+            Action::Drop => weir_abi::WEIR_ACT_DROP,
+        }
+    }
+}
+
+/// What a TCP packet that misses the connection table and is not a SYN does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonSynMiss {
+    /// Dispatch it like a new connection and install it (survives a lost table).
+    Dispatch,
+    Drop,
+}
+
+/// Load-time parameters of the data plane.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Entries of the connection table (and of the reverse-NAT table).
+    pub conn_capacity: u32,
+    pub max_vips: u32,
+    pub max_dips: u32,
+    pub not_vip: Action,
+    pub icmp: Action,
+    pub fragments: Action,
+    pub malformed: Action,
+    pub nonsyn_miss: NonSynMiss,
+    pub hash_seed: u32,
+    /// Next hop from the kernel FIB (true) or from configured MACs only.
+    pub fib_lookup: bool,
+    /// Reuse and pin the state maps here; `None` keeps them private.
+    pub pin_dir: Option<PathBuf>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            conn_capacity: 1 << 20,
+            max_vips: 256,
+            max_dips: 4096,
+            not_vip: Action::Pass,
+            icmp: Action::Pass,
+            fragments: Action::Pass,
+            malformed: Action::Drop,
+            nonsyn_miss: NonSynMiss::Dispatch,
+            hash_seed: weir_core::hash::DEFAULT_SEED,
+            fib_lookup: true,
+            pin_dir: None,
+        }
+    }
+}
+
+/// The maps pinned under the pin directory, by name.
+pub const PINNED_MAPS: &[&str] = &[
+    "conns",
+    "rev_nat",
+    "vips",
+    "dips",
+    "table_version",
+    "class_ranges",
+    "class_members",
+    "stats",
+    "vip_traffic",
+    "dip_traffic",
+];
+
+/// A loaded (not yet attached) `weir_lb`.
+pub struct LoadedLb {
+    pub skel: WeirLbSkel<'static>,
+    /// Pins this load created (the rest were reused from a previous run).
+    pub created_pins: Vec<PathBuf>,
+}
+
+impl LoadedLb {
+    pub fn prog_fd(&self) -> BorrowedFd<'_> {
+        self.skel.progs.weir_lb.as_fd()
+    }
+
+    /// Removes the pins this load created: used when startup fails, so a
+    /// failed start leaves nothing behind.
+    pub fn remove_created_pins(&self) {
+        for p in &self.created_pins {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 8] {
+    let slots = weir_abi::WEIR_TABLE_SLOTS;
+    [
+        ("conns", opts.conn_capacity),
+        ("rev_nat", opts.conn_capacity),
+        ("vips", opts.max_vips),
+        ("dips", opts.max_dips),
+        ("table_version", opts.max_vips),
+        ("class_ranges", opts.max_vips * slots),
+        (
+            "class_members",
+            opts.max_vips * slots * weir_abi::WEIR_MAX_CLASSES,
+        ),
+        ("vip_traffic", opts.max_vips),
+    ]
+}
+
+fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<()> {
+    let ro = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("weir_lb has no .rodata")?;
+    ro.cfg_not_vip_action = opts.not_vip.raw();
+    ro.cfg_icmp_action = opts.icmp.raw();
+    ro.cfg_fragment_action = opts.fragments.raw();
+    ro.cfg_malformed_action = opts.malformed.raw();
+    ro.cfg_nonsyn_miss = match opts.nonsyn_miss {
+        NonSynMiss::Dispatch => weir_abi::WEIR_NONSYN_DISPATCH,
+        NonSynMiss::Drop => weir_abi::WEIR_NONSYN_DROP,
+    };
+    ro.cfg_hash_seed = opts.hash_seed;
+    ro.cfg_fib_lookup = u32::from(opts.fib_lookup);
+
+    let want: Vec<(&str, u32)> = sizes(opts)
+        .into_iter()
+        .chain([("dip_traffic", opts.max_dips)])
+        .collect();
+    let object = open.open_object_mut();
+    for mut map in object.maps_mut() {
+        let name = map.name().to_string_lossy().into_owned();
+        if let Some((_, n)) = want.iter().find(|(w, _)| *w == name) {
+            if *n == 0 {
+                bail!("map {name}: size must be at least 1");
+            }
+            map.set_max_entries(*n)
+                .with_context(|| format!("setting the size of map {name} to {n}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Points every pinned map at its pin: an existing pin is reused (after a
+/// compatibility check that names the problem), a missing one is created at
+/// load. Returns the pins that load will create.
+fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Vec<PathBuf>> {
+    fs::create_dir_all(dir).with_context(|| {
+        format!(
+            "creating {} (is bpffs mounted on /sys/fs/bpf?)",
+            dir.display()
+        )
+    })?;
+    let mut created = Vec::new();
+    for mut map in open.open_object_mut().maps_mut() {
+        let name = map.name().to_string_lossy().into_owned();
+        if !PINNED_MAPS.contains(&name.as_str()) {
+            continue;
+        }
+        let path = dir.join(&name);
+        if path.exists() {
+            let pinned = MapHandle::from_pinned_path(&path)
+                .with_context(|| format!("opening pinned map {}", path.display()))?;
+            if pinned.max_entries() != map.max_entries() || pinned.map_type() != map.map_type() {
+                bail!(
+                    "pinned map {} has {} entries but the configuration asks for {}; \
+                     keep the old size or drop the saved state with `weir serve --reset-state` \
+                     (this drops established connections)",
+                    path.display(),
+                    pinned.max_entries(),
+                    map.max_entries()
+                );
+            }
+            map.reuse_pinned_map(&path)
+                .with_context(|| format!("reusing pinned map {}", path.display()))?;
+        } else {
+            map.set_pin_path(&path)
+                .with_context(|| format!("setting pin path {}", path.display()))?;
+            created.push(path);
+        }
+    }
+    Ok(created)
+}
+
+/// Opens, configures and loads `weir_lb`.
+pub fn load(opts: &LoadOptions) -> Result<LoadedLb> {
+    // The skeleton borrows its object storage for as long as it lives; a
+    // process loads a handful of programs, so the storage is leaked.
+    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut open = WeirLbSkelBuilder::default()
+        .open(storage)
+        .context("opening the weir_lb BPF object")?;
+    configure(&mut open, opts)?;
+    let created = match &opts.pin_dir {
+        Some(dir) => prepare_pins(&mut open, dir)?,
+        None => Vec::new(),
+    };
+    let skel = open.load().map_err(|e| {
+        for p in &created {
+            let _ = fs::remove_file(p);
+        }
+        anyhow::anyhow!(
+            "the kernel refused to load weir_lb: {e}; weir needs Linux >= 5.15 with BTF \
+             (/sys/kernel/btf/vmlinux) and root (CAP_BPF, CAP_NET_ADMIN)"
+        )
+    })?;
+    Ok(LoadedLb {
+        skel,
+        created_pins: created,
+    })
+}

@@ -1,0 +1,266 @@
+//! Typed access to the maps of `weir_lb`, from a loaded program or from the
+//! pins of a running one. Values go in and out as the `weir-abi` structs.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use weir_abi::*;
+use weir_core::awfd::AwfdTable;
+
+use crate::skel::lb::WeirLbSkel;
+
+/// Handles on every map of the load balancer.
+#[derive(Debug)]
+pub struct Maps {
+    pub conns: MapHandle,
+    pub rev_nat: MapHandle,
+    pub vips: MapHandle,
+    pub dips: MapHandle,
+    pub table_version: MapHandle,
+    pub class_ranges: MapHandle,
+    pub class_members: MapHandle,
+    pub stats: MapHandle,
+    pub vip_traffic: MapHandle,
+    pub dip_traffic: MapHandle,
+    /// Only on a loaded program: interface maps are not pinned.
+    pub ifaces: Option<(MapHandle, MapHandle)>,
+}
+
+fn handle(map: &libbpf_rs::Map<'_>) -> Result<MapHandle> {
+    MapHandle::try_from(map).context("duplicating a map handle")
+}
+
+fn u32_key(k: u32) -> [u8; 4] {
+    k.to_ne_bytes()
+}
+
+fn get<T: AsBytes>(map: &MapHandle, key: &[u8]) -> Result<Option<T>> {
+    Ok(map
+        .lookup(key, MapFlags::ANY)?
+        .and_then(|v| T::from_bytes(&v)))
+}
+
+/// Sum of a per-CPU value of u64 words, word by word.
+fn sum_percpu(map: &MapHandle, key: u32, words: usize) -> Result<Vec<u64>> {
+    let mut total = vec![0u64; words];
+    if let Some(per_cpu) = map.lookup_percpu(&u32_key(key), MapFlags::ANY)? {
+        for cpu in per_cpu {
+            for (i, t) in total.iter_mut().enumerate() {
+                let b = cpu.get(8 * i..8 * i + 8).unwrap_or(&[0; 8]);
+                *t += u64::from_ne_bytes(b.try_into().unwrap());
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Per-CPU counters added up over all CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub packets: u64,
+    pub bytes: u64,
+    pub new_conns: u64,
+}
+
+impl Maps {
+    /// Handles on the maps of a loaded program.
+    pub fn of(skel: &WeirLbSkel<'_>) -> Result<Maps> {
+        let m = &skel.maps;
+        Ok(Maps {
+            conns: handle(&m.conns)?,
+            rev_nat: handle(&m.rev_nat)?,
+            vips: handle(&m.vips)?,
+            dips: handle(&m.dips)?,
+            table_version: handle(&m.table_version)?,
+            class_ranges: handle(&m.class_ranges)?,
+            class_members: handle(&m.class_members)?,
+            stats: handle(&m.stats)?,
+            vip_traffic: handle(&m.vip_traffic)?,
+            dip_traffic: handle(&m.dip_traffic)?,
+            ifaces: Some((handle(&m.tx_ports)?, handle(&m.ifaces)?)),
+        })
+    }
+
+    /// Handles on the pinned maps of a running (or stopped) weir.
+    pub fn pinned(dir: &Path) -> Result<Maps> {
+        let open = |name: &str| {
+            let p = dir.join(name);
+            MapHandle::from_pinned_path(&p).with_context(|| {
+                format!(
+                    "no pinned weir state at {} (is `weir serve` running?)",
+                    p.display()
+                )
+            })
+        };
+        Ok(Maps {
+            conns: open("conns")?,
+            rev_nat: open("rev_nat")?,
+            vips: open("vips")?,
+            dips: open("dips")?,
+            table_version: open("table_version")?,
+            class_ranges: open("class_ranges")?,
+            class_members: open("class_members")?,
+            stats: open("stats")?,
+            vip_traffic: open("vip_traffic")?,
+            dip_traffic: open("dip_traffic")?,
+            ifaces: None,
+        })
+    }
+
+    pub fn put_vip(&self, key: &weir_vip_key, vip: &weir_vip) -> Result<()> {
+        self.vips
+            .update(key.as_bytes(), vip.as_bytes(), MapFlags::ANY)
+            .context("writing a VIP")
+    }
+
+    pub fn delete_vip(&self, key: &weir_vip_key) -> Result<()> {
+        self.vips.delete(key.as_bytes()).context("deleting a VIP")
+    }
+
+    /// All VIPs in the table.
+    pub fn vips(&self) -> Result<Vec<(weir_vip_key, weir_vip)>> {
+        let mut out = Vec::new();
+        for k in self.vips.keys() {
+            if let (Some(key), Some(v)) = (weir_vip_key::from_bytes(&k), get(&self.vips, &k)?) {
+                out.push((key, v));
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn put_dip(&self, id: u32, dip: &weir_dip) -> Result<()> {
+        self.dips
+            .update(&u32_key(id), dip.as_bytes(), MapFlags::ANY)
+            .with_context(|| format!("writing DIP slot {id}"))
+    }
+
+    pub fn dip(&self, id: u32) -> Result<Option<weir_dip>> {
+        get(&self.dips, &u32_key(id))
+    }
+
+    /// Number of DIP slots.
+    pub fn dip_slots(&self) -> u32 {
+        self.dips.max_entries()
+    }
+
+    pub fn table_version(&self, vip_id: u32) -> Result<u32> {
+        Ok(get::<VersionWord>(&self.table_version, &u32_key(vip_id))?.map_or(0, |v| v.0))
+    }
+
+    /// Writes `table` into the slot of `version` and then makes `version`
+    /// the VIP's active one. The slot is the inactive one as long as versions
+    /// go up by one, so readers see the old table or the new one, never a mix.
+    pub fn publish_table(&self, vip_id: u32, version: u32, table: &AwfdTable) -> Result<()> {
+        let slot = version % WEIR_TABLE_SLOTS;
+        let idx = vip_id * WEIR_TABLE_SLOTS + slot;
+        for range in 0..WEIR_MAX_CLASSES as usize {
+            let key = weir_class_key {
+                vip_id,
+                slot: slot as u16,
+                range: range as u16,
+            };
+            match table.members(range) {
+                Some(row) => self
+                    .class_members
+                    .update(key.as_bytes(), row.as_bytes(), MapFlags::ANY)
+                    .with_context(|| format!("writing class row {range} of VIP {vip_id}"))?,
+                None => {
+                    // Rows past the last class are never read; drop stale ones.
+                    let _ = self.class_members.delete(key.as_bytes());
+                }
+            }
+        }
+        self.class_ranges
+            .update(&u32_key(idx), table.ranges().as_bytes(), MapFlags::ANY)
+            .with_context(|| format!("writing class ranges of VIP {vip_id}"))?;
+        self.table_version
+            .update(&u32_key(vip_id), &version.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("switching VIP {vip_id} to table version {version}"))
+    }
+
+    /// The active stage-1 table of a VIP.
+    pub fn active_ranges(&self, vip_id: u32) -> Result<Option<weir_class_ranges>> {
+        let slot = self.table_version(vip_id)? % WEIR_TABLE_SLOTS;
+        get(
+            &self.class_ranges,
+            &u32_key(vip_id * WEIR_TABLE_SLOTS + slot),
+        )
+    }
+
+    /// Registers an interface as a redirect target with its MAC.
+    pub fn put_iface(&self, ifindex: u32, mac: [u8; 6]) -> Result<()> {
+        let (tx_ports, ifaces) = self
+            .ifaces
+            .as_ref()
+            .context("interface maps are not pinned")?;
+        tx_ports
+            .update(&u32_key(ifindex), &u32_key(ifindex), MapFlags::ANY)
+            .with_context(|| format!("adding ifindex {ifindex} to tx_ports"))?;
+        let v = weir_iface { mac, pad: [0; 2] };
+        ifaces
+            .update(&u32_key(ifindex), v.as_bytes(), MapFlags::ANY)
+            .with_context(|| format!("adding ifindex {ifindex} to ifaces"))
+    }
+
+    /// Every counter of `enum weir_stat`, added up over CPUs.
+    pub fn stats(&self) -> Result<Vec<u64>> {
+        (0..WEIR_STAT_MAX)
+            .map(|i| Ok(sum_percpu(&self.stats, i, 1)?[0]))
+            .collect()
+    }
+
+    pub fn vip_traffic(&self, vip_id: u32) -> Result<Traffic> {
+        traffic(&self.vip_traffic, vip_id)
+    }
+
+    pub fn dip_traffic(&self, dip_id: u32) -> Result<Traffic> {
+        traffic(&self.dip_traffic, dip_id)
+    }
+
+    /// Entries in the connection table (walks it: O(n)).
+    pub fn conn_count(&self) -> usize {
+        self.conns.keys().count()
+    }
+
+    /// Every connection: key and value (walks the table).
+    pub fn conns(&self) -> Result<Vec<(weir_flow_key, weir_conn)>> {
+        let mut out = Vec::new();
+        for k in self.conns.keys() {
+            if let (Some(key), Some(v)) = (weir_flow_key::from_bytes(&k), get(&self.conns, &k)?) {
+                out.push((key, v));
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn put_conn(&self, key: &weir_flow_key, conn: &weir_conn) -> Result<()> {
+        self.conns
+            .update(key.as_bytes(), conn.as_bytes(), MapFlags::ANY)
+            .context("writing a connection")
+    }
+
+    pub fn conn(&self, key: &weir_flow_key) -> Result<Option<weir_conn>> {
+        get(&self.conns, key.as_bytes())
+    }
+
+    pub fn rev_nat(&self, key: &weir_flow_key) -> Result<Option<weir_rev_nat>> {
+        get(&self.rev_nat, key.as_bytes())
+    }
+}
+
+fn traffic(map: &MapHandle, id: u32) -> Result<Traffic> {
+    let w = sum_percpu(map, id, 3)?;
+    Ok(Traffic {
+        packets: w[0],
+        bytes: w[1],
+        new_conns: w[2],
+    })
+}
+
+/// The value of `table_version`: a bare u32.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(transparent)]
+struct VersionWord(u32);
+// SAFETY: a u32 is padding-free POD.
+unsafe impl AsBytes for VersionWord {}
