@@ -29,16 +29,31 @@ pub struct Attachment<'a> {
 }
 
 /// The id of the XDP program on an interface, if any (any mode).
-pub fn attached_prog_id(fd: BorrowedFd<'_>, ifindex: u32) -> Option<u32> {
-    let xdp = Xdp::new(fd);
+pub fn attached_prog_id(ifindex: u32) -> Option<u32> {
     for flags in [XdpFlags::DRV_MODE, XdpFlags::SKB_MODE] {
-        if let Ok(id) = xdp.query_id(ifindex as i32, flags) {
-            if id != 0 {
-                return Some(id);
-            }
+        let mut id = 0u32;
+        // SAFETY: plain query into a local u32.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_xdp_query_id(ifindex as i32, flags.bits() as i32, &mut id)
+        };
+        if rc == 0 && id != 0 {
+            return Some(id);
         }
     }
     None
+}
+
+/// Refuses interfaces that already carry an XDP program.
+pub fn ensure_free(ifaces: &[(String, u32)]) -> Result<()> {
+    for (name, idx) in ifaces {
+        if let Some(id) = attached_prog_id(*idx) {
+            bail!(
+                "interface {name} already has an XDP program (id {id}); stop whatever attached it \
+                 (`ip link set dev {name} xdp off` if it is stale) and start weir again"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Attaches `fd` to every interface or to none: refuses an interface that
@@ -48,14 +63,7 @@ pub fn attach_all<'a>(
     ifaces: &[(String, u32)],
     mode: XdpMode,
 ) -> Result<Attachment<'a>> {
-    for (name, idx) in ifaces {
-        if let Some(id) = attached_prog_id(fd, *idx) {
-            bail!(
-                "interface {name} already has an XDP program (id {id}); stop whatever attached it \
-                 (`ip link set dev {name} xdp off` if it is stale) and start weir again"
-            );
-        }
-    }
+    ensure_free(ifaces)?;
     let mut att = Attachment {
         xdp: Xdp::new(fd),
         mode,

@@ -1,1 +1,130 @@
-fn main() {}
+//! `weir`: the load balancer's one binary.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use weir_control::config::Config;
+use weir_control::runtime::{self, RunRecord, ServeOptions, DEFAULT_RUN_DIR};
+use weir_control::status;
+use weir_dataplane::attach::XdpMode;
+
+#[derive(Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "weir: an XDP load balancer with load-aware dispatch"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum XdpModeArg {
+    Native,
+    Generic,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Load, attach and run the load balancer until SIGINT/SIGTERM; SIGHUP reloads the config.
+    Serve {
+        /// The TOML configuration.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Override dataplane.xdp_mode.
+        #[arg(long, value_enum)]
+        xdp_mode: Option<XdpModeArg>,
+        /// Drop the pinned state of a previous run (established connections are lost).
+        #[arg(long)]
+        reset_state: bool,
+        /// Where to record the running daemon for `weir status` and `weir reload`.
+        #[arg(long, default_value = DEFAULT_RUN_DIR)]
+        run_dir: PathBuf,
+    },
+    /// Check a configuration file and exit.
+    Check {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Show VIPs, DIPs, weights, table versions, connections and counters.
+    Status {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+        /// Read the pins here instead of the running daemon's.
+        #[arg(long)]
+        pin_dir: Option<PathBuf>,
+        #[arg(long, default_value = DEFAULT_RUN_DIR)]
+        run_dir: PathBuf,
+    },
+    /// Make the running daemon re-read its configuration (same as SIGHUP).
+    Reload {
+        #[arg(long, default_value = DEFAULT_RUN_DIR)]
+        run_dir: PathBuf,
+    },
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Serve {
+            config,
+            xdp_mode,
+            reset_state,
+            run_dir,
+        } => runtime::serve(&ServeOptions {
+            config,
+            xdp_mode: xdp_mode.map(|m| match m {
+                XdpModeArg::Native => XdpMode::Native,
+                XdpModeArg::Generic => XdpMode::Generic,
+            }),
+            reset_state,
+            run_dir,
+        }),
+        Command::Check { config } => {
+            let cfg = Config::load(&config)?;
+            println!("{}: ok ({} VIPs)", config.display(), cfg.vips.len());
+            Ok(())
+        }
+        Command::Status {
+            json,
+            pin_dir,
+            run_dir,
+        } => {
+            let record = RunRecord::read(&run_dir).ok();
+            let pins = match (&pin_dir, &record) {
+                (Some(p), _) => p.clone(),
+                (None, Some(r)) => r.pin_dir.clone(),
+                (None, None) => PathBuf::from(weir_dataplane::DEFAULT_PIN_DIR),
+            };
+            let cfg = record.as_ref().and_then(|r| Config::load(&r.config).ok());
+            let st = status::collect_pinned(&pins, cfg.as_ref())?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&st).context("encoding status")?
+                );
+            } else {
+                print!("{}", status::render(&st));
+            }
+            Ok(())
+        }
+        Command::Reload { run_dir } => {
+            let pid = runtime::request_reload(&run_dir)?;
+            println!("asked weir serve (pid {pid}) to reload its configuration");
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("weir: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

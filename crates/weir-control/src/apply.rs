@@ -1,0 +1,197 @@
+//! Applying a configuration to the maps, keeping every established
+//! connection on its DIP (per-connection consistency).
+//!
+//! DIP slots and VIP ids are recovered from the (pinned) maps, so a restarted
+//! daemon keeps the ids its connection entries refer to. Order matters:
+//! a new DIP is written before any table names it; a removed DIP leaves the
+//! tables first and only then loses its LIVE flag (which is what makes its
+//! connections move: they have nowhere to go).
+
+use std::collections::{BTreeMap, HashMap};
+
+use anyhow::{bail, Context, Result};
+use weir_abi::*;
+use weir_core::awfd::AwfdTable;
+use weir_core::flow::addr_words;
+use weir_dataplane::iface::parse_mac;
+use weir_dataplane::maps::Maps;
+
+use crate::config::{Config, Mode};
+
+/// What an apply changed, for the log.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub vips_added: usize,
+    pub vips_removed: usize,
+    pub dips_added: usize,
+    pub dips_removed: usize,
+    pub tables_published: usize,
+}
+
+fn vip_key(v: &crate::config::Vip) -> weir_vip_key {
+    let (addr, family) = addr_words(*v.address.get_ref());
+    weir_vip_key {
+        addr,
+        port: v.port.get_ref().to_be(),
+        proto: v.protocol.number(),
+        family,
+    }
+}
+
+/// Identity of a DIP inside its VIP: address and NAT port.
+type DipIdentity = ([u32; 4], u16);
+
+/// Writes `cfg` into the maps. Idempotent: applying the same configuration
+/// twice changes nothing but the table versions.
+pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
+    let mut report = ApplyReport::default();
+    let max_vips = cfg.dataplane.max_vips;
+
+    // What the data plane holds now.
+    let existing_vips: HashMap<weir_vip_key, weir_vip> = maps.vips()?.into_iter().collect();
+    let mut slots: BTreeMap<u32, weir_dip> = BTreeMap::new();
+    for id in 0..maps.dip_slots() {
+        if let Some(d) = maps.dip(id)? {
+            slots.insert(id, d);
+        }
+    }
+
+    // VIP ids: keep existing ones, hand out free ones to new VIPs. The id
+    // of a VIP being removed is not reused in the same apply, since its
+    // table is emptied below.
+    let mut used_ids: Vec<bool> = vec![false; max_vips as usize];
+    for v in existing_vips.values() {
+        if let Some(u) = used_ids.get_mut(v.vip_id as usize) {
+            *u = true;
+        }
+    }
+    let mut wanted: Vec<(weir_vip_key, u32)> = Vec::new();
+    for v in &cfg.vips {
+        let key = vip_key(v);
+        if let Some(old) = existing_vips.get(&key) {
+            if old.vip_id < max_vips {
+                wanted.push((key, old.vip_id));
+                continue;
+            }
+        }
+        wanted.push((key, u32::MAX));
+    }
+    for (_, id) in wanted.iter_mut().filter(|(_, id)| *id == u32::MAX) {
+        let free = used_ids
+            .iter()
+            .position(|u| !u)
+            .context("no free VIP id: raise dataplane.max_vips")?;
+        used_ids[free] = true;
+        *id = free as u32;
+        report.vips_added += 1;
+    }
+
+    for (v, (key, vip_id)) in cfg.vips.iter().zip(&wanted) {
+        let vip_id = *vip_id;
+        // DIP slots of this VIP that are live now, by identity.
+        let mut live: HashMap<DipIdentity, u32> = slots
+            .iter()
+            .filter(|(_, d)| d.flags & WEIR_DIP_F_LIVE != 0 && d.vip_id == vip_id)
+            .map(|(id, d)| ((d.addr, d.port), *id))
+            .collect();
+        let mut weights = Vec::with_capacity(v.dips.len());
+        for d in &v.dips {
+            let (addr, family) = addr_words(*d.address.get_ref());
+            let port = d.port.as_ref().map_or(0, |p| p.get_ref().to_be());
+            let (mac_set, mac) = match &d.mac {
+                Some(m) => (1, parse_mac(m.get_ref())?),
+                None => (0, [0; 6]),
+            };
+            let id = match live.remove(&(addr, port)) {
+                Some(id) => id,
+                None => {
+                    let id = (0..maps.dip_slots())
+                        .find(|id| slots.get(id).is_none_or(|s| s.flags & WEIR_DIP_F_LIVE == 0))
+                        .context("no free DIP slot: raise dataplane.max_dips")?;
+                    report.dips_added += 1;
+                    id
+                }
+            };
+            let prev = slots.get(&id).copied().unwrap_or_default();
+            let fresh = prev.flags & WEIR_DIP_F_LIVE == 0;
+            let dip = weir_dip {
+                addr,
+                port,
+                family,
+                mac_set,
+                mac,
+                pad: [0; 2],
+                flags: WEIR_DIP_F_LIVE,
+                // A reused slot gets a new generation so connections of its
+                // previous tenant never land on the new one.
+                gen: if fresh {
+                    prev.gen.wrapping_add(1)
+                } else {
+                    prev.gen
+                },
+                vip_id,
+                weight: *d.weight.get_ref(),
+            };
+            maps.put_dip(id, &dip)?;
+            slots.insert(id, dip);
+            weights.push((id, dip.weight));
+        }
+        let table = AwfdTable::from_weights(&weights)
+            .map_err(|e| anyhow::anyhow!("VIP {}: {e}", v.name.get_ref()))?;
+        let version = maps.table_version(vip_id)?.wrapping_add(1);
+        maps.publish_table(vip_id, version, &table)?;
+        report.tables_published += 1;
+        let mode = match v.mode {
+            Mode::Nat => WEIR_MODE_NAT,
+            Mode::Dsr => WEIR_MODE_DSR,
+        } as u8;
+        maps.put_vip(
+            key,
+            &weir_vip {
+                vip_id,
+                mode,
+                pad: [0; 3],
+            },
+        )?;
+        // DIPs that left the configuration: out of the table (done above),
+        // now out of service.
+        for (_, id) in live {
+            retire(maps, &mut slots, id)?;
+            report.dips_removed += 1;
+        }
+    }
+
+    // VIPs that left the configuration: stop matching them, then retire
+    // their DIPs and empty their tables.
+    let keep: HashMap<weir_vip_key, u32> = wanted.into_iter().collect();
+    for (key, vip) in &existing_vips {
+        if keep.contains_key(key) {
+            continue;
+        }
+        maps.delete_vip(key)?;
+        let version = maps.table_version(vip.vip_id)?.wrapping_add(1);
+        maps.publish_table(vip.vip_id, version, &AwfdTable::default())?;
+        let ids: Vec<u32> = slots
+            .iter()
+            .filter(|(_, d)| d.flags & WEIR_DIP_F_LIVE != 0 && d.vip_id == vip.vip_id)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            retire(maps, &mut slots, id)?;
+            report.dips_removed += 1;
+        }
+        report.vips_removed += 1;
+    }
+    Ok(report)
+}
+
+fn retire(maps: &Maps, slots: &mut BTreeMap<u32, weir_dip>, id: u32) -> Result<()> {
+    let Some(mut d) = slots.get(&id).copied() else {
+        bail!("DIP slot {id} vanished");
+    };
+    d.flags &= !WEIR_DIP_F_LIVE;
+    d.weight = 0;
+    maps.put_dip(id, &d)?;
+    slots.insert(id, d);
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! `weir serve`: preflight checks, load, apply, attach, then serve signals
+//! (SIGHUP reloads the configuration, SIGINT/SIGTERM detach and exit).
+//!
+//! Every check that can fail on bad input runs before anything is loaded,
+//! and a failure after loading removes the pins this start created, so a
+//! failed start leaves nothing attached or pinned.
+
+use std::fs;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use weir_dataplane::attach::{attach_all, ensure_free, XdpMode};
+use weir_dataplane::iface::Iface;
+use weir_dataplane::loader::{self, Action, LoadOptions};
+use weir_dataplane::maps::Maps;
+
+use crate::apply::apply;
+use crate::config::{Config, Mode, NonSynMiss, Verdict, XdpModeCfg};
+
+/// Where `weir serve` records itself for `weir status` and `weir reload`.
+pub const DEFAULT_RUN_DIR: &str = "/run/weir";
+
+/// The record of a running daemon (`<run dir>/serve.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub pid: u32,
+    pub config: PathBuf,
+    pub pin_dir: PathBuf,
+    pub interfaces: Vec<String>,
+}
+
+impl RunRecord {
+    pub fn path(run_dir: &Path) -> PathBuf {
+        run_dir.join("serve.json")
+    }
+
+    pub fn read(run_dir: &Path) -> Result<RunRecord> {
+        let p = Self::path(run_dir);
+        let text = fs::read_to_string(&p).with_context(|| {
+            format!(
+                "no running weir recorded in {} (start `weir serve`)",
+                p.display()
+            )
+        })?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("{} is corrupt; remove it", p.display()))
+    }
+}
+
+/// Options of `weir serve` beyond the configuration file.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub config: PathBuf,
+    pub xdp_mode: Option<XdpMode>,
+    pub reset_state: bool,
+    pub run_dir: PathBuf,
+}
+
+fn verdict(v: Verdict) -> Action {
+    match v {
+        Verdict::Pass => Action::Pass,
+        Verdict::Drop => Action::Drop,
+    }
+}
+
+fn is_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// Checks that need no loading: privileges, kernel, config, interfaces,
+/// XDP slots, bpffs, another daemon.
+pub fn preflight(opts: &ServeOptions) -> Result<(Config, Vec<Iface>)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("weir serve must run as root (it loads BPF programs and attaches XDP); run it with sudo");
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        bail!(
+            "this kernel has no BTF (/sys/kernel/btf/vmlinux is missing); weir needs Linux >= 5.15 \
+             built with CONFIG_DEBUG_INFO_BTF=y"
+        );
+    }
+    let cfg = Config::load(&opts.config)?;
+    let ifaces = cfg
+        .dataplane
+        .interfaces
+        .get_ref()
+        .iter()
+        .map(|n| Iface::by_name(n))
+        .collect::<Result<Vec<_>>>()?;
+    let pairs: Vec<(String, u32)> = ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect();
+    ensure_free(&pairs)?;
+    let parent = cfg.dataplane.pin_dir.parent().unwrap_or(Path::new("/"));
+    if !is_bpffs(parent) {
+        bail!(
+            "{} is not a BPF filesystem, so weir cannot pin its state there; mount one with \
+             `mount -t bpf bpf {}` or set dataplane.pin_dir",
+            parent.display(),
+            parent.display()
+        );
+    }
+    if let Ok(rec) = RunRecord::read(&opts.run_dir) {
+        if rec.pid != std::process::id() && is_alive(rec.pid) {
+            bail!(
+                "another weir serve (pid {}) is running with {}; stop it first or use another --run-dir",
+                rec.pid,
+                rec.config.display()
+            );
+        }
+    }
+    Ok((cfg, ifaces))
+}
+
+fn is_bpffs(dir: &Path) -> bool {
+    const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs into a zeroed struct with a valid path.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type as i64 == BPF_FS_MAGIC
+}
+
+fn load_options(cfg: &Config) -> LoadOptions {
+    let dp = &cfg.dataplane;
+    LoadOptions {
+        conn_capacity: dp.conn_table_size,
+        max_vips: dp.max_vips,
+        max_dips: dp.max_dips,
+        not_vip: verdict(dp.not_vip),
+        icmp: verdict(dp.icmp),
+        fragments: verdict(dp.fragments),
+        malformed: verdict(dp.malformed),
+        nonsyn_miss: match dp.tcp_nonsyn_miss {
+            NonSynMiss::Dispatch => loader::NonSynMiss::Dispatch,
+            NonSynMiss::Drop => loader::NonSynMiss::Drop,
+        },
+        hash_seed: dp.hash_seed,
+        fib_lookup: dp.fib_lookup,
+        pin_dir: Some(dp.pin_dir.clone()),
+    }
+}
+
+/// DSR rewrites only L2, so the DIP's neighbour entry must exist before the
+/// first packet: a short TCP connect makes the kernel resolve it.
+fn prime_neighbours(cfg: &Config) {
+    let targets: Vec<SocketAddr> = cfg
+        .vips
+        .iter()
+        .filter(|v| v.mode == Mode::Dsr)
+        .flat_map(|v| {
+            let port = *v.port.get_ref();
+            v.dips
+                .iter()
+                .filter(|d| d.mac.is_none())
+                .map(move |d| SocketAddr::new(*d.address.get_ref(), port))
+        })
+        .collect();
+    for t in targets {
+        std::thread::spawn(move || {
+            let _ = TcpStream::connect_timeout(&t, Duration::from_millis(500));
+        });
+    }
+}
+
+fn log(msg: impl AsRef<str>) {
+    eprintln!("weir: {}", msg.as_ref());
+}
+
+fn signal_set() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Runs the daemon until SIGINT or SIGTERM.
+pub fn serve(opts: &ServeOptions) -> Result<()> {
+    // Block the signals first, so no thread started below takes them.
+    let set = signal_set();
+    // SAFETY: set is a valid sigset.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+
+    let (cfg, ifaces) = preflight(opts)?;
+    let pin_dir = cfg.dataplane.pin_dir.clone();
+    if opts.reset_state && pin_dir.exists() {
+        fs::remove_dir_all(&pin_dir)
+            .with_context(|| format!("removing saved state {}", pin_dir.display()))?;
+        log(format!("dropped saved state in {}", pin_dir.display()));
+    }
+    let lb = loader::load(&load_options(&cfg))?;
+    let started = (|| -> Result<_> {
+        let maps = Maps::of(&lb.skel)?;
+        for i in &ifaces {
+            maps.put_iface(i.ifindex, i.mac)?;
+        }
+        let report = apply(&maps, &cfg)?;
+        log(format!(
+            "configuration applied: {} VIPs, {} new DIPs, {} tables published",
+            cfg.vips.len(),
+            report.dips_added,
+            report.tables_published
+        ));
+        Ok(maps)
+    })();
+    let maps = match started {
+        Ok(m) => m,
+        Err(e) => {
+            lb.remove_created_pins();
+            return Err(e);
+        }
+    };
+    let mode = opts.xdp_mode.unwrap_or(match cfg.dataplane.xdp_mode {
+        XdpModeCfg::Native => XdpMode::Native,
+        XdpModeCfg::Generic => XdpMode::Generic,
+    });
+    let pairs: Vec<(String, u32)> = ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect();
+    let attachment = match attach_all(lb.prog_fd(), &pairs, mode) {
+        Ok(a) => a,
+        Err(e) => {
+            lb.remove_created_pins();
+            return Err(e);
+        }
+    };
+    prime_neighbours(&cfg);
+
+    fs::create_dir_all(&opts.run_dir)
+        .with_context(|| format!("creating {}", opts.run_dir.display()))?;
+    let record = RunRecord {
+        pid: std::process::id(),
+        config: fs::canonicalize(&opts.config).unwrap_or(opts.config.clone()),
+        pin_dir: pin_dir.clone(),
+        interfaces: pairs.iter().map(|(n, _)| n.clone()).collect(),
+    };
+    fs::write(
+        RunRecord::path(&opts.run_dir),
+        serde_json::to_vec_pretty(&record)?,
+    )?;
+    log(format!(
+        "serving on {} ({mode:?} XDP), state pinned in {}",
+        record.interfaces.join(", "),
+        pin_dir.display()
+    ));
+
+    let mut running = cfg;
+    loop {
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let timeout = libc::timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid set, info and timeout.
+        let sig = unsafe { libc::sigtimedwait(&set, &mut info, &timeout) };
+        match sig {
+            libc::SIGHUP => running = reload(&maps, &opts.config, running),
+            libc::SIGINT | libc::SIGTERM => break,
+            _ => {}
+        }
+    }
+    drop(attachment);
+    let _ = fs::remove_file(RunRecord::path(&opts.run_dir));
+    log("detached; connection state stays pinned for the next start");
+    Ok(())
+}
+
+/// Applies a changed configuration; a bad one is refused and the running
+/// one stays in force.
+fn reload(maps: &Maps, path: &Path, running: Config) -> Config {
+    let next = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            log(format!(
+                "reload refused, keeping the running configuration: {e}"
+            ));
+            return running;
+        }
+    };
+    let (a, b) = (&running.dataplane, &next.dataplane);
+    if a.interfaces.get_ref() != b.interfaces.get_ref()
+        || a.conn_table_size != b.conn_table_size
+        || a.max_vips != b.max_vips
+        || a.max_dips != b.max_dips
+        || a.pin_dir != b.pin_dir
+    {
+        log("reload: [dataplane] interfaces, sizes and pin_dir take effect only on restart; applying the VIPs");
+    }
+    match apply(maps, &next) {
+        Ok(r) => {
+            log(format!(
+                "reloaded: +{} -{} VIPs, +{} -{} DIPs",
+                r.vips_added, r.vips_removed, r.dips_added, r.dips_removed
+            ));
+            prime_neighbours(&next);
+            next
+        }
+        Err(e) => {
+            log(format!("reload failed while applying ({e:#}); the tables may be partly updated, fix the file and reload again"));
+            running
+        }
+    }
+}
+
+/// Sends SIGHUP to the running daemon.
+pub fn request_reload(run_dir: &Path) -> Result<u32> {
+    let rec = RunRecord::read(run_dir)?;
+    if !is_alive(rec.pid) {
+        bail!(
+            "weir serve (pid {}) is not running; start it again",
+            rec.pid
+        );
+    }
+    // SAFETY: plain kill(2).
+    if unsafe { libc::kill(rec.pid as i32, libc::SIGHUP) } != 0 {
+        bail!(
+            "signalling pid {}: {}",
+            rec.pid,
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(rec.pid)
+}

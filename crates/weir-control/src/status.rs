@@ -1,0 +1,202 @@
+//! `weir status`: what the data plane holds, read from the pinned maps.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+use weir_abi::*;
+use weir_core::flow::{words_addr, Proto};
+use weir_dataplane::maps::Maps;
+
+use crate::config::Config;
+
+/// Names of `enum weir_stat`, in order.
+pub const STAT_NAMES: [&str; WEIR_STAT_MAX as usize] = [
+    "rx",
+    "pass_not_ip",
+    "pass_not_vip",
+    "pass_icmp",
+    "pass_fragment",
+    "pass_no_neigh",
+    "drop_not_vip",
+    "drop_icmp",
+    "drop_fragment",
+    "drop_malformed",
+    "pass_malformed",
+    "drop_no_backend",
+    "drop_nonsyn_miss",
+    "drop_no_route",
+    "tx",
+    "redirect",
+    "drop_redirect",
+    "conn_hit",
+    "conn_miss",
+    "conn_new",
+    "conn_install_fail",
+    "conn_stale",
+    "nonsyn_miss",
+    "rev_nat",
+    "mac_fallback",
+];
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DipStatus {
+    pub slot: u32,
+    pub address: String,
+    pub port: Option<u16>,
+    pub weight: u32,
+    pub live: bool,
+    pub packets: u64,
+    pub new_conns: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VipStatus {
+    pub name: Option<String>,
+    pub id: u32,
+    pub address: String,
+    pub port: u16,
+    pub protocol: String,
+    pub mode: String,
+    pub table_version: u32,
+    pub priority_classes: Vec<u32>,
+    pub packets: u64,
+    pub bytes: u64,
+    pub new_conns: u64,
+    pub dips: Vec<DipStatus>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub connections: usize,
+    pub vips: Vec<VipStatus>,
+    pub counters: Vec<(String, u64)>,
+}
+
+/// Reads the status; `cfg` (the running configuration) supplies VIP names.
+pub fn collect(maps: &Maps, cfg: Option<&Config>) -> Result<Status> {
+    let names: HashMap<(std::net::IpAddr, u16, u8), String> = cfg
+        .map(|c| {
+            c.vips
+                .iter()
+                .map(|v| {
+                    (
+                        (*v.address.get_ref(), *v.port.get_ref(), v.protocol.number()),
+                        v.name.get_ref().clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut dips_by_vip: HashMap<u32, Vec<DipStatus>> = HashMap::new();
+    for slot in 0..maps.dip_slots() {
+        let Some(d) = maps.dip(slot)? else { continue };
+        if d.flags & WEIR_DIP_F_LIVE == 0 {
+            continue;
+        }
+        let t = maps.dip_traffic(slot)?;
+        dips_by_vip.entry(d.vip_id).or_default().push(DipStatus {
+            slot,
+            address: words_addr(&d.addr, d.family).map_or("?".into(), |a| a.to_string()),
+            port: (d.port != 0).then(|| u16::from_be(d.port)),
+            weight: d.weight,
+            live: true,
+            packets: t.packets,
+            new_conns: t.new_conns,
+        });
+    }
+    let mut vips = Vec::new();
+    for (key, vip) in maps.vips()? {
+        let addr = words_addr(&key.addr, key.family);
+        let port = u16::from_be(key.port);
+        let t = maps.vip_traffic(vip.vip_id)?;
+        let ranges = maps.active_ranges(vip.vip_id)?.unwrap_or_default();
+        vips.push(VipStatus {
+            name: addr.and_then(|a| names.get(&(a, port, key.proto)).cloned()),
+            id: vip.vip_id,
+            address: addr.map_or("?".into(), |a| a.to_string()),
+            port,
+            protocol: match Proto::from_number(key.proto) {
+                Some(Proto::Tcp) => "tcp".into(),
+                Some(Proto::Udp) => "udp".into(),
+                None => key.proto.to_string(),
+            },
+            mode: if u32::from(vip.mode) == WEIR_MODE_DSR {
+                "dsr"
+            } else {
+                "nat"
+            }
+            .into(),
+            table_version: maps.table_version(vip.vip_id)?,
+            priority_classes: ranges.class_weight[..ranges.nr.min(WEIR_MAX_CLASSES) as usize]
+                .to_vec(),
+            packets: t.packets,
+            bytes: t.bytes,
+            new_conns: t.new_conns,
+            dips: dips_by_vip.remove(&vip.vip_id).unwrap_or_default(),
+        });
+    }
+    vips.sort_by_key(|v| v.id);
+    let counters = STAT_NAMES
+        .iter()
+        .map(|s| s.to_string())
+        .zip(maps.stats()?)
+        .collect();
+    Ok(Status {
+        connections: maps.conn_count(),
+        vips,
+        counters,
+    })
+}
+
+/// Reads status from the pins in `pin_dir`.
+pub fn collect_pinned(pin_dir: &Path, cfg: Option<&Config>) -> Result<Status> {
+    collect(&Maps::pinned(pin_dir)?, cfg)
+}
+
+/// The human table.
+pub fn render(s: &Status) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "connections: {}", s.connections);
+    for v in &s.vips {
+        let _ = writeln!(
+            o,
+            "\nVIP {} {}:{}/{} mode={} table=v{} classes={:?} packets={} new_conns={}",
+            v.name.as_deref().unwrap_or("-"),
+            v.address,
+            v.port,
+            v.protocol,
+            v.mode,
+            v.table_version,
+            v.priority_classes,
+            v.packets,
+            v.new_conns
+        );
+        let _ = writeln!(
+            o,
+            "  {:>5}  {:<40} {:>6} {:>6} {:>12} {:>10}",
+            "slot", "DIP", "port", "weight", "packets", "new_conns"
+        );
+        for d in &v.dips {
+            let _ = writeln!(
+                o,
+                "  {:>5}  {:<40} {:>6} {:>6} {:>12} {:>10}",
+                d.slot,
+                d.address,
+                d.port.map_or("-".into(), |p| p.to_string()),
+                d.weight,
+                d.packets,
+                d.new_conns
+            );
+        }
+    }
+    let _ = writeln!(o, "\ncounters:");
+    for (name, v) in &s.counters {
+        if *v > 0 {
+            let _ = writeln!(o, "  {name:<20} {v}");
+        }
+    }
+    o
+}
