@@ -1,9 +1,14 @@
 //! weir-core: the sans-IO heart of weir.
 //!
-//! No sockets, no clocks, no BPF: flow keys, the flow hash, and the dispatch
-//! tables. The XDP data plane, the controller and the simulator all call this
-//! code, so they agree on which DIP a flow goes to.
+//! No sockets, no clocks, no BPF: flow keys, the flow hash, the dispatch
+//! tables, the dispatchers, capacity estimation and consistent hashing. The
+//! XDP data plane, the controller and the simulator all call this code, so
+//! they agree on which DIP a flow goes to.
 
 pub mod awfd;
+pub mod dispatch;
+pub mod estimate;
 pub mod flow;
 pub mod hash;
+pub mod maglev;
+pub mod vectors;
