@@ -95,6 +95,11 @@ pub fn preflight(opts: &ServeOptions) -> Result<(Config, Vec<Iface>)> {
     let pairs: Vec<(String, u32)> = ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect();
     ensure_free(&pairs)?;
     let parent = cfg.dataplane.pin_dir.parent().unwrap_or(Path::new("/"));
+    if !is_bpffs(parent) && parent == Path::new(BPFFS) {
+        // What systemd does at boot; some minimal systems skip it.
+        mount_bpffs()?;
+        log(format!("mounted a BPF filesystem on {BPFFS}"));
+    }
     if !is_bpffs(parent) {
         bail!(
             "{} is not a BPF filesystem, so weir cannot pin its state there; mount one with \
@@ -113,6 +118,33 @@ pub fn preflight(opts: &ServeOptions) -> Result<(Config, Vec<Iface>)> {
         }
     }
     Ok((cfg, ifaces))
+}
+
+/// The conventional mount point of the BPF filesystem.
+const BPFFS: &str = "/sys/fs/bpf";
+
+fn mount_bpffs() -> Result<()> {
+    let target = std::ffi::CString::new(BPFFS).unwrap();
+    let kind = std::ffi::CString::new("bpf").unwrap();
+    let opts = std::ffi::CString::new("mode=0700").unwrap();
+    // SAFETY: mount(2) with valid NUL-terminated strings.
+    let rc = unsafe {
+        libc::mount(
+            kind.as_ptr(),
+            target.as_ptr(),
+            kind.as_ptr(),
+            0,
+            opts.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "{BPFFS} is not a BPF filesystem and mounting one failed: {}; mount it with \
+             `mount -t bpf bpf {BPFFS}`",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
 
 fn is_bpffs(dir: &Path) -> bool {

@@ -1,1 +1,10 @@
-//! placeholder
+//! weir-lab: network-namespace labs, lab servers and clients, the demo and
+//! the benchmarks.
+
+pub mod backend;
+pub mod bench;
+pub mod client;
+pub mod daemon;
+pub mod demo;
+pub mod netns;
+pub mod topology;

@@ -65,6 +65,24 @@ enum Command {
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
         run_dir: PathBuf,
     },
+    /// Labs in network namespaces that weir builds and removes itself.
+    #[command(subcommand)]
+    Lab(LabCommand),
+    /// Benchmarks: print a table, write JSON with --json.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum LabCommand {
+    /// Client, weir and 3 HTTP backends; real requests through the VIP.
+    Demo(weir_lab::demo::DemoArgs),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Cost per packet of the XDP program against the floor (BPF_PROG_TEST_RUN).
+    Xdp(weir_lab::bench::xdp::XdpBenchArgs),
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -111,6 +129,8 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Lab(LabCommand::Demo(args)) => weir_lab::demo::run(&args),
+        Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
         Command::Reload { run_dir } => {
             let pid = runtime::request_reload(&run_dir)?;
             println!("asked weir serve (pid {pid}) to reload its configuration");

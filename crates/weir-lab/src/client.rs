@@ -1,0 +1,158 @@
+//! Lab clients: long-lived HTTP/1.1 keep-alive connections that record which
+//! backend served every request (a connection served by two backends, or
+//! broken, is a per-connection-consistency violation), and UDP requests.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::netns::enter;
+
+/// The life of one client connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnRecord {
+    /// Backend name of each answered request, in order.
+    pub served_by: Vec<String>,
+    /// Why the connection ended early, if it did.
+    pub error: Option<String>,
+}
+
+impl ConnRecord {
+    /// The single backend that served it, if it was consistent and whole.
+    pub fn backend(&self) -> Option<&str> {
+        let first = self.served_by.first()?;
+        self.served_by
+            .iter()
+            .all(|b| b == first)
+            .then_some(first.as_str())
+    }
+
+    /// True when the connection moved between backends or broke.
+    pub fn violated(&self) -> bool {
+        self.error.is_some() || self.backend().is_none()
+    }
+}
+
+/// Starts `conns` connections from namespace `ns` to `vip`, each sending
+/// `requests` requests `interval` apart; join the handles for the records.
+pub fn spawn_http(
+    ns: &str,
+    vip: SocketAddr,
+    conns: usize,
+    requests: usize,
+    interval: Duration,
+) -> Vec<JoinHandle<ConnRecord>> {
+    (0..conns)
+        .map(|_| {
+            let ns = ns.to_string();
+            std::thread::spawn(move || {
+                let mut rec = ConnRecord {
+                    served_by: Vec::new(),
+                    error: None,
+                };
+                if let Err(e) =
+                    enter(&ns).and_then(|_| http_session(vip, requests, interval, &mut rec))
+                {
+                    rec.error = Some(format!("{e:#}"));
+                }
+                rec
+            })
+        })
+        .collect()
+}
+
+fn http_session(
+    vip: SocketAddr,
+    requests: usize,
+    interval: Duration,
+    rec: &mut ConnRecord,
+) -> Result<()> {
+    let s = TcpStream::connect_timeout(&vip, Duration::from_secs(3)).context("connect")?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let mut w = s.try_clone()?;
+    let mut r = BufReader::new(s);
+    for i in 0..requests {
+        if i > 0 {
+            std::thread::sleep(interval);
+        }
+        write!(w, "GET / HTTP/1.1\r\nHost: weir-lab\r\n\r\n")
+            .with_context(|| format!("request {i}"))?;
+        let mut len = None;
+        let mut backend = None;
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line)
+                .with_context(|| format!("response {i}"))?
+                == 0
+            {
+                bail!("connection closed after {i} responses");
+            }
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if let Some(v) = l.strip_prefix("Content-Length: ") {
+                len = v.parse::<usize>().ok();
+            }
+            if let Some(v) = l.strip_prefix("X-Backend: ") {
+                backend = Some(v.to_string());
+            }
+        }
+        let mut body = vec![0u8; len.context("response without Content-Length")?];
+        r.read_exact(&mut body)?;
+        rec.served_by
+            .push(backend.context("response without X-Backend")?);
+    }
+    Ok(())
+}
+
+/// One HTTP request on a fresh connection; returns the backend's name.
+pub fn http_once(ns: &str, vip: SocketAddr) -> Result<String> {
+    let h = spawn_http(ns, vip, 1, 1, Duration::ZERO).pop().unwrap();
+    let rec = h
+        .join()
+        .map_err(|_| anyhow::anyhow!("client thread panicked"))?;
+    match (rec.error, rec.served_by.first()) {
+        (None, Some(b)) => Ok(b.clone()),
+        (Some(e), _) => bail!(e),
+        (None, None) => bail!("no response"),
+    }
+}
+
+/// `n` UDP requests from `ns` to `vip`, each from its own socket (so each is
+/// a new flow); returns the answering backend per request, None on timeout.
+pub fn udp_requests(
+    ns: &str,
+    vip: SocketAddr,
+    n: usize,
+    timeout: Duration,
+) -> Result<Vec<Option<String>>> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || -> Result<Vec<Option<String>>> {
+        enter(&ns)?;
+        let mut out = Vec::with_capacity(n);
+        let deadline = Instant::now() + timeout * n as u32;
+        for i in 0..n {
+            if Instant::now() > deadline {
+                break;
+            }
+            let s = UdpSocket::bind("0.0.0.0:0")?;
+            s.set_read_timeout(Some(timeout))?;
+            s.send_to(format!("req {i}").as_bytes(), vip)?;
+            let mut buf = [0u8; 256];
+            out.push(match s.recv_from(&mut buf) {
+                Ok((len, from)) if from == vip => {
+                    Some(String::from_utf8_lossy(&buf[..len]).into_owned())
+                }
+                _ => None,
+            });
+        }
+        Ok(out)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("udp client thread panicked"))?
+}

@@ -1,0 +1,194 @@
+//! Running `weir serve` inside the lab's load-balancer namespace, with a
+//! private pin directory and run directory that are removed afterwards.
+
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// A `weir serve` child process.
+pub struct Daemon {
+    exe: PathBuf,
+    ns: String,
+    pub dir: PathBuf,
+    pub pin_dir: PathBuf,
+    child: Option<Child>,
+    log_offset: u64,
+}
+
+impl Daemon {
+    /// Prepares (does not start) a daemon for namespace `ns`.
+    pub fn new(exe: &Path, ns: &str) -> Result<Daemon> {
+        let dir = std::env::temp_dir().join(format!("weir-lab-{ns}"));
+        fs::create_dir_all(&dir)?;
+        Ok(Daemon {
+            exe: exe.to_path_buf(),
+            ns: ns.to_string(),
+            pin_dir: PathBuf::from(format!("/sys/fs/bpf/weir-lab-{ns}")),
+            dir,
+            child: None,
+            log_offset: 0,
+        })
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.join("weir.toml")
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        self.dir.join("run")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("weir.log")
+    }
+
+    /// Writes the configuration, pointing its pin_dir at the lab's own.
+    pub fn write_config(&self, text: &str) -> Result<()> {
+        let pinned = text.replacen(
+            "[dataplane]",
+            &format!("[dataplane]\npin_dir = \"{}\"", self.pin_dir.display()),
+            1,
+        );
+        fs::write(self.config_path(), pinned).context("writing the lab config")
+    }
+
+    /// Starts `weir serve` and waits until it serves (or fails).
+    pub fn start(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            bail!("already running");
+        }
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        self.log_offset = log.metadata()?.len();
+        let netns = File::open(format!("/run/netns/{}", self.ns))?;
+        let ns_fd = netns.as_raw_fd();
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(self.config_path())
+            .arg("--run-dir")
+            .arg(self.run_dir())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        // SAFETY: setns is async-signal-safe; it moves the child (only) into
+        // the lab namespace before exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(ns_fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", self.exe.display()))?;
+        drop(netns);
+        self.child = Some(child);
+        let record = self.run_dir().join("serve.json");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait()? {
+                self.child = None;
+                bail!(
+                    "weir serve exited ({status}) during startup:\n{}",
+                    self.new_log()
+                );
+            }
+            if let Ok(text) = fs::read_to_string(&record) {
+                if text.contains(&format!("\"pid\": {}", self.pid().unwrap_or(0))) {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("weir serve did not come up in 20 s:\n{}", self.new_log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Log lines written since the last start.
+    pub fn new_log(&self) -> String {
+        let text = fs::read_to_string(self.log_path()).unwrap_or_default();
+        text.get(self.log_offset as usize..)
+            .unwrap_or("")
+            .to_string()
+    }
+
+    /// Rewrites the configuration and asks the daemon to reload it; waits
+    /// for its answer in the log.
+    pub fn reload(&mut self, text: &str) -> Result<String> {
+        let pid = self.pid().context("not running")?;
+        let before = self.new_log().len();
+        self.write_config(text)?;
+        // SAFETY: plain kill(2) to our child.
+        unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.new_log();
+            let fresh = &log[before.min(log.len())..];
+            if fresh.contains("reloaded")
+                || fresh.contains("reload refused")
+                || fresh.contains("reload failed")
+            {
+                return Ok(fresh.to_string());
+            }
+            if Instant::now() > deadline {
+                bail!("no answer to SIGHUP in 10 s:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM and wait; the pinned state stays.
+    pub fn stop(&mut self) -> Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        // SAFETY: plain kill(2) to our child.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("weir serve ignored SIGTERM for 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// `weir status --json` of this daemon.
+    pub fn status_json(&self) -> Result<serde_json::Value> {
+        let out = Command::new(&self.exe)
+            .args(["status", "--json", "--run-dir"])
+            .arg(self.run_dir())
+            .arg("--pin-dir")
+            .arg(&self.pin_dir)
+            .output()?;
+        if !out.status.success() {
+            bail!("weir status: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        serde_json::from_slice(&out.stdout).context("weir status --json output")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.stop();
+        let _ = fs::remove_dir_all(&self.pin_dir);
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
