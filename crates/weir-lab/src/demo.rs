@@ -122,8 +122,6 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         }
     }
     println!("connections in the table: {}", status["connections"]);
-        std::thread::sleep(Duration::from_secs(40));
-    }
     daemon.stop()?;
     drop(daemon);
     drop(backends);

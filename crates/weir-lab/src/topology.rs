@@ -143,7 +143,11 @@ fn ethtool_in(ns: &str, args: &[&str]) -> Result<()> {
         .output()
         .context("running ethtool (install the ethtool package)")?;
     if !out.status.success() {
-        anyhow::bail!("ethtool {} in {ns}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        anyhow::bail!(
+            "ethtool {} in {ns}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }
