@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use weir_dataplane::attach::{attach_all, ensure_free, XdpMode};
+use weir_dataplane::attach::{attach_all, ensure_free, take_over, XdpMode};
 use weir_dataplane::iface::Iface;
 use weir_dataplane::loader::{self, Action, LoadOptions};
 use weir_dataplane::maps::Maps;
@@ -57,6 +57,8 @@ pub struct ServeOptions {
     pub xdp_mode: Option<XdpMode>,
     pub reset_state: bool,
     pub run_dir: PathBuf,
+    /// Replace the running daemon's programs atomically, then retire it.
+    pub takeover: bool,
 }
 
 fn verdict(v: Verdict) -> Action {
@@ -73,7 +75,7 @@ fn is_alive(pid: u32) -> bool {
 
 /// Checks that need no loading: privileges, kernel, config, interfaces,
 /// XDP slots, bpffs, another daemon.
-pub fn preflight(opts: &ServeOptions) -> Result<(Config, Vec<Iface>)> {
+pub fn preflight(opts: &ServeOptions) -> Result<(Config, Vec<Iface>, Option<RunRecord>)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("weir serve must run as root (it loads BPF programs and attaches XDP); run it with sudo");
@@ -93,7 +95,26 @@ pub fn preflight(opts: &ServeOptions) -> Result<(Config, Vec<Iface>)> {
         .map(|n| Iface::by_name(n))
         .collect::<Result<Vec<_>>>()?;
     let pairs: Vec<(String, u32)> = ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect();
-    ensure_free(&pairs)?;
+    let predecessor = RunRecord::read(&opts.run_dir)
+        .ok()
+        .filter(|r| is_alive(r.pid));
+    if opts.takeover {
+        let Some(p) = &predecessor else {
+            bail!(
+                "--takeover needs a running weir serve recorded in {}; start without --takeover",
+                opts.run_dir.display()
+            );
+        };
+        if p.interfaces != *cfg.dataplane.interfaces.get_ref() || p.pin_dir != cfg.dataplane.pin_dir
+        {
+            bail!(
+                "--takeover needs the same interfaces and pin_dir as the running daemon (pid {})",
+                p.pid
+            );
+        }
+    } else {
+        ensure_free(&pairs)?;
+    }
     let parent = cfg.dataplane.pin_dir.parent().unwrap_or(Path::new("/"));
     if !is_bpffs(parent) && parent == Path::new(BPFFS) {
         // What systemd does at boot; some minimal systems skip it.
@@ -108,16 +129,15 @@ pub fn preflight(opts: &ServeOptions) -> Result<(Config, Vec<Iface>)> {
             parent.display()
         );
     }
-    if let Ok(rec) = RunRecord::read(&opts.run_dir) {
-        if rec.pid != std::process::id() && is_alive(rec.pid) {
-            bail!(
-                "another weir serve (pid {}) is running with {}; stop it first or use another --run-dir",
-                rec.pid,
-                rec.config.display()
-            );
-        }
+    if let (Some(rec), false) = (&predecessor, opts.takeover) {
+        bail!(
+            "another weir serve (pid {}) is running with {}; stop it first, restart with --takeover, \
+             or use another --run-dir",
+            rec.pid,
+            rec.config.display()
+        );
     }
-    Ok((cfg, ifaces))
+    Ok((cfg, ifaces, predecessor))
 }
 
 /// The conventional mount point of the BPF filesystem.
@@ -209,7 +229,7 @@ fn signal_set() -> libc::sigset_t {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1] {
             libc::sigaddset(&mut set, s);
         }
         set
@@ -223,7 +243,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     // SAFETY: set is a valid sigset.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
 
-    let (cfg, ifaces) = preflight(opts)?;
+    let (cfg, ifaces, predecessor) = preflight(opts)?;
     let pin_dir = cfg.dataplane.pin_dir.clone();
     if opts.reset_state && pin_dir.exists() {
         fs::remove_dir_all(&pin_dir)
@@ -257,7 +277,11 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         XdpModeCfg::Generic => XdpMode::Generic,
     });
     let pairs: Vec<(String, u32)> = ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect();
-    let attachment = match attach_all(lb.prog_fd(), &pairs, mode) {
+    let attached = match &predecessor {
+        Some(_) if opts.takeover => take_over(lb.prog_fd(), &pairs, mode),
+        _ => attach_all(lb.prog_fd(), &pairs, mode),
+    };
+    let attachment = match attached {
         Ok(a) => a,
         Err(e) => {
             lb.remove_created_pins();
@@ -265,6 +289,10 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         }
     };
     prime_neighbours(&cfg);
+    if let (Some(p), true) = (&predecessor, opts.takeover) {
+        retire_predecessor(p.pid);
+        log(format!("took over from pid {}", p.pid));
+    }
 
     fs::create_dir_all(&opts.run_dir)
         .with_context(|| format!("creating {}", opts.run_dir.display()))?;
@@ -285,6 +313,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     ));
 
     let mut running = cfg;
+    let mut handed_over = false;
     loop {
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         let timeout = libc::timespec {
@@ -296,13 +325,37 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         match sig {
             libc::SIGHUP => running = reload(&maps, &opts.config, running),
             libc::SIGINT | libc::SIGTERM => break,
+            libc::SIGUSR1 => {
+                handed_over = true;
+                break;
+            }
             _ => {}
         }
+    }
+    if handed_over {
+        // The successor already runs its program on our interfaces and owns
+        // the run record.
+        attachment.leave_attached();
+        log("handed the data plane over to a successor; exiting");
+        return Ok(());
     }
     drop(attachment);
     let _ = fs::remove_file(RunRecord::path(&opts.run_dir));
     log("detached; connection state stays pinned for the next start");
     Ok(())
+}
+
+/// Tells the daemon we replaced to exit without detaching, and waits.
+fn retire_predecessor(pid: u32) {
+    // SAFETY: plain kill(2).
+    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
+    for _ in 0..200 {
+        if !is_alive(pid) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    log(format!("predecessor pid {pid} did not exit within 5 s"));
 }
 
 /// Applies a changed configuration; a bad one is refused and the running

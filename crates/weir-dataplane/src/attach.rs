@@ -1,9 +1,9 @@
 //! Attaching XDP programs to interfaces, all or nothing.
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
-use anyhow::{bail, Result};
-use libbpf_rs::{Xdp, XdpFlags};
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{Program, Xdp, XdpFlags};
 
 /// Native (driver) XDP or the generic fallback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +24,7 @@ impl XdpMode {
 /// Programs attached by this process; detached on drop.
 pub struct Attachment<'a> {
     xdp: Xdp<'a>,
+    fd: BorrowedFd<'a>,
     mode: XdpMode,
     ifaces: Vec<(String, u32)>,
 }
@@ -66,6 +67,7 @@ pub fn attach_all<'a>(
     ensure_free(ifaces)?;
     let mut att = Attachment {
         xdp: Xdp::new(fd),
+        fd,
         mode,
         ifaces: Vec::new(),
     };
@@ -84,16 +86,94 @@ pub fn attach_all<'a>(
     Ok(att)
 }
 
+/// Atomically swaps the XDP program of a running weir for `fd` on every
+/// interface (no moment without a program: a restart without a gap). Each
+/// interface must carry a program; on failure the ones already swapped are
+/// swapped back.
+pub fn take_over<'a>(
+    fd: BorrowedFd<'a>,
+    ifaces: &[(String, u32)],
+    mode: XdpMode,
+) -> Result<Attachment<'a>> {
+    let mut swapped: Vec<(u32, OwnedFd)> = Vec::new();
+    let mut att = Attachment {
+        xdp: Xdp::new(fd),
+        fd,
+        mode,
+        ifaces: Vec::new(),
+    };
+    for (name, idx) in ifaces {
+        let result = (|| -> Result<OwnedFd> {
+            let old_id = attached_prog_id(*idx)
+                .with_context(|| format!("--takeover: {name} has no XDP program to take over"))?;
+            let old = Program::fd_from_id(old_id)
+                .with_context(|| format!("--takeover: opening program {old_id} on {name}"))?;
+            replace(fd, *idx, old.as_fd(), mode)
+                .with_context(|| format!("--takeover: replacing on {name}"))?;
+            Ok(old)
+        })();
+        match result {
+            Ok(old) => {
+                swapped.push((*idx, old));
+                att.ifaces.push((name.clone(), *idx));
+            }
+            Err(e) => {
+                for (idx, old) in swapped.drain(..) {
+                    let _ = replace(old.as_fd(), idx, fd, mode);
+                }
+                att.ifaces.clear();
+                return Err(e);
+            }
+        }
+    }
+    Ok(att)
+}
+
+fn replace(new: BorrowedFd<'_>, ifindex: u32, old: BorrowedFd<'_>, mode: XdpMode) -> Result<()> {
+    let mut opts = libbpf_rs::libbpf_sys::bpf_xdp_attach_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_xdp_attach_opts>() as _,
+        old_prog_fd: old.as_raw_fd(),
+        ..Default::default()
+    };
+    let flags = (mode.flags() | XdpFlags::REPLACE).bits();
+    // SAFETY: valid fds and a sized options struct.
+    let rc = unsafe {
+        libbpf_rs::libbpf_sys::bpf_xdp_attach(ifindex as i32, new.as_raw_fd(), flags, &mut opts)
+    };
+    if rc != 0 {
+        bail!(
+            "bpf_xdp_attach(REPLACE): {}",
+            std::io::Error::from_raw_os_error(-rc)
+        );
+    }
+    Ok(())
+}
+
 impl Attachment<'_> {
     pub fn interfaces(&self) -> &[(String, u32)] {
         &self.ifaces
     }
+
+    /// Leaves the programs attached when this is dropped: for handing the
+    /// data plane over to a successor that has already replaced them.
+    pub fn leave_attached(mut self) {
+        self.ifaces.clear();
+    }
 }
 
 impl Drop for Attachment<'_> {
+    /// Detaches, but only where our program is still the one attached: a
+    /// successor that took over keeps its program.
     fn drop(&mut self) {
         for (_, idx) in self.ifaces.drain(..) {
-            let _ = self.xdp.detach(idx as i32, self.mode.flags());
+            let mut opts = libbpf_rs::libbpf_sys::bpf_xdp_attach_opts {
+                sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_xdp_attach_opts>() as _,
+                old_prog_fd: self.fd.as_raw_fd(),
+                ..Default::default()
+            };
+            let flags = (self.mode.flags() | XdpFlags::REPLACE).bits();
+            // SAFETY: fd -1 detaches; the options struct is sized.
+            unsafe { libbpf_rs::libbpf_sys::bpf_xdp_attach(idx as i32, -1, flags, &mut opts) };
         }
     }
 }

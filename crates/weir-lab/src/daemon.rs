@@ -62,6 +62,29 @@ impl Daemon {
         if self.child.is_some() {
             bail!("already running");
         }
+        self.spawn(false)
+    }
+
+    /// Restarts without a gap: a new daemon takes the data plane over from
+    /// the running one (`weir serve --takeover`), which then exits.
+    pub fn restart(&mut self) -> Result<()> {
+        let mut old = self.child.take().context("not running")?;
+        if let Err(e) = self.spawn(true) {
+            self.child = Some(old);
+            return Err(e);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while old.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                let _ = old.kill();
+                bail!("the old weir serve did not exit after the takeover");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    fn spawn(&mut self, takeover: bool) -> Result<()> {
         let log = File::options()
             .create(true)
             .append(true)
@@ -75,6 +98,7 @@ impl Daemon {
             .arg(self.config_path())
             .arg("--run-dir")
             .arg(self.run_dir())
+            .args(takeover.then_some("--takeover"))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);

@@ -38,8 +38,12 @@ enum Command {
         #[arg(long, value_enum)]
         xdp_mode: Option<XdpModeArg>,
         /// Drop the pinned state of a previous run (established connections are lost).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "takeover")]
         reset_state: bool,
+        /// Restart without a gap: swap the running daemon's XDP programs for
+        /// ours atomically, then retire it.
+        #[arg(long)]
+        takeover: bool,
         /// Where to record the running daemon for `weir status` and `weir reload`.
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
         run_dir: PathBuf,
@@ -91,8 +95,10 @@ fn run(cli: Cli) -> Result<()> {
             config,
             xdp_mode,
             reset_state,
+            takeover,
             run_dir,
         } => runtime::serve(&ServeOptions {
+            takeover,
             config,
             xdp_mode: xdp_mode.map(|m| match m {
                 XdpModeArg::Native => XdpMode::Native,
