@@ -1,9 +1,10 @@
 //! The `weir sim ...` and `weir bench sim` command lines.
 //!
-//! Wire into the binary with
-//! `Sim(weir_sim::cli::SimCommand)` in the top-level subcommand enum and
-//! `weir_sim::cli::run(cmd)`; and `Sim(weir_sim::cli::BenchArgs)` under
-//! `bench` with `weir_sim::cli::run_bench(&args)`.
+//! Wire into the binary with `#[command(subcommand)] Sim(weir_sim::cli::SimCommand)`
+//! in the top-level subcommand enum, dispatched with `weir_sim::cli::run(cmd)`;
+//! and `Sim(weir_sim::cli::BenchArgs)` in the `bench` subcommand enum,
+//! dispatched with `weir_sim::cli::run_bench(&args)` (see the
+//! `wires_into_a_parent_cli` test).
 
 use std::path::PathBuf;
 
@@ -478,6 +479,40 @@ mod tests {
         Top::try_parse_from(std::iter::once("sim").chain(args.iter().copied()))
             .map(|t| t.cmd)
             .map_err(|e| e.to_string())
+    }
+
+    /// The way the `weir` binary wires these types in.
+    #[derive(Parser)]
+    struct Weir {
+        #[command(subcommand)]
+        cmd: WeirCmd,
+    }
+
+    #[derive(clap::Subcommand)]
+    enum WeirCmd {
+        #[command(subcommand)]
+        Sim(SimCommand),
+        #[command(subcommand)]
+        Bench(BenchWhat),
+    }
+
+    #[derive(clap::Subcommand)]
+    enum BenchWhat {
+        Sim(BenchArgs),
+    }
+
+    #[test]
+    fn wires_into_a_parent_cli() {
+        let w = Weir::try_parse_from(["weir", "sim", "run", "--flows", "10k"]).unwrap();
+        assert!(matches!(w.cmd, WeirCmd::Sim(SimCommand::Run(ref a)) if a.trace.flows == 10_000));
+        let w = Weir::try_parse_from(["weir", "bench", "sim", "--json", "b.json"]).unwrap();
+        let WeirCmd::Bench(BenchWhat::Sim(b)) = w.cmd else {
+            panic!()
+        };
+        assert_eq!(b.flows, vec![10_000, 100_000, 1_000_000]);
+        Weir::try_parse_from(["weir", "sim", "spotlight", "--out", "d"]).unwrap();
+        Weir::try_parse_from(["weir", "sim", "replay", "t.csv"]).unwrap();
+        Weir::try_parse_from(["weir", "sim", "vectors"]).unwrap();
     }
 
     #[test]
