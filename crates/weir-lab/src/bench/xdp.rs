@@ -27,6 +27,9 @@
 //!   table: each lookup starts from the caches a syscall left behind, which
 //!   is where the table size shows. The figure includes the kernel's timer
 //!   reads around a single repetition, for the floor as well.
+//!   Between calls the syscall and the other instances' runs evict caches
+//!   and TLB entries: spread is the pessimistic bound for real traffic, hot
+//!   the optimistic one.
 //! - The miss path can only be measured in spread mode (the first
 //!   repetition installs the connection and the rest would be hits): every
 //!   call is a SYN of a new connection, dispatched by AWFD and installed, on
@@ -242,7 +245,7 @@ const METHOD: &[&str] = &[
     "test_run of XDP_TX returns the verdict and the packet without transmitting: no driver or NIC cost in any figure",
     "connection and reverse-NAT tables filled from user space with batch updates (BPF_MAP_UPDATE_BATCH)",
     "hot: one packet repeated `repeat` times per call (kernel mean, whole ns, truncated); run i uses installed connection i mod `keys`, drawn at random per table; the caches keep that connection's entries warm, so this is the instruction cost",
-    "spread: `spread` calls of one repetition each per run, every call a connection drawn at random from the table; shows the table size through cache misses; includes the kernel's timer reads around one repetition, as does the floor it is compared with",
+    "spread: `spread` calls of one repetition each per run, every call a connection drawn at random from the table; shows the table size through cache misses; includes the kernel's timer reads around one repetition, as does the floor it is compared with; between calls the syscall and the other tables' runs evict caches and TLB entries, so spread is the pessimistic bound and hot the optimistic one for real traffic",
     "miss: spread mode only (a repeated packet hits after its first repetition); every call a SYN of a new connection, dispatched by AWFD and installed, on the largest table",
     "nat: test_run does not restore the packet between repetitions, so the DIP has the VIP's address and port; the rewrite and the checksum updates still run and every repetition is a packet to the VIP",
     "per run the floor and every table size run in an order that rotates from run to run, so machine noise hits all of them; rows are medians over runs; x floor = median of per-run weir_lb/floor; x hit(1) = median of per-run ns / ns of the smallest table",
