@@ -130,7 +130,7 @@ pub fn take_over<'a>(
 }
 
 fn replace(new: BorrowedFd<'_>, ifindex: u32, old: BorrowedFd<'_>, mode: XdpMode) -> Result<()> {
-    let mut opts = libbpf_rs::libbpf_sys::bpf_xdp_attach_opts {
+    let opts = libbpf_rs::libbpf_sys::bpf_xdp_attach_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_xdp_attach_opts>() as _,
         old_prog_fd: old.as_raw_fd(),
         ..Default::default()
@@ -138,7 +138,7 @@ fn replace(new: BorrowedFd<'_>, ifindex: u32, old: BorrowedFd<'_>, mode: XdpMode
     let flags = (mode.flags() | XdpFlags::REPLACE).bits();
     // SAFETY: valid fds and a sized options struct.
     let rc = unsafe {
-        libbpf_rs::libbpf_sys::bpf_xdp_attach(ifindex as i32, new.as_raw_fd(), flags, &mut opts)
+        libbpf_rs::libbpf_sys::bpf_xdp_attach(ifindex as i32, new.as_raw_fd(), flags, &opts)
     };
     if rc != 0 {
         bail!(
@@ -166,14 +166,14 @@ impl Drop for Attachment<'_> {
     /// successor that took over keeps its program.
     fn drop(&mut self) {
         for (_, idx) in self.ifaces.drain(..) {
-            let mut opts = libbpf_rs::libbpf_sys::bpf_xdp_attach_opts {
+            let opts = libbpf_rs::libbpf_sys::bpf_xdp_attach_opts {
                 sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_xdp_attach_opts>() as _,
                 old_prog_fd: self.fd.as_raw_fd(),
                 ..Default::default()
             };
             let flags = (self.mode.flags() | XdpFlags::REPLACE).bits();
             // SAFETY: fd -1 detaches; the options struct is sized.
-            unsafe { libbpf_rs::libbpf_sys::bpf_xdp_attach(idx as i32, -1, flags, &mut opts) };
+            unsafe { libbpf_rs::libbpf_sys::bpf_xdp_attach(idx as i32, -1, flags, &opts) };
         }
     }
 }

@@ -50,10 +50,12 @@ impl RunResult {
 pub fn run(prog: &ProgramMut<'_>, packet: &[u8], repeat: u32) -> Result<RunResult> {
     // XDP may grow the packet at the head/tail; leave room.
     let mut out = vec![0u8; packet.len() + 512];
-    let mut input = ProgramInput::default();
-    input.data_in = Some(packet);
-    input.data_out = Some(&mut out);
-    input.repeat = repeat.max(1);
+    let input = ProgramInput {
+        data_in: Some(packet),
+        data_out: Some(&mut out),
+        repeat: repeat.max(1),
+        ..Default::default()
+    };
     let output = prog.test_run(input).with_context(|| {
         format!(
             "BPF_PROG_TEST_RUN of {} on a {}-byte packet",

@@ -1,0 +1,1472 @@
+//! Table-driven tests of `weir_lb` through BPF_PROG_TEST_RUN.
+//!
+//! Each case is {name, input frame, expected verdict, expected output frame
+//! (or unchanged), expected counter deltas}. Input and expected frames are
+//! built independently with etherparse (checksums from scratch); the DIP a
+//! new flow must go to is predicted by weir-core (`AwfdTable::select` over
+//! `flow_hash`). Rewritten frames also get every checksum recomputed.
+//!
+//! Needs root (BPF). BPF_PROG_TEST_RUN without a context runs the program
+//! as if the frame arrived on ifindex 1 (loopback); `next_hop_*` proves it.
+
+mod common;
+
+use std::net::IpAddr;
+
+use common::packet::*;
+use common::*;
+use libbpf_rs::MapCore;
+use weir_abi::*;
+use weir_core::awfd::AwfdTable;
+use weir_core::flow::{addr_words, FlowTuple, Proto};
+use weir_core::hash::{flow_hash, DEFAULT_SEED};
+use weir_dataplane::loader::{Action, NonSynMiss};
+use weir_dataplane::testrun::XdpAction::{self, Drop, Pass, Tx};
+
+const PAYLOAD: &[u8] = b"GET / HTTP/1.1\r\nHost: weir\r\n\r\n";
+
+/// A client frame as it arrives at the load balancer.
+fn client(f: Frame) -> Frame {
+    f.macs(CLIENT_MAC, VIP_MAC)
+}
+
+fn tcp(src: &str, sport: u16, dst: &str, dport: u16, flags: TcpFlags) -> Frame {
+    client(Frame::tcp(ip(src), sport, ip(dst), dport, flags))
+}
+
+fn udp(src: &str, sport: u16, dst: &str, dport: u16) -> Frame {
+    client(Frame::udp(ip(src), sport, ip(dst), dport))
+}
+
+/// The port a NAT connection reaches `dip` on.
+fn dip_port(dip: &Dip, vport: u16) -> u16 {
+    if dip.port == 0 {
+        vport
+    } else {
+        dip.port
+    }
+}
+
+/// What a client frame looks like after nat forwarding to `dip`.
+fn nat_out(f: &Frame, dip: &Dip) -> Frame {
+    f.clone()
+        .macs(LB_IF_MAC, dip_mac(dip.id))
+        .with_dst(dip.addr, dip_port(dip, f.dport))
+}
+
+/// What a client frame looks like after dsr forwarding to `dip`.
+fn dsr_out(f: &Frame, dip: &Dip) -> Frame {
+    f.clone().macs(LB_IF_MAC, dip_mac(dip.id))
+}
+
+/// The DIP's reply to client frame `f` (nat), as it arrives from the DIP.
+fn reply(f: &Frame, dip: &Dip, l4: L4) -> Frame {
+    let mut r = f
+        .clone()
+        .macs(dip_mac(dip.id), LB_IF_MAC)
+        .with_src(dip.addr, dip_port(dip, f.dport))
+        .with_dst(f.src, f.sport);
+    r.l4 = l4;
+    r.payload = b"HTTP/1.1 200 OK\r\n\r\nweir".to_vec();
+    r
+}
+
+/// The reply after reverse NAT: from the VIP, to the client, L2 learned.
+fn reply_out(r: &Frame, vip: &Frame) -> Frame {
+    r.clone()
+        .macs(VIP_MAC, CLIENT_MAC)
+        .with_src(vip.dst, vip.dport)
+}
+
+fn conn_is(t: FlowTuple, dip: u32, gen: u32, version: u32) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        let c = h
+            .maps
+            .conn(&t.key())
+            .unwrap()
+            .unwrap_or_else(|| panic!("no connection entry for {t:?}"));
+        assert_eq!(
+            (c.dip_id, c.dip_gen, c.table_version),
+            (dip, gen, version),
+            "connection entry of {t:?}"
+        );
+        assert_ne!(c.created_ns, 0);
+    }
+}
+
+fn no_conn(t: FlowTuple) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        assert!(
+            h.maps.conn(&t.key()).unwrap().is_none(),
+            "unexpected connection entry for {t:?}"
+        );
+    }
+}
+
+/// The reverse entry of a nat connection `t` to `dip` on VIP `vip_id`.
+fn rev_is(t: FlowTuple, dip: Dip, vip_id: u32) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        let rkey = FlowTuple {
+            src: dip.addr,
+            dst: t.src,
+            sport: dip_port(&dip, t.dport),
+            dport: t.sport,
+            proto: t.proto,
+        }
+        .key();
+        let r = h
+            .maps
+            .rev_nat(&rkey)
+            .unwrap()
+            .unwrap_or_else(|| panic!("no reverse entry for {t:?}"));
+        let (vip, family) = addr_words(t.dst);
+        assert_eq!(r.vip, vip);
+        assert_eq!(u16::from_be(r.vport), t.dport);
+        assert_eq!(r.family, family);
+        assert_eq!(r.vip_id, vip_id);
+        assert_eq!(r.ifindex, TEST_IFINDEX);
+        assert_eq!(r.client_mac, CLIENT_MAC);
+        assert_eq!(r.lb_mac, VIP_MAC);
+    }
+}
+
+/// No reverse entry points at client address `client` (dsr installs none).
+fn no_rev_for(client: IpAddr) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        let (words, _) = addr_words(client);
+        for k in h.maps.rev_nat.keys() {
+            let k = weir_flow_key::from_bytes(&k).unwrap();
+            assert_ne!(k.dst, words, "dsr installed a reverse entry");
+        }
+    }
+}
+
+fn both(a: impl Fn(&Harness), b: impl Fn(&Harness)) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        a(h);
+        b(h);
+    }
+}
+
+/// Internet checksum from scratch (for hand-mutated IPv4 headers).
+fn inet_csum(b: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    for c in b.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+fn fix_ipv4_csum(f: &mut [u8]) {
+    let ihl = usize::from(f[ETH_HLEN] & 0x0f) * 4;
+    f[ETH_HLEN + 10..ETH_HLEN + 12].copy_from_slice(&[0, 0]);
+    let c = inet_csum(&f[ETH_HLEN..ETH_HLEN + ihl]);
+    f[ETH_HLEN + 10..ETH_HLEN + 12].copy_from_slice(&c.to_be_bytes());
+}
+
+fn mutate(mut f: Vec<u8>, edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    edit(&mut f);
+    f
+}
+
+fn set16(f: &mut [u8], off: usize, v: u16) {
+    f[off..off + 2].copy_from_slice(&v.to_be_bytes());
+}
+
+/// A nat or dsr forwarding case for a new flow `f` to VIP `vip`, with the
+/// DIP predicted by weir-core and the connection (and reverse) entry checked.
+fn new_flow(h: &Harness, name: &str, f: &Frame, vip: u32, events: &[u32]) -> Case {
+    let v = h.fx.vip(vip);
+    let dip = h.fx.predict(vip, &f.tuple()).expect("VIP has DIPs").clone();
+    let out = if v.mode == NAT {
+        nat_out(f, &dip)
+    } else {
+        dsr_out(f, &dip)
+    };
+    if v.mode == DSR {
+        // dsr: only L2 may change, so IP and L4 bytes are the input's.
+        assert_eq!(out.bytes()[ETH_HLEN..], f.bytes()[ETH_HLEN..]);
+    }
+    let t = f.tuple();
+    let after: Box<dyn Fn(&Harness)> = if v.mode == NAT {
+        Box::new(both(conn_is(t, dip.id, 1, 1), rev_is(t, dip.clone(), vip)))
+    } else {
+        Box::new(both(conn_is(t, dip.id, 1, 1), no_rev_for(t.src)))
+    };
+    Case::new(
+        format!("{name} -> DIP {}", dip.id),
+        f.bytes(),
+        Tx,
+        WEIR_STAT_TX,
+    )
+    .output(out.bytes())
+    .events(events)
+    .after(after)
+}
+
+const MISS_NEW: &[u32] = &[WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW];
+const HIT: &[u32] = &[WEIR_STAT_CONN_HIT];
+const REV: &[u32] = &[WEIR_STAT_REV_NAT];
+
+/// A case for a frame that is forwarded on an existing connection to `dip`.
+fn hit(name: &str, f: &Frame, dip: &Dip, mode: u32) -> Case {
+    let out = if mode == NAT {
+        nat_out(f, dip)
+    } else {
+        dsr_out(f, dip)
+    };
+    Case::new(name, f.bytes(), Tx, WEIR_STAT_TX)
+        .output(out.bytes())
+        .events(HIT)
+}
+
+/// A reverse-NAT case for the DIP's reply to client frame `f`.
+fn rev_case(name: &str, f: &Frame, dip: &Dip, l4: L4) -> Case {
+    let r = reply(f, dip, l4);
+    let mut out = reply_out(&r, f);
+    if let L4::Udp { zero_csum: true } = l4 {
+        out = out.zero_udp_csum();
+    }
+    Case::new(name, r.bytes(), Tx, WEIR_STAT_TX)
+        .output(out.bytes())
+        .events(REV)
+}
+
+fn pass(name: &str, input: Vec<u8>, stat: u32) -> Case {
+    Case::new(name, input, Pass, stat)
+}
+
+fn drop(name: &str, input: Vec<u8>, stat: u32) -> Case {
+    Case::new(name, input, Drop, stat)
+}
+
+fn malformed(name: &str, input: Vec<u8>) -> Case {
+    drop(name, input, WEIR_STAT_DROP_MALFORMED)
+}
+
+/// Padding bytes for IPv6 extension headers (PadN option of 4 + 2 bytes).
+fn padn() -> Vec<u8> {
+    vec![1, 4, 0, 0, 0, 0]
+}
+
+#[test]
+fn forwarding_and_classification_table() {
+    let h = Harness::new(&test_options());
+    let fx = &h.fx;
+    let mut cases = Vec::new();
+
+    // --- IPv4 TCP, nat ---------------------------------------------------
+    let c1 = tcp("192.0.2.1", 40001, "10.0.0.100", 80, TcpFlags::SYN);
+    let d1 = fx.predict(0, &c1.tuple()).unwrap().clone();
+    cases.push(new_flow(&h, "v4 tcp SYN miss, nat", &c1, 0, MISS_NEW));
+    let c1_data = c1.clone();
+    let c1_data = Frame {
+        l4: L4::Tcp(TcpFlags::PSH_ACK),
+        ..c1_data
+    }
+    .payload(PAYLOAD);
+    cases.push(hit("v4 tcp data on the installed conn", &c1_data, &d1, NAT));
+    cases.push(rev_case(
+        "v4 tcp SYN-ACK reply, reverse nat",
+        &c1,
+        &d1,
+        L4::Tcp(TcpFlags::SYN_ACK),
+    ));
+    cases.push(rev_case(
+        "v4 tcp data reply, reverse nat",
+        &c1,
+        &d1,
+        L4::Tcp(TcpFlags::PSH_ACK),
+    ));
+
+    // A pre-installed entry wins over the table (PCC).
+    let c2 = tcp("192.0.2.2", 40002, "10.0.0.100", 80, TcpFlags::SYN);
+    let predicted = fx.predict(0, &c2.tuple()).unwrap().id;
+    let other = [1, 2, 3].into_iter().find(|d| *d != predicted).unwrap();
+    let (t2, other_dip) = (c2.tuple(), fx.dip(other).clone());
+    cases.push(
+        hit(
+            "v4 tcp SYN hits a pre-installed conn, not the table",
+            &c2,
+            &other_dip,
+            NAT,
+        )
+        .before(move |h| {
+            h.maps
+                .put_conn(
+                    &t2.key(),
+                    &weir_conn {
+                        dip_id: other,
+                        dip_gen: 1,
+                        table_version: 1,
+                        created_ns: 1,
+                        ..Default::default()
+                    },
+                )
+                .unwrap()
+        })
+        .after(conn_is_pre(t2, other)),
+    );
+
+    // Port rewrite 443 -> 9090 and back.
+    let c3 = tcp("192.0.2.3", 40003, "10.0.0.104", 443, TcpFlags::SYN);
+    cases.push(new_flow(
+        &h,
+        "v4 tcp SYN miss, nat with port rewrite",
+        &c3,
+        11,
+        MISS_NEW,
+    ));
+    cases.push(rev_case(
+        "v4 tcp reply from the rewritten port",
+        &c3,
+        fx.dip(4),
+        L4::Tcp(TcpFlags::SYN_ACK),
+    ));
+
+    // Ethernet padding after a short datagram is kept and not summed.
+    let c4 = tcp("192.0.2.4", 40004, "10.0.0.100", 80, TcpFlags::SYN);
+    let d4 = fx.predict(0, &c4.tuple()).unwrap().clone();
+    let pad = [0xee; 6];
+    let mut in4 = c4.bytes();
+    in4.extend_from_slice(&pad);
+    let mut out4 = nat_out(&c4, &d4).bytes();
+    out4.extend_from_slice(&pad);
+    cases.push(
+        Case::new("v4 tcp SYN with Ethernet padding", in4, Tx, WEIR_STAT_TX)
+            .output(out4)
+            .events(MISS_NEW)
+            .after(conn_is(c4.tuple(), d4.id, 1, 1)),
+    );
+
+    // Non-SYN miss: dispatched and installed by default.
+    let c5 = tcp("192.0.2.5", 40005, "10.0.0.100", 80, TcpFlags::ACK);
+    cases.push(new_flow(
+        &h,
+        "v4 tcp ACK miss is dispatched (default)",
+        &c5,
+        0,
+        &[
+            WEIR_STAT_CONN_MISS,
+            WEIR_STAT_NONSYN_MISS,
+            WEIR_STAT_CONN_NEW,
+        ],
+    ));
+
+    // --- IPv4 UDP, nat ---------------------------------------------------
+    let u1 = udp("192.0.2.1", 5353, "10.0.0.100", 53);
+    let du1 = fx.predict(1, &u1.tuple()).unwrap().clone();
+    cases.push(new_flow(&h, "v4 udp miss, nat", &u1, 1, MISS_NEW));
+    cases.push(hit("v4 udp second datagram hits", &u1, &du1, NAT));
+    cases.push(rev_case(
+        "v4 udp reply, reverse nat",
+        &u1,
+        &du1,
+        L4::Udp { zero_csum: false },
+    ));
+    let u2 = udp("192.0.2.2", 5354, "10.0.0.100", 53).zero_udp_csum();
+    cases.push(new_flow(
+        &h,
+        "v4 udp checksum 0 stays 0, nat",
+        &u2,
+        1,
+        MISS_NEW,
+    ));
+    let du2 = fx.predict(1, &u2.tuple()).unwrap().clone();
+    cases.push(rev_case(
+        "v4 udp reply with checksum 0 stays 0",
+        &u2,
+        &du2,
+        L4::Udp { zero_csum: true },
+    ));
+
+    // Checksum edge values, found by searching a 2-byte payload word with the
+    // reference builder: a rewritten UDP checksum that computes to 0 must be
+    // sent as 0xffff; TCP 0x0000 stays; an input UDP 0xffff is a valid sum.
+    let edge = |name: &str, base: Frame, vip: u32, want: &dyn Fn(&[u8], &[u8]) -> bool| {
+        let d = fx.predict(vip, &base.tuple()).unwrap().clone();
+        let c = base.l4_off() + if base.proto() == Proto::Tcp { 16 } else { 6 };
+        let f = (0..=u16::MAX)
+            .map(|w| base.clone().payload(&w.to_be_bytes()))
+            .find(|f| want(&f.bytes()[c..c + 2], &nat_out(f, &d).bytes()[c..c + 2]))
+            .expect("no payload gives that checksum");
+        new_flow(&h, name, &f, vip, MISS_NEW)
+    };
+    cases.push(edge(
+        "v4 udp rewritten checksum 0 is sent as 0xffff",
+        udp("192.0.2.6", 5356, "10.0.0.100", 53),
+        1,
+        &|_, o| o == [0xff, 0xff],
+    ));
+    cases.push(edge(
+        "v4 udp input checksum 0xffff",
+        udp("192.0.2.7", 5357, "10.0.0.100", 53),
+        1,
+        &|i, _| i == [0xff, 0xff],
+    ));
+    cases.push(edge(
+        "v4 tcp rewritten checksum 0x0000",
+        tcp("192.0.2.8", 40008, "10.0.0.100", 80, TcpFlags::SYN),
+        0,
+        &|_, o| o == [0, 0],
+    ));
+    cases.push(edge(
+        "v4 tcp input checksum 0x0000",
+        tcp("192.0.2.9", 40009, "10.0.0.100", 80, TcpFlags::SYN),
+        0,
+        &|i, _| i == [0, 0],
+    ));
+    cases.push(edge(
+        "v6 udp rewritten checksum 0 is sent as 0xffff",
+        udp("2001:db8:c::6", 5356, "2001:db8::100", 53),
+        5,
+        &|_, o| o == [0xff, 0xff],
+    ));
+    cases.push(edge(
+        "v6 tcp rewritten checksum 0x0000",
+        tcp("2001:db8:c::8", 40008, "2001:db8::100", 80, TcpFlags::SYN),
+        4,
+        &|_, o| o == [0, 0],
+    ));
+
+    // --- IPv4 dsr --------------------------------------------------------
+    let s1 = tcp("192.0.2.10", 41000, "10.0.0.101", 80, TcpFlags::SYN);
+    let ds1 = fx.predict(2, &s1.tuple()).unwrap().clone();
+    cases.push(new_flow(&h, "v4 tcp SYN miss, dsr", &s1, 2, MISS_NEW));
+    let s1_data = Frame {
+        l4: L4::Tcp(TcpFlags::PSH_ACK),
+        ..s1.clone()
+    }
+    .payload(PAYLOAD);
+    cases.push(hit("v4 tcp data, dsr hit", &s1_data, &ds1, DSR));
+    let s2 = udp("192.0.2.11", 41001, "10.0.0.101", 53);
+    cases.push(new_flow(&h, "v4 udp miss, dsr", &s2, 3, MISS_NEW));
+    let s3 = udp("192.0.2.12", 41002, "10.0.0.101", 53).zero_udp_csum();
+    cases.push(new_flow(&h, "v4 udp checksum 0, dsr", &s3, 3, MISS_NEW));
+
+    // --- IPv6 nat --------------------------------------------------------
+    let v1 = tcp("2001:db8:c::1", 40001, "2001:db8::100", 80, TcpFlags::SYN);
+    let dv1 = fx.predict(4, &v1.tuple()).unwrap().clone();
+    cases.push(new_flow(&h, "v6 tcp SYN miss, nat", &v1, 4, MISS_NEW));
+    let v1_data = Frame {
+        l4: L4::Tcp(TcpFlags::PSH_ACK),
+        ..v1.clone()
+    }
+    .payload(PAYLOAD);
+    cases.push(hit(
+        "v6 tcp data on the installed conn",
+        &v1_data,
+        &dv1,
+        NAT,
+    ));
+    cases.push(rev_case(
+        "v6 tcp reply, reverse nat",
+        &v1,
+        &dv1,
+        L4::Tcp(TcpFlags::SYN_ACK),
+    ));
+    let v2 = udp("2001:db8:c::2", 5353, "2001:db8::100", 53);
+    let dv2 = fx.predict(5, &v2.tuple()).unwrap().clone();
+    cases.push(new_flow(&h, "v6 udp miss, nat", &v2, 5, MISS_NEW));
+    cases.push(rev_case(
+        "v6 udp reply, reverse nat",
+        &v2,
+        &dv2,
+        L4::Udp { zero_csum: false },
+    ));
+    // Every v6 DIP of VIP 4 by hash: pick flows until each DIP was the target once.
+    for (i, want) in [11u32, 12, 13].into_iter().enumerate() {
+        let f = (0..1000)
+            .map(|p| {
+                tcp(
+                    "2001:db8:c::9",
+                    42000 + p,
+                    "2001:db8::100",
+                    80,
+                    TcpFlags::SYN,
+                )
+            })
+            .find(|f| fx.predict(4, &f.tuple()).unwrap().id == want)
+            .unwrap();
+        cases.push(new_flow(
+            &h,
+            &format!("v6 tcp SYN to DIP #{i}"),
+            &f,
+            4,
+            MISS_NEW,
+        ));
+        let d = fx.dip(want);
+        cases.push(rev_case(
+            &format!("v6 tcp reply from DIP #{i}"),
+            &f,
+            d,
+            L4::Tcp(TcpFlags::SYN_ACK),
+        ));
+    }
+
+    // Extension headers (hop-by-hop, destination options) before TCP.
+    let v3 = tcp("2001:db8:c::3", 40003, "2001:db8::100", 80, TcpFlags::SYN);
+    let dv3 = fx.predict(4, &v3.tuple()).unwrap().clone();
+    let exts = vec![(0u8, padn()), (60u8, padn())];
+    cases.push(
+        Case::new(
+            "v6 tcp SYN after hop-by-hop + dstopts, nat",
+            ipv6_with_exts(&v3, &exts),
+            Tx,
+            WEIR_STAT_TX,
+        )
+        .raw_output(ipv6_with_exts(&nat_out(&v3, &dv3), &exts))
+        .events(MISS_NEW)
+        .after(conn_is(v3.tuple(), dv3.id, 1, 1)),
+    );
+
+    // --- IPv6 dsr --------------------------------------------------------
+    let w1 = tcp("2001:db8:c::10", 41000, "2001:db8::101", 80, TcpFlags::SYN);
+    cases.push(new_flow(&h, "v6 tcp SYN miss, dsr", &w1, 6, MISS_NEW));
+    let w2 = udp("2001:db8:c::11", 41001, "2001:db8::101", 53);
+    cases.push(new_flow(&h, "v6 udp miss, dsr", &w2, 7, MISS_NEW));
+
+    // --- not balanced: passed --------------------------------------------
+    let nv = tcp("192.0.2.1", 40001, "10.0.0.200", 80, TcpFlags::SYN);
+    cases.push(
+        pass(
+            "v4 tcp to a non-VIP address",
+            nv.bytes(),
+            WEIR_STAT_PASS_NOT_VIP,
+        )
+        .after(no_conn(nv.tuple())),
+    );
+    let np = tcp("192.0.2.1", 40001, "10.0.0.100", 81, TcpFlags::SYN);
+    cases.push(pass(
+        "v4 tcp to the VIP address, other port",
+        np.bytes(),
+        WEIR_STAT_PASS_NOT_VIP,
+    ));
+    let nu = udp("192.0.2.1", 40001, "10.0.0.100", 80);
+    cases.push(pass(
+        "v4 udp to a tcp VIP's port",
+        nu.bytes(),
+        WEIR_STAT_PASS_NOT_VIP,
+    ));
+    let n6 = tcp("2001:db8:c::1", 40001, "2001:db8::200", 80, TcpFlags::SYN);
+    cases.push(pass(
+        "v6 tcp to a non-VIP address",
+        n6.bytes(),
+        WEIR_STAT_PASS_NOT_VIP,
+    ));
+    let n6u = udp("2001:db8:c::1", 40001, "2001:db8::100", 80);
+    cases.push(pass(
+        "v6 udp to a tcp VIP's port",
+        n6u.bytes(),
+        WEIR_STAT_PASS_NOT_VIP,
+    ));
+    let stray = reply(
+        &tcp("192.0.2.99", 9, "10.0.0.100", 80, TcpFlags::SYN),
+        fx.dip(1),
+        L4::Tcp(TcpFlags::SYN_ACK),
+    );
+    cases.push(pass(
+        "v4 DIP reply without a reverse entry",
+        stray.bytes(),
+        WEIR_STAT_PASS_NOT_VIP,
+    ));
+    cases.push(pass(
+        "ARP request for the VIP",
+        arp_request(CLIENT_MAC, [192, 0, 2, 1], [10, 0, 0, 100]),
+        WEIR_STAT_PASS_NOT_IP,
+    ));
+    cases.push(pass(
+        "LLDP frame",
+        raw_frame(CLIENT_MAC, [0x01, 0x80, 0xc2, 0, 0, 0x0e], 0x88cc, &[0; 46]),
+        WEIR_STAT_PASS_NOT_IP,
+    ));
+    cases.push(pass(
+        "ICMP echo to the VIP",
+        icmp_echo(CLIENT_MAC, VIP_MAC, ip("192.0.2.1"), ip("10.0.0.100")),
+        WEIR_STAT_PASS_ICMP,
+    ));
+    cases.push(pass(
+        "ICMPv6 echo to the VIP",
+        icmp_echo(
+            CLIENT_MAC,
+            VIP_MAC,
+            ip("2001:db8:c::1"),
+            ip("2001:db8::100"),
+        ),
+        WEIR_STAT_PASS_ICMP,
+    ));
+    cases.push(pass(
+        "IPv4 GRE to the VIP",
+        ipv4_other_proto(CLIENT_MAC, VIP_MAC, [192, 0, 2, 1], [10, 0, 0, 100]),
+        WEIR_STAT_PASS_NOT_VIP,
+    ));
+    let v6_none = raw_frame(
+        CLIENT_MAC,
+        VIP_MAC,
+        ETH_P_IPV6,
+        &mutate(v1.bytes()[ETH_HLEN..ETH_HLEN + 40].to_vec(), |b| {
+            set16(b, 4, 0); // payload length 0
+            b[6] = 59; // no next header
+        }),
+    );
+    cases.push(pass(
+        "IPv6 no-next-header to the VIP",
+        v6_none,
+        WEIR_STAT_PASS_NOT_VIP,
+    ));
+
+    // --- fragments -------------------------------------------------------
+    let frag = tcp("192.0.2.20", 40020, "10.0.0.100", 80, TcpFlags::SYN);
+    cases.push(
+        pass(
+            "v4 first fragment (MF) to the VIP",
+            mutate(frag.bytes(), |f| {
+                f[ETH_HLEN + 6] = 0x20; // MF, offset 0
+                fix_ipv4_csum(f);
+            }),
+            WEIR_STAT_PASS_FRAGMENT,
+        )
+        .after(no_conn(frag.tuple())),
+    );
+    cases.push(pass(
+        "v4 later fragment (offset 185) to the VIP",
+        mutate(frag.bytes(), |f| {
+            set16(f, ETH_HLEN + 6, 185);
+            fix_ipv4_csum(f);
+        }),
+        WEIR_STAT_PASS_FRAGMENT,
+    ));
+    cases.push(pass(
+        "v4 last fragment (DF clear, offset 1) to a non-VIP",
+        mutate(nv.bytes(), |f| {
+            set16(f, ETH_HLEN + 6, 1);
+            fix_ipv4_csum(f);
+        }),
+        WEIR_STAT_PASS_FRAGMENT,
+    ));
+    let frag_hdr = (44u8, vec![0, 1, 0, 0, 0x12, 0x34]); // offset 0, M=1, id 0x1234
+    cases.push(pass(
+        "v6 fragment header to the VIP",
+        ipv6_with_exts(&v1, std::slice::from_ref(&frag_hdr)),
+        WEIR_STAT_PASS_FRAGMENT,
+    ));
+    cases.push(pass(
+        "v6 fragment header after hop-by-hop",
+        ipv6_with_exts(&v1, &[(0, padn()), frag_hdr]),
+        WEIR_STAT_PASS_FRAGMENT,
+    ));
+
+    // --- VIPs that cannot be balanced -------------------------------------
+    let e1 = tcp("192.0.2.30", 40030, "10.0.0.102", 80, TcpFlags::SYN);
+    cases.push(
+        drop(
+            "VIP with an empty table",
+            e1.bytes(),
+            WEIR_STAT_DROP_NO_BACKEND,
+        )
+        .events(&[WEIR_STAT_CONN_MISS])
+        .after(no_conn(e1.tuple())),
+    );
+    let e2 = tcp("2001:db8:c::30", 40030, "2001:db8::102", 80, TcpFlags::SYN);
+    cases.push(
+        drop(
+            "VIP that never got a table",
+            e2.bytes(),
+            WEIR_STAT_DROP_NO_BACKEND,
+        )
+        .events(&[WEIR_STAT_CONN_MISS]),
+    );
+    let e3 = tcp("192.0.2.31", 40031, "10.0.0.103", 80, TcpFlags::SYN);
+    cases.push(
+        drop(
+            "IPv4 VIP whose DIP is IPv6",
+            e3.bytes(),
+            WEIR_STAT_DROP_NO_BACKEND,
+        )
+        .events(&[WEIR_STAT_CONN_MISS])
+        .after(no_conn(e3.tuple())),
+    );
+
+    // --- malformed ---------------------------------------------------------
+    let m4 = tcp("192.0.2.40", 40040, "10.0.0.100", 80, TcpFlags::SYN).payload(b"abcdefgh");
+    let m4u = udp("192.0.2.40", 40040, "10.0.0.100", 53);
+    let m6 = tcp("2001:db8:c::40", 40040, "2001:db8::100", 80, TcpFlags::SYN).payload(b"abcdefgh");
+    let m6u = udp("2001:db8:c::40", 40040, "2001:db8::100", 53);
+    let (ip4, ip6) = (ETH_HLEN, ETH_HLEN);
+    let (l4v4, l4v6) = (ETH_HLEN + 20, ETH_HLEN + 40);
+    let m = |name: &str, f: &Frame, edit: &dyn Fn(&mut Vec<u8>)| {
+        let mut b = f.bytes();
+        edit(&mut b);
+        if f.src.is_ipv4()
+            && (b[ip4] & 0x0f) >= 5
+            && b.len() >= ip4 + usize::from(b[ip4] & 0x0f) * 4
+        {
+            fix_ipv4_csum(&mut b);
+        }
+        malformed(name, b)
+    };
+    cases.push(m("v4 IHL 4", &m4, &|b| b[ip4] = 0x44));
+    cases.push(m("v4 IHL 0", &m4, &|b| b[ip4] = 0x40));
+    cases.push(m("v4 IHL 15 beyond total length", &m4, &|b| b[ip4] = 0x4f));
+    cases.push(m("v4 version 6 in an IPv4 frame", &m4, &|b| b[ip4] = 0x65));
+    cases.push(m("v4 total length beyond the frame", &m4, &|b| {
+        let l = b.len() - ETH_HLEN;
+        set16(b, ip4 + 2, l as u16 + 1)
+    }));
+    cases.push(m("v4 total length 65535", &m4, &|b| {
+        set16(b, ip4 + 2, 0xffff)
+    }));
+    cases.push(m("v4 total length below IHL", &m4, &|b| {
+        set16(b, ip4 + 2, 19)
+    }));
+    cases.push(m("v4 total length cuts the TCP header", &m4, &|b| {
+        set16(b, ip4 + 2, 20 + 19)
+    }));
+    cases.push(m("v4 TCP doff 4", &m4, &|b| b[l4v4 + 12] = 0x40));
+    cases.push(m("v4 TCP doff 0", &m4, &|b| b[l4v4 + 12] = 0x00));
+    cases.push(m("v4 TCP doff 8 beyond the segment", &m4, &|b| {
+        b[l4v4 + 12] = 0x80
+    }));
+    cases.push(m("v4 TCP doff 15", &m4, &|b| b[l4v4 + 12] = 0xf0));
+    cases.push(m("v4 UDP length 7", &m4u, &|b| set16(b, l4v4 + 4, 7)));
+    cases.push(m("v4 UDP length 0", &m4u, &|b| set16(b, l4v4 + 4, 0)));
+    cases.push(m("v4 UDP length beyond the datagram", &m4u, &|b| {
+        let l = b.len() - l4v4;
+        set16(b, l4v4 + 4, l as u16 + 1)
+    }));
+    cases.push(m("v6 version 4 in an IPv6 frame", &m6, &|b| b[ip6] = 0x40));
+    cases.push(m("v6 payload length beyond the frame", &m6, &|b| {
+        let l = b.len() - l4v6;
+        set16(b, ip6 + 4, l as u16 + 1)
+    }));
+    cases.push(m("v6 payload length cuts the TCP header", &m6, &|b| {
+        set16(b, ip6 + 4, 19)
+    }));
+    cases.push(m("v6 TCP doff 3", &m6, &|b| b[l4v6 + 12] = 0x30));
+    cases.push(m("v6 TCP doff 9 beyond the segment", &m6, &|b| {
+        b[l4v6 + 12] = 0x90
+    }));
+    cases.push(m("v6 UDP length 4", &m6u, &|b| set16(b, l4v6 + 4, 4)));
+    cases.push(m("v6 UDP length beyond the datagram", &m6u, &|b| {
+        let l = b.len() - l4v6;
+        set16(b, l4v6 + 4, l as u16 + 1)
+    }));
+    let big_ext = mutate(ipv6_with_exts(&m6, &[(0, padn())]), |b| b[l4v6 + 1] = 200);
+    cases.push(malformed(
+        "v6 extension header longer than the packet",
+        big_ext,
+    ));
+    // Malformed packets never install anything.
+    let t = m4.tuple();
+    cases.push(
+        malformed(
+            "v4 TCP doff 2 (and no conn installed)",
+            mutate(m4.bytes(), |b| b[l4v4 + 12] = 0x20),
+        )
+        .after(no_conn(t)),
+    );
+
+    let n = run_cases(&h, cases);
+    // Per-VIP traffic: only c1, c4, c5 and the two TCP checksum edges were new on VIP 0.
+    let vt = h.maps.vip_traffic(0).unwrap();
+    assert_eq!(
+        vt.new_conns, 5,
+        "VIP 0 new conns (c1, c4, c5, 2 checksum edges; c2 was pre-installed)"
+    );
+    eprintln!("forwarding_and_classification_table: {n} cases");
+}
+
+fn conn_is_pre(t: FlowTuple, dip: u32) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        let c = h.maps.conn(&t.key()).unwrap().expect("conn kept");
+        assert_eq!(
+            (c.dip_id, c.created_ns),
+            (dip, 1),
+            "pre-installed conn was replaced"
+        );
+    }
+}
+
+#[test]
+fn configured_actions_change_the_verdict() {
+    let opts = weir_dataplane::loader::LoadOptions {
+        not_vip: Action::Drop,
+        icmp: Action::Drop,
+        fragments: Action::Drop,
+        malformed: Action::Pass,
+        ..test_options()
+    };
+    let h = Harness::new(&opts);
+    let nv = tcp("192.0.2.1", 40001, "10.0.0.200", 80, TcpFlags::SYN);
+    let f = tcp("192.0.2.1", 40001, "10.0.0.100", 80, TcpFlags::SYN);
+    let f6 = tcp("2001:db8:c::1", 40001, "2001:db8::100", 80, TcpFlags::SYN);
+    let cases = vec![
+        drop("non-VIP dropped", nv.bytes(), WEIR_STAT_DROP_NOT_VIP),
+        drop(
+            "ARP dropped with not_vip = drop",
+            arp_request(CLIENT_MAC, [192, 0, 2, 1], [10, 0, 0, 100]),
+            WEIR_STAT_DROP_NOT_VIP,
+        ),
+        drop(
+            "GRE dropped",
+            ipv4_other_proto(CLIENT_MAC, VIP_MAC, [192, 0, 2, 1], [10, 0, 0, 100]),
+            WEIR_STAT_DROP_NOT_VIP,
+        ),
+        drop(
+            "ICMP dropped",
+            icmp_echo(CLIENT_MAC, VIP_MAC, ip("192.0.2.1"), ip("10.0.0.100")),
+            WEIR_STAT_DROP_ICMP,
+        ),
+        drop(
+            "ICMPv6 dropped",
+            icmp_echo(
+                CLIENT_MAC,
+                VIP_MAC,
+                ip("2001:db8:c::1"),
+                ip("2001:db8::100"),
+            ),
+            WEIR_STAT_DROP_ICMP,
+        ),
+        drop(
+            "v4 fragment dropped",
+            mutate(f.bytes(), |b| {
+                b[ETH_HLEN + 6] = 0x20;
+                fix_ipv4_csum(b);
+            }),
+            WEIR_STAT_DROP_FRAGMENT,
+        ),
+        drop(
+            "v6 fragment dropped",
+            ipv6_with_exts(&f6, &[(44, vec![0, 0, 0, 0, 0, 1])]),
+            WEIR_STAT_DROP_FRAGMENT,
+        ),
+        pass(
+            "malformed passed with malformed = pass",
+            mutate(f.bytes(), |b| b[ETH_HLEN] = 0x44),
+            WEIR_STAT_PASS_MALFORMED,
+        ),
+        pass(
+            "truncated passed with malformed = pass",
+            f.bytes()[..ETH_HLEN + 10].to_vec(),
+            WEIR_STAT_PASS_MALFORMED,
+        ),
+    ];
+    let mut cases = cases;
+    cases.push(new_flow(&h, "VIP traffic still balanced", &f, 0, MISS_NEW));
+    run_cases(&h, cases);
+}
+
+#[test]
+fn nonsyn_miss_drop() {
+    let opts = weir_dataplane::loader::LoadOptions {
+        nonsyn_miss: NonSynMiss::Drop,
+        ..test_options()
+    };
+    let h = Harness::new(&opts);
+    let ack = tcp("192.0.2.1", 40001, "10.0.0.100", 80, TcpFlags::ACK);
+    let rst = tcp("192.0.2.1", 40002, "10.0.0.100", 80, TcpFlags::RST);
+    let ack6 = tcp("2001:db8:c::1", 40001, "2001:db8::100", 80, TcpFlags::ACK);
+    let syn = tcp("192.0.2.1", 40003, "10.0.0.100", 80, TcpFlags::SYN);
+    let syn_ack = Frame {
+        l4: L4::Tcp(TcpFlags::ACK),
+        ..syn.clone()
+    }
+    .payload(PAYLOAD);
+    let d = h.fx.predict(0, &syn.tuple()).unwrap().clone();
+    let u = udp("192.0.2.1", 40004, "10.0.0.100", 53);
+    let nonsyn = [WEIR_STAT_CONN_MISS, WEIR_STAT_NONSYN_MISS];
+    let cases = vec![
+        drop(
+            "v4 ACK miss dropped",
+            ack.bytes(),
+            WEIR_STAT_DROP_NONSYN_MISS,
+        )
+        .events(&nonsyn)
+        .after(no_conn(ack.tuple())),
+        drop(
+            "v4 RST miss dropped",
+            rst.bytes(),
+            WEIR_STAT_DROP_NONSYN_MISS,
+        )
+        .events(&nonsyn),
+        drop(
+            "v6 ACK miss dropped",
+            ack6.bytes(),
+            WEIR_STAT_DROP_NONSYN_MISS,
+        )
+        .events(&nonsyn)
+        .after(no_conn(ack6.tuple())),
+        new_flow(&h, "SYN still dispatched", &syn, 0, MISS_NEW),
+        hit("ACK after the SYN hits", &syn_ack, &d, NAT),
+        new_flow(&h, "UDP has no SYN: dispatched", &u, 1, MISS_NEW),
+    ];
+    run_cases(&h, cases);
+}
+
+/// Finds a client port whose flow `make(port)` satisfies `pred`.
+fn find_flow(make: impl Fn(u16) -> Frame, pred: impl Fn(&Frame) -> bool) -> Frame {
+    (1024..u16::MAX)
+        .map(make)
+        .find(|f| pred(f))
+        .expect("no flow found")
+}
+
+#[test]
+fn removed_dip_redispatches_and_pcc_holds() {
+    let h = Harness::new(&test_options());
+    let fx = &h.fx;
+    let mk = |p| tcp("192.0.2.50", p, "10.0.0.100", 80, TcpFlags::SYN);
+    let to_ack = |f: &Frame| Frame {
+        l4: L4::Tcp(TcpFlags::ACK),
+        ..f.clone()
+    };
+    // Version 2 of VIP 0: DIP 1 removed, weights of 2 and 3 changed.
+    let t2 = AwfdTable::from_weights(&[(2, 3), (3, 1)]).unwrap();
+    let pick2 = |f: &Frame| {
+        t2.select(flow_hash(&f.tuple().key(), DEFAULT_SEED))
+            .unwrap()
+    };
+    // a: on DIP 1, which is removed. b: on DIP 2 or 3, which the new table would
+    // send elsewhere (PCC must keep it). c: a new flow the *old* table sends to DIP 1.
+    let a = find_flow(mk, |f| fx.predict(0, &f.tuple()).unwrap().id == 1);
+    let b = find_flow(
+        |p| mk(p.wrapping_add(7000)),
+        |f| {
+            let d = fx.predict(0, &f.tuple()).unwrap().id;
+            d != 1 && pick2(f) != d
+        },
+    );
+    let db = fx.predict(0, &b.tuple()).unwrap().clone();
+    let c = find_flow(
+        |p| mk(p.wrapping_add(20000)),
+        |f| fx.predict(0, &f.tuple()).unwrap().id == 1,
+    );
+
+    let (a_ack, b_ack) = (to_ack(&a), to_ack(&b));
+    let a_new = fx.dip(pick2(&a)).clone();
+    let ta = a.tuple();
+    let dip1 = fx.dip(1).clone();
+    let dip3 = fx.dip(3).clone();
+    let cases = vec![
+        new_flow(&h, "a: SYN to DIP 1", &a, 0, MISS_NEW),
+        new_flow(&h, "b: SYN", &b, 0, MISS_NEW),
+        // Remove DIP 1 without a new table: a new flow hashing to it has no backend.
+        drop(
+            "c: new flow to a removed, still tabled DIP",
+            c.bytes(),
+            WEIR_STAT_DROP_NO_BACKEND,
+        )
+        .events(&[WEIR_STAT_CONN_MISS])
+        .before(move |h| h.maps.put_dip(1, &dip1.abi(1, false)).unwrap()),
+        // The controller publishes version 2.
+        Case::new(
+            "a: ACK on a removed DIP is redispatched (stale)",
+            a_ack.bytes(),
+            Tx,
+            WEIR_STAT_TX,
+        )
+        .output(nat_out(&a_ack, &a_new).bytes())
+        .events(&[WEIR_STAT_CONN_STALE, WEIR_STAT_CONN_NEW])
+        .before(move |h| {
+            h.maps
+                .publish_table(0, 2, &AwfdTable::from_weights(&[(2, 3), (3, 1)]).unwrap())
+                .unwrap()
+        })
+        .after(conn_is(ta, a_new.id, 1, 2)),
+        hit(
+            "b: established conn stays on its DIP under table v2",
+            &b_ack,
+            &db,
+            NAT,
+        )
+        .after(conn_is(b.tuple(), db.id, 1, 1)),
+    ];
+    run_cases(&h, cases);
+
+    // Slot 3 reassigned (generation bumped): connections on it are stale.
+    let d = find_flow(|p| mk(p.wrapping_add(30000)), |f| pick2(f) == 3);
+    let d_ack = to_ack(&d);
+    let cases = vec![
+        new_flow_v(&h, "d: SYN to DIP 3 under v2", &d, &dip3, 2),
+        Case::new(
+            "d: ACK after DIP 3's slot was reassigned",
+            d_ack.bytes(),
+            Tx,
+            WEIR_STAT_TX,
+        )
+        .output(nat_out(&d_ack, &dip3).bytes())
+        .events(&[WEIR_STAT_CONN_STALE, WEIR_STAT_CONN_NEW])
+        .before(move |h| h.maps.put_dip(3, &dip3.abi(2, true)).unwrap())
+        .after(conn_is(d.tuple(), 3, 2, 2)),
+    ];
+    run_cases(&h, cases);
+}
+
+/// A nat new-flow case with a given DIP and table version.
+fn new_flow_v(h: &Harness, name: &str, f: &Frame, dip: &Dip, version: u32) -> Case {
+    let _ = h;
+    Case::new(name, f.bytes(), Tx, WEIR_STAT_TX)
+        .output(nat_out(f, dip).bytes())
+        .events(MISS_NEW)
+        .after(conn_is(f.tuple(), dip.id, 1, version))
+}
+
+#[test]
+fn next_hop_needs_the_ingress_interface_and_a_dip_mac() {
+    let h = Harness::new(&test_options());
+    let ifaces = &h.maps.ifaces.as_ref().unwrap().1;
+    let f = tcp("192.0.2.60", 40060, "10.0.0.100", 80, TcpFlags::SYN);
+    let d = h.fx.predict(0, &f.tuple()).unwrap().clone();
+    // Without ifaces[1] there is no source MAC: proves test runs use ifindex 1.
+    ifaces.delete(&TEST_IFINDEX.to_ne_bytes()).unwrap();
+    h.maps.put_iface(4, [0x02, 0, 0, 0, 0, 0x44]).ok();
+    let g = tcp("192.0.2.61", 40061, "10.0.0.100", 80, TcpFlags::SYN);
+    let dg = h.fx.predict(0, &g.tuple()).unwrap().clone();
+    let dg2 = dg.clone();
+    let cases = vec![
+        // nat rewrites L3/L4 before the next hop is chosen; L2 stays as it came.
+        drop(
+            "no MAC for ifindex 1: no route",
+            f.bytes(),
+            WEIR_STAT_DROP_NO_ROUTE,
+        )
+        .output(f.clone().with_dst(d.addr, dip_port(&d, 80)).bytes())
+        .events(MISS_NEW),
+        hit("ifindex 1 registered: transmitted", &f, &d, NAT)
+            .before(|h| h.maps.put_iface(TEST_IFINDEX, LB_IF_MAC).unwrap()),
+        drop(
+            "DIP without a MAC and no FIB: no route",
+            g.bytes(),
+            WEIR_STAT_DROP_NO_ROUTE,
+        )
+        .output(g.clone().with_dst(dg.addr, dip_port(&dg, 80)).bytes())
+        .events(MISS_NEW)
+        .before(move |h| {
+            let mut x = dg.abi(1, true);
+            x.mac_set = 0;
+            h.maps.put_dip(dg.id, &x).unwrap()
+        }),
+        hit("DIP MAC restored", &g, &dg2, NAT)
+            .before(move |h| h.maps.put_dip(dg2.id, &dg2.abi(1, true)).unwrap()),
+    ];
+    run_cases(&h, cases);
+
+    // A reverse entry learned on another interface leaves by redirect, or is
+    // dropped when that interface is not a redirect target.
+    let c = tcp("192.0.2.62", 40062, "10.0.0.100", 80, TcpFlags::SYN);
+    let dc = h.fx.predict(0, &c.tuple()).unwrap().clone();
+    let r = reply(&c, &dc, L4::Tcp(TcpFlags::SYN_ACK));
+    let rkey = r.tuple().key();
+    let rev = |ifindex| {
+        let (vip, family) = addr_words(c.dst);
+        weir_rev_nat {
+            vip,
+            vport: c.dport.to_be(),
+            family,
+            vip_id: 0,
+            ifindex,
+            client_mac: CLIENT_MAC,
+            lb_mac: VIP_MAC,
+            ..Default::default()
+        }
+    };
+    let put_rev = move |h: &Harness, v: weir_rev_nat| {
+        h.maps
+            .rev_nat
+            .update(rkey.as_bytes(), v.as_bytes(), libbpf_rs::MapFlags::ANY)
+            .unwrap()
+    };
+    let (r7, r4) = (rev(7), rev(4));
+    let out = reply_out(&r, &c).bytes();
+    let mut cases = vec![Case::new(
+        "reply for an interface that is no redirect target",
+        r.bytes(),
+        Drop,
+        WEIR_STAT_DROP_REDIRECT,
+    )
+    .raw_output(out.clone())
+    .events(REV)
+    .before(move |h| put_rev(h, r7))];
+    // ifindex 4 exists here (eth0) only if the devmap accepted it above.
+    let tx_ports = &h.maps.ifaces.as_ref().unwrap().0;
+    if tx_ports
+        .lookup(&4u32.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+        .ok()
+        .flatten()
+        .is_some()
+    {
+        cases.push(
+            Case::new(
+                "reply redirected to its interface",
+                r.bytes(),
+                XdpAction::Redirect,
+                WEIR_STAT_REDIRECT,
+            )
+            .output(out)
+            .events(REV)
+            .before(move |h| put_rev(h, r4)),
+        );
+    } else {
+        eprintln!("ifindex 4 is not a redirect target here: redirect case skipped");
+    }
+    run_cases(&h, cases);
+}
+
+/// Frames of every kind the truncation test cuts.
+fn truncation_frames() -> Vec<(&'static str, Vec<u8>)> {
+    let f4 = tcp("192.0.2.70", 40070, "10.0.0.100", 80, TcpFlags::SYN).payload(b"0123456789");
+    let u4 = udp("192.0.2.70", 40070, "10.0.0.100", 53);
+    let f6 =
+        tcp("2001:db8:c::70", 40070, "2001:db8::100", 80, TcpFlags::SYN).payload(b"0123456789");
+    let u6 = udp("2001:db8:c::70", 40070, "2001:db8::100", 53);
+    vec![
+        ("v4 tcp", f4.bytes()),
+        ("v4 udp", u4.bytes()),
+        ("v6 tcp", f6.bytes()),
+        ("v6 udp", u6.bytes()),
+        (
+            "v6 tcp after ext headers",
+            ipv6_with_exts(&f6, &[(0, padn()), (60, padn())]),
+        ),
+        (
+            "icmp",
+            icmp_echo(CLIENT_MAC, VIP_MAC, ip("192.0.2.70"), ip("10.0.0.100")),
+        ),
+        (
+            "icmpv6",
+            icmp_echo(
+                CLIENT_MAC,
+                VIP_MAC,
+                ip("2001:db8:c::70"),
+                ip("2001:db8::100"),
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn truncation_at_every_length() {
+    for malformed_action in [Action::Drop, Action::Pass] {
+        let opts = weir_dataplane::loader::LoadOptions {
+            malformed: malformed_action,
+            ..test_options()
+        };
+        let h = Harness::new(&opts);
+        let (verdict, stat) = match malformed_action {
+            Action::Drop => (Drop, WEIR_STAT_DROP_MALFORMED),
+            Action::Pass => (Pass, WEIR_STAT_PASS_MALFORMED),
+        };
+        let mut cases = Vec::new();
+        let mut want_cases = 0;
+        for (name, full) in truncation_frames() {
+            want_cases += full.len() - ETH_HLEN;
+            // The kernel refuses test runs shorter than an Ethernet header.
+            for len in 0..ETH_HLEN {
+                let r = weir_dataplane::testrun::run(&h.lb.skel.progs.weir_lb, &full[..len], 1);
+                assert!(r.is_err(), "{name}: a {len}-byte test run was accepted");
+            }
+            // Every cut after the Ethernet header leaves an IP header whose
+            // length says more than the frame holds (or no IP header at all).
+            for len in ETH_HLEN..full.len() {
+                cases.push(Case::new(
+                    format!("{name} cut at {len} of {}", full.len()),
+                    full[..len].to_vec(),
+                    verdict,
+                    stat,
+                ));
+            }
+        }
+        let n = run_cases(&h, cases);
+        assert_eq!(n, want_cases);
+        assert_eq!(
+            h.maps.conn_count(),
+            0,
+            "a truncated frame installed a connection"
+        );
+    }
+    // ARP is not parsed past the ethertype: a cut ARP frame is just not IP.
+    let h = Harness::new(&test_options());
+    let arp = arp_request(CLIENT_MAC, [192, 0, 2, 1], [10, 0, 0, 100]);
+    let cases = (ETH_HLEN..=arp.len())
+        .map(|len| {
+            pass(
+                &format!("arp cut at {len}"),
+                arp[..len].to_vec(),
+                WEIR_STAT_PASS_NOT_IP,
+            )
+        })
+        .collect();
+    run_cases(&h, cases);
+}
+
+/// Loads `weights` as VIP 0's table and checks, for each flow, that the
+/// DIP the program installs is `expected`. Returns the number checked.
+fn check_dispatch(
+    h: &Harness,
+    vip_addr: IpAddr,
+    vport: u16,
+    weights: &[(u32, u32)],
+    flows: &[(FlowTuple, u32)],
+    version: u32,
+) {
+    let table = AwfdTable::from_weights(weights).unwrap();
+    for (id, _) in weights {
+        let addr = if vip_addr.is_ipv4() {
+            IpAddr::from([10, 2, (id >> 8) as u8, *id as u8])
+        } else {
+            IpAddr::from([0x2001, 0xdb8, 2, 0, 0, 0, 0, *id as u16])
+        };
+        let d = Dip {
+            id: *id,
+            addr,
+            port: 0,
+        };
+        h.maps.put_dip(*id, &d.abi(1, true)).unwrap();
+    }
+    h.maps.publish_table(0, version, &table).unwrap();
+    for (t, want) in flows {
+        let f = client(match t.proto {
+            Proto::Tcp => Frame::tcp(t.src, t.sport, t.dst, t.dport, TcpFlags::SYN),
+            Proto::Udp => Frame::udp(t.src, t.sport, t.dst, t.dport),
+        });
+        assert_eq!((t.dst, t.dport), (vip_addr, vport));
+        let r = h.run(&f.bytes());
+        assert_eq!(r.action(), Some(Tx), "{t:?}");
+        let c = h.maps.conn(&t.key()).unwrap().expect("conn installed");
+        assert_eq!(c.dip_id, *want, "flow {t:?} with weights {weights:?}");
+        assert_eq!(c.table_version, version);
+        h.maps.conns.delete(t.key().as_bytes()).unwrap();
+    }
+}
+
+/// A Harness whose VIP 0 is `vip:port/proto` (nat) and nothing else.
+fn dispatch_harness(vip: IpAddr, port: u16, proto: Proto) -> Harness {
+    let h = Harness::new(&test_options());
+    for v in &h.fx.vips {
+        h.maps.delete_vip(&v.key()).unwrap();
+    }
+    let v = Vip {
+        id: 0,
+        addr: vip,
+        port,
+        proto,
+        mode: NAT,
+        weights: None,
+    };
+    h.maps
+        .put_vip(
+            &v.key(),
+            &weir_vip {
+                vip_id: 0,
+                mode: NAT as u8,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    h
+}
+
+#[test]
+fn bpf_and_weir_core_pick_the_same_dip() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed_0002);
+    let weight_sets: Vec<Vec<(u32, u32)>> = vec![
+        vec![(1, 1), (2, 1), (3, 1)],                    // ECMP
+        vec![(1, 4), (2, 2), (3, 2), (4, 1), (5, 0)],    // classes + drained
+        vec![(7, 1)],                                    // one DIP
+        (0..16).map(|i| (i + 10, i + 1)).collect(),      // 16 classes (the maximum)
+        (0..200).map(|i| (i + 30, 1 + i % 3)).collect(), // large classes
+    ];
+    let mut checked = 0;
+    for (family, vip) in [(4, ip("10.9.9.9")), (6, ip("2001:db8:9::9"))] {
+        let h = dispatch_harness(vip, 80, Proto::Tcp);
+        for (i, ws) in weight_sets.iter().enumerate() {
+            let table = AwfdTable::from_weights(ws).unwrap();
+            let flows: Vec<(FlowTuple, u32)> = (0..100)
+                .map(|_| {
+                    let src = if family == 4 {
+                        IpAddr::from(rng.gen::<[u8; 4]>())
+                    } else {
+                        IpAddr::from(rng.gen::<[u8; 16]>())
+                    };
+                    let t = FlowTuple {
+                        src,
+                        dst: vip,
+                        sport: rng.gen_range(1024..=u16::MAX),
+                        dport: 80,
+                        proto: Proto::Tcp,
+                    };
+                    (t, table.select(flow_hash(&t.key(), DEFAULT_SEED)).unwrap())
+                })
+                .collect();
+            check_dispatch(&h, vip, 80, ws, &flows, i as u32 + 1);
+            checked += flows.len();
+        }
+    }
+    assert_eq!(checked, 1000);
+}
+
+/// The shared vectors (tests/vectors/awfd.json at the repository root),
+/// written by weir-core's side; run through BPF when the file exists.
+#[test]
+fn shared_awfd_vectors() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors/awfd.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        eprintln!(
+            "{} not present: skipped (bpf_and_weir_core_pick_the_same_dip covers the BPF side)",
+            path.display()
+        );
+        return;
+    };
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    vectors::run(&doc);
+}
+
+mod vectors {
+    //! An independent reader of tests/vectors/awfd.json (format "weir AWFD
+    //! test vectors v1", described in the file): every case's table is
+    //! published to every VIP its flows address, each flow's first packet
+    //! runs through the program, and the DIP of the installed connection
+    //! must be the file's (or no connection and a no-backend drop for null).
+    use super::*;
+    use serde_json::Value;
+
+    fn s(v: &Value, k: &str) -> String {
+        v[k].as_str()
+            .unwrap_or_else(|| panic!("field {k}"))
+            .to_string()
+    }
+
+    fn n(v: &Value, k: &str) -> u64 {
+        v[k].as_u64().unwrap_or_else(|| panic!("field {k}"))
+    }
+
+    pub fn run(doc: &Value) {
+        assert!(s(doc, "format").starts_with("weir AWFD test vectors v1"));
+        let seed = n(doc, "seed") as u32;
+        let opts = weir_dataplane::loader::LoadOptions {
+            max_dips: 2048,
+            hash_seed: seed,
+            ..test_options()
+        };
+        let h = Harness::new(&opts);
+        for v in &h.fx.vips {
+            h.maps.delete_vip(&v.key()).unwrap();
+        }
+        let mut checked = 0;
+        for (ci, case) in doc["cases"].as_array().unwrap().iter().enumerate() {
+            let name = s(case, "name");
+            let weights: Vec<(u32, u32)> = case["weights"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|w| (n(w, "dip") as u32, n(w, "weight") as u32))
+                .collect();
+            let table = AwfdTable::from_weights(&weights).unwrap();
+            let version = ci as u32 + 1;
+            let flows = case["flows"].as_array().unwrap();
+            // One VIP per (dst, dport, proto) the flows use, all with this table.
+            let mut vips: Vec<(IpAddr, u16, Proto)> = Vec::new();
+            for fl in flows {
+                let proto = match s(fl, "proto").as_str() {
+                    "tcp" => Proto::Tcp,
+                    "udp" => Proto::Udp,
+                    p => panic!("{name}: proto {p}"),
+                };
+                let k = (ip(&s(fl, "dst")), n(fl, "dport") as u16, proto);
+                if !vips.contains(&k) {
+                    vips.push(k);
+                }
+            }
+            for (id, (addr, port, proto)) in vips.iter().enumerate() {
+                let v = Vip {
+                    id: id as u32,
+                    addr: *addr,
+                    port: *port,
+                    proto: *proto,
+                    mode: DSR,
+                    weights: None,
+                };
+                h.maps
+                    .put_vip(
+                        &v.key(),
+                        &weir_vip {
+                            vip_id: id as u32,
+                            mode: DSR as u8,
+                            ..Default::default()
+                        },
+                    )
+                    .unwrap();
+                h.maps.publish_table(id as u32, version, &table).unwrap();
+            }
+            // DIP slots take the address family of the flow under test.
+            for v4 in [true, false] {
+                for (id, _) in &weights {
+                    let addr = if v4 {
+                        IpAddr::from([10, 3, (id >> 8) as u8, *id as u8])
+                    } else {
+                        IpAddr::from([0x2001, 0xdb8, 3, 0, 0, 0, 0, *id as u16])
+                    };
+                    let d = Dip {
+                        id: *id,
+                        addr,
+                        port: 0,
+                    };
+                    h.maps.put_dip(*id, &d.abi(1, true)).unwrap();
+                }
+                for fl in flows.iter().filter(|fl| ip(&s(fl, "src")).is_ipv4() == v4) {
+                    let (src, dst) = (ip(&s(fl, "src")), ip(&s(fl, "dst")));
+                    let (sport, dport) = (n(fl, "sport") as u16, n(fl, "dport") as u16);
+                    let f = client(match s(fl, "proto").as_str() {
+                        "tcp" => Frame::tcp(src, sport, dst, dport, TcpFlags::SYN),
+                        _ => Frame::udp(src, sport, dst, dport),
+                    });
+                    let t = f.tuple();
+                    assert_eq!(
+                        flow_hash(&t.key(), seed),
+                        n(fl, "hash") as u32,
+                        "{name}: weir-core hash of {t:?}"
+                    );
+                    let before = h.stats();
+                    let r = h.run(&f.bytes());
+                    let conn = h.maps.conn(&t.key()).unwrap();
+                    match fl["dip"].as_u64() {
+                        Some(want) => {
+                            assert_eq!(r.action(), Some(Tx), "{name}: {t:?}");
+                            let c = conn.unwrap_or_else(|| panic!("{name}: no conn for {t:?}"));
+                            assert_eq!(c.dip_id as u64, want, "{name}: DIP of {t:?}");
+                            assert_eq!(c.table_version, version);
+                        }
+                        None => {
+                            assert_eq!(r.action(), Some(Drop), "{name}: {t:?}");
+                            assert!(conn.is_none(), "{name}: conn installed for {t:?}");
+                            let after = h.stats();
+                            let d = WEIR_STAT_DROP_NO_BACKEND as usize;
+                            assert_eq!(after[d] - before[d], 1, "{name}: no-backend count");
+                        }
+                    }
+                    h.maps.conns.delete(t.key().as_bytes()).ok();
+                    checked += 1;
+                }
+            }
+            for (addr, port, proto) in &vips {
+                let v = Vip {
+                    id: 0,
+                    addr: *addr,
+                    port: *port,
+                    proto: *proto,
+                    mode: DSR,
+                    weights: None,
+                };
+                h.maps.delete_vip(&v.key()).unwrap();
+            }
+        }
+        h.assert_balanced("vectors");
+        eprintln!("shared AWFD vectors: {checked} flows agree");
+        assert!(checked > 0);
+    }
+}
