@@ -3,9 +3,7 @@
 //! one file (`tests/vectors/awfd.json` at the repository root).
 //!
 //! [`generate`] builds the vectors deterministically (no I/O here);
-//! `weir sim vectors --out tests/vectors/awfd.json` (or
-//! `cargo run -p weir-sim --example awfd_vectors`) writes them. The format is
-//! described in [`FORMAT`], which is also stored in the file itself.
+//! `weir sim vectors` writes them. The format is described in [`FORMAT`], which is also stored in the file itself.
 
 use std::net::IpAddr;
 

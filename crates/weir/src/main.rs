@@ -69,6 +69,9 @@ enum Command {
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
         run_dir: PathBuf,
     },
+    /// Flow-level simulation of the dispatch policies (Spotlight V-A).
+    #[command(subcommand)]
+    Sim(weir_sim::cli::SimCommand),
     /// Labs in network namespaces that weir builds and removes itself.
     #[command(subcommand)]
     Lab(LabCommand),
@@ -87,6 +90,8 @@ enum LabCommand {
 enum BenchCommand {
     /// Cost per packet of the XDP program against the floor (BPF_PROG_TEST_RUN).
     Xdp(weir_lab::bench::xdp::XdpBenchArgs),
+    /// Simulator speed: 10k, 100k and 1M flows.
+    Sim(weir_sim::cli::BenchArgs),
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -137,6 +142,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Lab(LabCommand::Demo(args)) => weir_lab::demo::run(&args),
         Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
+        Command::Bench(BenchCommand::Sim(args)) => weir_sim::cli::run_bench(&args),
+        Command::Sim(cmd) => weir_sim::cli::run(cmd),
         Command::Reload { run_dir } => {
             let pid = runtime::request_reload(&run_dir)?;
             println!("asked weir serve (pid {pid}) to reload its configuration");

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what building, testing and the labs need, on Debian 12 as root.
+# Idempotent and quiet when everything is already there.
+set -euo pipefail
+
+PACKAGES=(clang llvm libclang-dev libelf-dev zlib1g-dev pkg-config make iproute2 bpftool ethtool linux-libc-dev)
+# The Rust toolchain the workspace needs (rust-version in Cargo.toml).
+MIN_RUST=1.82
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    if [ "$(id -u)" != 0 ]; then
+        echo "deps: missing packages ${missing[*]}; run as root (apt-get needs it)" >&2
+        exit 1
+    fi
+    echo "deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v cargo >/dev/null; then
+    echo "deps: installing Rust from Debian (cargo)"
+    apt-get install -y -qq cargo >/dev/null
+fi
+have=$(rustc --version | awk '{print $2}')
+if [ "$(printf '%s\n%s\n' "$MIN_RUST" "$have" | sort -V | head -1)" != "$MIN_RUST" ]; then
+    echo "deps: rustc $have is older than $MIN_RUST; install a newer toolchain (rustup) and retry" >&2
+    exit 1
+fi
