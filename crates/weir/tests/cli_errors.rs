@@ -1,0 +1,196 @@
+//! Bad input to `weir serve` and friends: a one-line error that says what to
+//! do, a non-zero exit, and nothing left attached or pinned.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use weir_lab::daemon::Daemon;
+use weir_lab::netns::{ip_in, veth, NamespaceSet};
+
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+
+fn weir(args: &[&str]) -> Output {
+    Command::new(WEIR)
+        .args(args)
+        .output()
+        .expect("running weir")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A config file in a private temp dir, with a private pin dir.
+struct Scratch {
+    dir: PathBuf,
+    pins: PathBuf,
+}
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("weir-cli-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pins = PathBuf::from(format!("/sys/fs/bpf/weir-cli-{tag}-{}", std::process::id()));
+        Scratch { dir, pins }
+    }
+
+    fn config(&self, body: &str) -> PathBuf {
+        let p = self.dir.join("weir.toml");
+        let text = body.replacen(
+            "[dataplane]",
+            &format!("[dataplane]\npin_dir = \"{}\"", self.pins.display()),
+            1,
+        );
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.pins);
+    }
+}
+
+const VIP: &str = "\n[[vip]]\nname = \"web\"\naddress = \"10.9.0.1\"\nport = 80\nprotocol = \"tcp\"\nmode = \"nat\"\n[[vip.dip]]\naddress = \"10.9.1.2\"\n";
+
+fn serve(cfg: &Path, run_dir: &Path) -> Output {
+    weir(&[
+        "serve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--run-dir",
+        run_dir.to_str().unwrap(),
+    ])
+}
+
+#[test]
+fn config_errors_name_file_line_and_field_and_pin_nothing() {
+    let s = Scratch::new("cfg");
+    let cfg = s.config(&format!(
+        "[dataplane]\ninterfaces = [\"lo\"]\n{}",
+        VIP.replace("port = 80", "port = 80000")
+    ));
+    let o = serve(&cfg, &s.dir);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("weir.toml:") && e.contains("vip.port"), "{e}");
+    assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    assert!(
+        !s.pins.exists(),
+        "a failed start pinned {}",
+        s.pins.display()
+    );
+
+    let o = weir(&["check", "--config", cfg.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let o = weir(&["check", "--config", "/nonexistent/weir.toml"]);
+    assert!(stderr(&o).contains("cannot read it"), "{}", stderr(&o));
+}
+
+#[test]
+fn unknown_interface_is_named() {
+    let s = Scratch::new("if");
+    let cfg = s.config(&format!("[dataplane]\ninterfaces = [\"nosuch0\"]\n{VIP}"));
+    let o = serve(&cfg, &s.dir);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("nosuch0"), "{}", stderr(&o));
+    assert!(!s.pins.exists());
+}
+
+#[test]
+fn not_root_is_refused() {
+    let s = Scratch::new("root");
+    let cfg = s.config(&format!("[dataplane]\ninterfaces = [\"lo\"]\n{VIP}"));
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            WEIR,
+            "serve",
+            "--config",
+        ])
+        .arg(&cfg)
+        .output()
+        .expect("setpriv (util-linux)");
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("must run as root"), "{}", stderr(&o));
+}
+
+#[test]
+fn reload_without_a_daemon_fails() {
+    let o = weir(&["reload", "--run-dir", "/nonexistent-weir-run"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no running weir"), "{}", stderr(&o));
+}
+
+/// A namespace with one veth pair (a0 <-> a1) to attach to.
+fn one_link_ns() -> (NamespaceSet, String) {
+    let mut set = NamespaceSet::new();
+    let ns = set.add("cli").unwrap();
+    veth(&ns, "a0", &ns, "a1").unwrap();
+    ip_in(&ns, &["link", "set", "a0", "up"]).unwrap();
+    ip_in(&ns, &["link", "set", "a1", "up"]).unwrap();
+    (set, ns)
+}
+
+fn xdp_attached(ns: &str, dev: &str) -> bool {
+    let out = Command::new("ip")
+        .args(["-n", ns, "link", "show", dev])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+}
+
+#[test]
+fn an_interface_with_xdp_already_is_refused() {
+    let (_set, ns) = one_link_ns();
+    // Start weir once on a0, then a second one must refuse the busy link.
+    let mut first = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    first
+        .write_config(&format!("[dataplane]\ninterfaces = [\"a0\"]\n{VIP}"))
+        .unwrap();
+    first.start().unwrap();
+    let mut second = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    second.pin_dir = PathBuf::from(format!("{}-2", first.pin_dir.display()));
+    second
+        .write_config(&format!("[dataplane]\ninterfaces = [\"a0\"]\n{VIP}"))
+        .unwrap();
+    let e = second.start().unwrap_err().to_string();
+    assert!(e.contains("already has an XDP program"), "{e}");
+    assert!(!second.pin_dir.exists(), "the refused start pinned state");
+    first.stop().unwrap();
+    assert!(!xdp_attached(&ns, "a0"), "stop left XDP attached");
+}
+
+#[test]
+fn incompatible_saved_state_is_explained_and_nothing_is_attached() {
+    let (_set, ns) = one_link_ns();
+    let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    d.write_config(&format!(
+        "[dataplane]\ninterfaces = [\"a0\"]\nconn_table_size = 1024\n{VIP}"
+    ))
+    .unwrap();
+    d.start().unwrap();
+    d.stop().unwrap();
+    assert!(
+        d.pin_dir.join("conns").exists(),
+        "state is pinned across restarts"
+    );
+    d.write_config(&format!(
+        "[dataplane]\ninterfaces = [\"a0\"]\nconn_table_size = 2048\n{VIP}"
+    ))
+    .unwrap();
+    let e = d.start().unwrap_err().to_string();
+    assert!(
+        e.contains("1024") && e.contains("2048") && e.contains("--reset-state"),
+        "{e}"
+    );
+    assert!(!xdp_attached(&ns, "a0"));
+    assert!(
+        d.pin_dir.join("conns").exists(),
+        "a refused start must not drop saved state"
+    );
+}
