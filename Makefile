@@ -20,7 +20,9 @@ demo: build
 # Unit, BPF (BPF_PROG_TEST_RUN), fuzz and end-to-end (network namespace)
 # suites, plus formatting and lints. Needs root.
 test: build lint
-	$(CARGO) test --release --workspace
+	@mkdir -p out
+	set -o pipefail; $(CARGO) test --release --workspace 2>&1 | tee out/test.log
+	@scripts/test-summary.sh out/test.log
 
 lint: deps
 	$(CARGO) fmt --all --check

@@ -41,6 +41,12 @@ pub const STAT_NAMES: [&str; WEIR_STAT_MAX as usize] = [
     "mac_fallback",
 ];
 
+/// The outcome counters: every packet ends in exactly one of them, so
+/// their sum equals `rx`.
+pub fn outcome_names() -> &'static [&'static str] {
+    &STAT_NAMES[1..=WEIR_STAT_DROP_REDIRECT as usize]
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct DipStatus {
     pub slot: u32,

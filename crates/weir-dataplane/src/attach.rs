@@ -65,12 +65,7 @@ pub fn attach_all<'a>(
     mode: XdpMode,
 ) -> Result<Attachment<'a>> {
     ensure_free(ifaces)?;
-    let mut att = Attachment {
-        xdp: Xdp::new(fd),
-        fd,
-        mode,
-        ifaces: Vec::new(),
-    };
+    let mut att = Attachment::empty(fd, mode);
     for (name, idx) in ifaces {
         let flags = mode.flags() | XdpFlags::UPDATE_IF_NOEXIST;
         if let Err(e) = att.xdp.attach(*idx as i32, flags) {
@@ -96,12 +91,7 @@ pub fn take_over<'a>(
     mode: XdpMode,
 ) -> Result<Attachment<'a>> {
     let mut swapped: Vec<(u32, OwnedFd)> = Vec::new();
-    let mut att = Attachment {
-        xdp: Xdp::new(fd),
-        fd,
-        mode,
-        ifaces: Vec::new(),
-    };
+    let mut att = Attachment::empty(fd, mode);
     for (name, idx) in ifaces {
         let result = (|| -> Result<OwnedFd> {
             let old_id = attached_prog_id(*idx)
@@ -149,7 +139,16 @@ fn replace(new: BorrowedFd<'_>, ifindex: u32, old: BorrowedFd<'_>, mode: XdpMode
     Ok(())
 }
 
-impl Attachment<'_> {
+impl<'a> Attachment<'a> {
+    fn empty(fd: BorrowedFd<'a>, mode: XdpMode) -> Attachment<'a> {
+        Attachment {
+            xdp: Xdp::new(fd),
+            fd,
+            mode,
+            ifaces: Vec::new(),
+        }
+    }
+
     pub fn interfaces(&self) -> &[(String, u32)] {
         &self.ifaces
     }

@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -31,61 +32,35 @@ impl Backend {
     pub fn start(ns: &str, name: &str) -> Result<Backend> {
         let stop = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(AtomicU64::new(0));
-        let mut threads = Vec::new();
         let (tx, rx) = std::sync::mpsc::channel::<Result<()>>();
+        let mut threads = Vec::new();
+        let ctx = || (name.to_string(), stop.clone(), requests.clone());
         for port in HTTP_PORTS {
-            let (ns, name, stop, requests, tx) = (
-                ns.to_string(),
-                name.to_string(),
-                stop.clone(),
-                requests.clone(),
+            let (name, stop, requests) = ctx();
+            threads.push(spawn_in(
+                ns,
                 tx.clone(),
-            );
-            threads.push(std::thread::spawn(move || {
-                let listener = enter(&ns).and_then(|_| {
+                move || {
                     let l = TcpListener::bind(("0.0.0.0", port))
                         .with_context(|| format!("binding :{port}"))?;
                     l.set_nonblocking(true)?;
                     Ok(l)
-                });
-                match listener {
-                    Ok(l) => {
-                        let _ = tx.send(Ok(()));
-                        serve_http(l, &name, &stop, &requests);
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-            }));
+                },
+                move |l| serve_http(l, &name, &stop, &requests),
+            ));
         }
-        {
-            let (ns, name, stop, requests, tx) = (
-                ns.to_string(),
-                name.to_string(),
-                stop.clone(),
-                requests.clone(),
-                tx.clone(),
-            );
-            threads.push(std::thread::spawn(move || {
-                let sock = enter(&ns).and_then(|_| {
-                    let s = UdpSocket::bind(("0.0.0.0", UDP_PORT)).context("binding udp")?;
-                    s.set_read_timeout(Some(Duration::from_millis(100)))?;
-                    Ok(s)
-                });
-                match sock {
-                    Ok(s) => {
-                        let _ = tx.send(Ok(()));
-                        serve_udp(s, &name, &stop, &requests);
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-            }));
-        }
-        drop(tx);
-        for r in rx.iter().take(HTTP_PORTS.len() + 1) {
+        let (udp_name, udp_stop, udp_requests) = ctx();
+        threads.push(spawn_in(
+            ns,
+            tx,
+            || {
+                let s = UdpSocket::bind(("0.0.0.0", UDP_PORT)).context("binding udp")?;
+                s.set_read_timeout(Some(Duration::from_millis(100)))?;
+                Ok(s)
+            },
+            move |s| serve_udp(s, &udp_name, &udp_stop, &udp_requests),
+        ));
+        for r in rx.iter().take(threads.len()) {
             r.with_context(|| format!("starting backend {name}"))?;
         }
         Ok(Backend {
@@ -95,6 +70,25 @@ impl Backend {
             threads,
         })
     }
+}
+
+/// Runs `setup` then `serve` on a thread inside namespace `ns`, reporting
+/// whether setup worked on `ready`.
+fn spawn_in<T, S, F>(ns: &str, ready: Sender<Result<()>>, setup: S, serve: F) -> JoinHandle<()>
+where
+    S: FnOnce() -> Result<T> + Send + 'static,
+    F: FnOnce(T) + Send + 'static,
+{
+    let ns = ns.to_string();
+    std::thread::spawn(move || match enter(&ns).and_then(|_| setup()) {
+        Ok(t) => {
+            let _ = ready.send(Ok(()));
+            serve(t);
+        }
+        Err(e) => {
+            let _ = ready.send(Err(e));
+        }
+    })
 }
 
 impl Drop for Backend {

@@ -153,27 +153,10 @@ fn connections_stay_on_their_backend_through_changes_and_restart() {
     );
     assert!(counter("rev_nat") > 500, "{status}");
     assert!(counter("conn_new") >= 40 + 60, "{status}");
-    let outcomes: u64 = [
-        "pass_not_ip",
-        "pass_not_vip",
-        "pass_icmp",
-        "pass_fragment",
-        "pass_no_neigh",
-        "drop_not_vip",
-        "drop_icmp",
-        "drop_fragment",
-        "drop_malformed",
-        "pass_malformed",
-        "drop_no_backend",
-        "drop_nonsyn_miss",
-        "drop_no_route",
-        "tx",
-        "redirect",
-        "drop_redirect",
-    ]
-    .iter()
-    .map(|n| counter(n))
-    .sum();
+    let outcomes: u64 = weir_control::status::outcome_names()
+        .iter()
+        .map(|n| counter(n))
+        .sum();
     assert_eq!(
         outcomes,
         counter("rx"),
