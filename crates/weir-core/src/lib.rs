@@ -10,5 +10,6 @@ pub mod dispatch;
 pub mod estimate;
 pub mod flow;
 pub mod hash;
+pub mod kv;
 pub mod maglev;
 pub mod vectors;
