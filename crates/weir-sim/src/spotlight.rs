@@ -274,10 +274,12 @@ impl SpotlightReport {
     }
 
     pub fn fig9_svg(&self) -> String {
+        // "inf" parses as an f64 too; m = infinity is drawn as its own line.
+        let finite_m = |m: &str| m.parse::<f64>().ok().filter(|m| m.is_finite());
         let finite: Vec<(f64, f64)> = self
             .fig9
             .iter()
-            .filter_map(|p| p.m.parse::<f64>().ok().map(|m| (m, p.point.omega)))
+            .filter_map(|p| finite_m(&p.m).map(|m| (m, p.point.omega)))
             .collect();
         let max_m = finite.iter().map(|p| p.0).fold(1.0, f64::max);
         let mut series = vec![Series {
@@ -288,7 +290,7 @@ impl SpotlightReport {
         let mut ticks: Vec<(f64, String)> = self
             .fig9
             .iter()
-            .filter_map(|p| p.m.parse::<f64>().ok().map(|m| (m, p.m.clone())))
+            .filter_map(|p| finite_m(&p.m).map(|m| (m, p.m.clone())))
             .collect();
         if let Some(inf) = self.fig9.iter().find(|p| p.m == "inf") {
             let x = max_m + 2.0;
@@ -389,6 +391,12 @@ mod tests {
             serde_json::to_string(&r.fig7).unwrap(),
             serde_json::to_string(&again.fig7).unwrap()
         );
+        // Every plotted coordinate is finite (m = inf once broke the x axis).
+        for svg in [r.fig7_svg(), r.fig9_svg()] {
+            assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
+        }
+        let fig9 = r.fig9_svg();
+        assert!(fig9.contains(">∞<") && fig9.contains(">4<"), "{fig9}");
         let dir = std::env::temp_dir().join(format!("weir-sim-test-{}", std::process::id()));
         let files = r.write(&dir).unwrap();
         for f in &files {
