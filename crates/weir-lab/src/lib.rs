@@ -7,4 +7,5 @@ pub mod client;
 pub mod daemon;
 pub mod demo;
 pub mod netns;
+pub mod spotlight;
 pub mod topology;

@@ -84,6 +84,8 @@ enum Command {
 enum LabCommand {
     /// Client, weir and 3 HTTP backends; real requests through the VIP.
     Demo(weir_lab::demo::DemoArgs),
+    /// Spotlight V-B testbed: 8 file servers, ECMP/LCF/AWFD, FCT and throughput.
+    Spotlight(weir_lab::spotlight::SpotlightArgs),
 }
 
 #[derive(Subcommand)]
@@ -141,6 +143,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Lab(LabCommand::Demo(args)) => weir_lab::demo::run(&args),
+        Command::Lab(LabCommand::Spotlight(args)) => weir_lab::spotlight::run(&args),
         Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
         Command::Bench(BenchCommand::Sim(args)) => weir_sim::cli::run_bench(&args),
         Command::Sim(cmd) => weir_sim::cli::run(cmd),
