@@ -6,8 +6,15 @@
 //!   four little-endian `u32`s. The continuum is sorted by point (stably, so
 //!   equal points keep server order); a key goes to the first point `>=` its
 //!   hash, wrapping to the first point.
-//! - **modula**: one slot per unit of weight, in server order; a key goes to
-//!   slot `hash % slots`.
+//! - **modula**: one slot per unit of weight, servers in nutcracker's order;
+//!   a key goes to slot `hash % slots`.
+//!
+//! nutcracker's order of servers is not the file's: it sorts them by name
+//! (shorter names first, then bytewise, its `string_compare`) when it checks
+//! for duplicate names, and builds its continuum in that order. weir does the
+//! same, which matters for modula (and for ketama points that collide);
+//! server indices returned here still refer to the caller's list. This was
+//! found and is checked against the real nutcracker 0.5.0 binary.
 //! - **random**: one slot per live server, a pseudo-random slot per request.
 //!
 //! The name a server hashes under is nutcracker's: the `name` written after
@@ -189,6 +196,17 @@ impl Distribution {
                 )));
             }
         }
+        let order = nutcracker_order(servers);
+        for w in order.windows(2) {
+            if servers[w[0]].ketama_name() == servers[w[1]].ketama_name() {
+                return Err(DistError(format!(
+                    "servers {} and {} have the same name `{}`",
+                    w[0].min(w[1]),
+                    w[0].max(w[1]),
+                    servers[w[0]].ketama_name()
+                )));
+            }
+        }
         let nlive = live.iter().filter(|l| **l).count() as u32;
         let total: u32 = servers
             .iter()
@@ -199,7 +217,8 @@ impl Distribution {
         let mut continuum = Vec::new();
         match dist {
             DistKind::Ketama => {
-                for (i, s) in servers.iter().enumerate() {
+                for &i in &order {
+                    let s = &servers[i];
                     if !live[i] {
                         continue;
                     }
@@ -222,16 +241,16 @@ impl Distribution {
                 continuum.sort_by_key(|&(v, _)| v);
             }
             DistKind::Modula => {
-                for (i, s) in servers.iter().enumerate() {
+                for &i in &order {
                     if live[i] {
-                        for _ in 0..s.weight {
+                        for _ in 0..servers[i].weight {
                             continuum.push((continuum.len() as u32, i as u32));
                         }
                     }
                 }
             }
             DistKind::Random => {
-                for (i, _) in servers.iter().enumerate() {
+                for &i in &order {
                     if live[i] {
                         continuum.push((continuum.len() as u32, i as u32));
                     }
@@ -344,6 +363,16 @@ impl Distribution {
     }
 }
 
+/// Server indices in nutcracker's order: by name length, then name bytes.
+pub fn nutcracker_order(servers: &[Server]) -> Vec<usize> {
+    let names: Vec<String> = servers.iter().map(Server::ketama_name).collect();
+    let mut order: Vec<usize> = (0..servers.len()).collect();
+    order.sort_by(|&a, &b| {
+        (names[a].len(), names[a].as_bytes()).cmp(&(names[b].len(), names[b].as_bytes()))
+    });
+    order
+}
+
 /// Points a server of `weight` gets, as nutcracker computes it in `float`.
 fn ketama_points(weight: u32, total: u32, nlive: u32) -> u32 {
     let pct = weight as f32 / total as f32;
@@ -448,18 +477,23 @@ mod tests {
     }
 
     #[test]
-    fn modula_slots_by_weight() {
+    fn modula_slots_by_weight_in_nutcracker_order() {
         let mut s = pool(3);
         s[1].weight = 2;
+        s[1].name = Some("beta".into());
+        s[2].addr = "10.0.0.10".into();
         let d = Distribution::build(DistKind::Modula, HashKind::Fnv1a_64, &s).unwrap();
         let owners: Vec<u32> = d.continuum().iter().map(|e| e.1).collect();
-        assert_eq!(owners, vec![0, 1, 1, 2]);
+        // "beta" (4 bytes) < "10.0.0.1" (8) < "10.0.0.10" (9)
+        assert_eq!(owners, vec![1, 1, 0, 2]);
         let k = b"hello";
         let h = HashKind::Fnv1a_64;
         assert_eq!(
             d.server_for_key(k),
             owners[(super::super::hash::hash(h, k) % 4) as usize] as usize
         );
+        s[0].name = Some("beta".into());
+        assert!(Distribution::build(DistKind::Modula, HashKind::Md5, &s).is_err());
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! - `fnv1_64` is real FNV-1-64, truncated to its low 32 bits.
 //! - `md5` is the first four digest bytes read little-endian.
 //! - `crc32` is libmemcached's 15-bit variant; `crc32a` is the standard CRC-32.
-//! - `crc16` is CRC-16/ARC (reflected 0xA001, initial value 0).
+//! - `crc16` is CRC-16/XMODEM's table step done in a `uint32_t` that is never
+//!   masked, so bits above 16 accumulate (nutcracker 0.5.0 returns them).
 
 use std::fmt;
 use std::str::FromStr;
@@ -204,13 +205,13 @@ const fn crc16_table() -> [u16; 256] {
     let mut t = [0u16; 256];
     let mut i = 0;
     while i < 256 {
-        let mut c = i as u16;
+        let mut c = (i as u16) << 8;
         let mut k = 0;
         while k < 8 {
-            c = if c & 1 != 0 {
-                0xa001 ^ (c >> 1)
+            c = if c & 0x8000 != 0 {
+                (c << 1) ^ 0x1021
             } else {
-                c >> 1
+                c << 1
             };
             k += 1;
         }
@@ -242,11 +243,11 @@ pub fn crc32a(key: &[u8]) -> u32 {
 }
 
 pub fn crc16(key: &[u8]) -> u32 {
-    let mut crc: u16 = 0;
+    let mut crc: u32 = 0;
     for &b in key {
-        crc = (crc >> 8) ^ CRC16[((crc ^ b as u16) & 0xff) as usize];
+        crc = (crc << 8) ^ CRC16[(((crc >> 8) ^ sx(b)) & 0xff) as usize] as u32;
     }
-    crc as u32
+    crc
 }
 
 /// MurmurHash2 with nutcracker's seed (0xdeadbeef * length), little-endian.
@@ -535,7 +536,8 @@ mod tests {
     fn crc_check_values() {
         // the "123456789" check values of the CRC catalogue
         assert_eq!(crc32a(b"123456789"), 0xcbf43926);
-        assert_eq!(crc16(b"123456789"), 0xbb3d);
+        // crc16's low half is CRC-16/XMODEM
+        assert_eq!(crc16(b"123456789") & 0xffff, 0x31c3);
         assert_eq!(crc32(b"123456789"), (0xcbf43926 >> 16) & 0x7fff);
     }
 

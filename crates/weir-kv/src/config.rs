@@ -1,0 +1,826 @@
+//! Configuration of `weir kv`: a nutcracker (twemproxy) YAML pool, or weir's
+//! own TOML. Both become one [`KvConfig`]. Errors name `file:line: field`.
+//!
+//! nutcracker options (one pool; `--pool NAME` picks one from a file with
+//! several):
+//!
+//! | option | weir |
+//! |---|---|
+//! | `listen` (host:port) | honoured; a unix socket path is refused |
+//! | `hash`, `distribution`, `hash_tag` | honoured, bit for bit |
+//! | `servers` (`host:port:weight [name]`) | honoured; unix sockets refused |
+//! | `timeout` | honoured: a request without a reply in time gets `SERVER_ERROR Connection timed out` |
+//! | `backlog`, `client_connections`, `preconnect`, `tcpkeepalive` | honoured |
+//! | `server_connections` | accepted; weir keeps one pipelined connection per server per worker |
+//! | `auto_eject_hosts: false`, `server_retry_timeout`, `server_failure_limit` | accepted (no ejection) |
+//! | `auto_eject_hosts: true` | refused: ejection remaps keys in one proxy only; the XDP path and the hot-key cache need one fixed owner per key |
+//! | `redis: true`, `redis_auth`, `redis_db` | refused: weir switches memcached only |
+//! | `stats_listen`, `stats_port` style keys, anything else | refused as unknown (nutcracker refuses them too) |
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+use weir_core::kv::{DistKind, Distribution, HashKind, Server};
+
+/// A configuration error located in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}: {}", self.file, l, self.field, self.message),
+            None => write!(f, "{}: {}: {}", self.file, self.field, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The UDP path: the XDP memcached switch on these interfaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdpConfig {
+    pub interfaces: Vec<String>,
+    /// `native` or `generic`.
+    pub xdp_mode: String,
+    /// UDP port the switch serves (default: the TCP listen port).
+    pub port: u16,
+}
+
+/// The in-switch hot-key cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheConfig {
+    pub enabled: bool,
+    /// How many hot keys to keep.
+    pub top_k: usize,
+    /// How often the hot-key loop samples, refetches and expires.
+    pub refresh: Duration,
+    /// Values larger than this are never cached.
+    pub max_value: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            enabled: false,
+            top_k: 64,
+            refresh: Duration::from_millis(500),
+            max_value: 1024,
+        }
+    }
+}
+
+/// One pool, validated.
+#[derive(Debug, Clone)]
+pub struct KvConfig {
+    pub file: PathBuf,
+    pub pool: String,
+    pub listen: SocketAddr,
+    pub hash: HashKind,
+    pub distribution: DistKind,
+    pub hash_tag: Option<[u8; 2]>,
+    pub timeout: Option<Duration>,
+    pub backlog: i32,
+    /// 0 = unlimited.
+    pub client_connections: usize,
+    pub preconnect: bool,
+    pub tcpkeepalive: bool,
+    pub servers: Vec<Server>,
+    /// `servers[i]` resolved.
+    pub server_addrs: Vec<SocketAddr>,
+    pub workers: usize,
+    pub metrics: Option<SocketAddr>,
+    pub udp: Option<UdpConfig>,
+    pub cache: CacheConfig,
+}
+
+impl KvConfig {
+    /// The key-to-server map of this pool.
+    pub fn distribution(&self) -> Distribution {
+        Distribution::build(self.distribution, self.hash, &self.servers)
+            .expect("validated at load")
+            .with_hash_tag(self.hash_tag)
+    }
+
+    /// A nutcracker YAML file; `pool` picks one of several pools.
+    pub fn load_nutcracker(path: &Path, pool: Option<&str>) -> Result<KvConfig, ConfigError> {
+        let src = read(path)?;
+        parse_nutcracker(&path.display().to_string(), &src, pool).map(|mut c| {
+            c.file = path.to_path_buf();
+            c
+        })
+    }
+
+    /// weir's TOML.
+    pub fn load_toml(path: &Path) -> Result<KvConfig, ConfigError> {
+        let src = read(path)?;
+        parse_toml(&path.display().to_string(), &src).map(|mut c| {
+            c.file = path.to_path_buf();
+            c
+        })
+    }
+}
+
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: path.display().to_string(),
+        line: None,
+        field: "(file)".into(),
+        message: format!("cannot read: {e}"),
+    })
+}
+
+fn defaults(file: &str, pool: &str, listen: SocketAddr) -> KvConfig {
+    KvConfig {
+        file: PathBuf::from(file),
+        pool: pool.to_string(),
+        listen,
+        hash: HashKind::Fnv1a_64,
+        distribution: DistKind::Ketama,
+        hash_tag: None,
+        timeout: None,
+        backlog: 512,
+        client_connections: 0,
+        preconnect: false,
+        tcpkeepalive: false,
+        servers: Vec::new(),
+        server_addrs: Vec::new(),
+        workers: 1,
+        metrics: Some(SocketAddr::from(([127, 0, 0, 1], 9122))),
+        udp: None,
+        cache: CacheConfig::default(),
+    }
+}
+
+struct Err_<'a> {
+    file: &'a str,
+}
+
+impl Err_<'_> {
+    fn at(&self, line: usize, field: &str, msg: impl Into<String>) -> ConfigError {
+        ConfigError {
+            file: self.file.to_string(),
+            line: (line > 0).then_some(line),
+            field: field.to_string(),
+            message: msg.into(),
+        }
+    }
+}
+
+/// Parse `host:port`.
+fn parse_listen(v: &str) -> Result<SocketAddr, String> {
+    if v.starts_with('/') {
+        return Err("unix socket paths are not supported; give host:port".into());
+    }
+    v.to_socket_addrs()
+        .map_err(|e| format!("`{v}` is not host:port ({e})"))?
+        .next()
+        .ok_or_else(|| format!("`{v}` resolves to no address"))
+}
+
+/// Parse nutcracker's `host:port:weight [name]`.
+pub fn parse_server(v: &str) -> Result<(Server, SocketAddr), String> {
+    if v.starts_with('/') {
+        return Err("unix socket servers are not supported".into());
+    }
+    let (hpw, name) = match v.rsplit_once(' ') {
+        Some((a, n)) => (a.trim(), Some(n.trim().to_string())),
+        None => (v, None),
+    };
+    let mut parts = hpw.rsplitn(3, ':');
+    let (Some(w), Some(p), Some(h)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(format!("`{v}` is not \"host:port:weight [name]\""));
+    };
+    let weight: u32 = w
+        .parse()
+        .ok()
+        .filter(|w| *w > 0)
+        .ok_or_else(|| format!("invalid weight `{w}` in `{v}` (a positive integer)"))?;
+    let port: u16 = p
+        .parse()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("invalid port `{p}` in `{v}`"))?;
+    let addr = (h, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve `{h}`: {e}"))?
+        .next()
+        .ok_or_else(|| format!("`{h}` resolves to no address"))?;
+    let server = Server {
+        addr: h.to_string(),
+        port,
+        weight,
+        name: name.filter(|n| !n.is_empty()),
+    };
+    Ok((server, addr))
+}
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("`{v}` is not true or false")),
+    }
+}
+
+fn parse_num(v: &str) -> Result<i64, String> {
+    v.parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| format!("`{v}` is not a non-negative integer"))
+}
+
+fn parse_tag(v: &str) -> Result<[u8; 2], String> {
+    let b = v.as_bytes();
+    if b.len() != 2 {
+        return Err(format!(
+            "`{v}` must be exactly two characters, like \"{{}}\""
+        ));
+    }
+    Ok([b[0], b[1]])
+}
+
+/// A scalar: strip a trailing comment and quotes.
+fn scalar(raw: &str) -> String {
+    let t = raw.trim();
+    if let Some(q) = t.strip_prefix('"') {
+        if let Some(end) = q.find('"') {
+            return q[..end].to_string();
+        }
+    }
+    if let Some(q) = t.strip_prefix('\'') {
+        if let Some(end) = q.find('\'') {
+            return q[..end].to_string();
+        }
+    }
+    match t.find(" #") {
+        Some(i) => t[..i].trim().to_string(),
+        None => t.to_string(),
+    }
+}
+
+struct YamlPool {
+    name: String,
+    line: usize,
+    /// (line, key, value)
+    keys: Vec<(usize, String, String)>,
+    /// (line, server string)
+    servers: Vec<(usize, String)>,
+    servers_line: usize,
+}
+
+/// The subset of YAML nutcracker configurations use: top-level pool names,
+/// `key: value` scalars, and the `servers:` block sequence.
+fn parse_yaml_pools(e: &Err_, src: &str) -> Result<Vec<YamlPool>, ConfigError> {
+    let mut pools: Vec<YamlPool> = Vec::new();
+    let mut in_servers = false;
+    for (i, raw) in src.lines().enumerate() {
+        let line = i + 1;
+        let no_comment = if raw.trim_start().starts_with('#') {
+            ""
+        } else {
+            raw
+        };
+        if no_comment.trim().is_empty() || no_comment.trim() == "---" {
+            continue;
+        }
+        if no_comment.contains('\t') {
+            return Err(e.at(line, "(syntax)", "tabs are not allowed in YAML indentation"));
+        }
+        let indent = no_comment.len() - no_comment.trim_start().len();
+        let text = no_comment.trim();
+        if indent == 0 {
+            let Some(name) = text.strip_suffix(':') else {
+                return Err(e.at(line, "(syntax)", "expected a pool name followed by `:`"));
+            };
+            pools.push(YamlPool {
+                name: scalar(name),
+                line,
+                keys: Vec::new(),
+                servers: Vec::new(),
+                servers_line: 0,
+            });
+            in_servers = false;
+            continue;
+        }
+        let Some(pool) = pools.last_mut() else {
+            return Err(e.at(line, "(syntax)", "indented line before any pool name"));
+        };
+        if let Some(item) = text
+            .strip_prefix("- ")
+            .or(if text == "-" { Some("") } else { None })
+        {
+            if !in_servers {
+                return Err(e.at(line, "(syntax)", "a list item outside `servers:`"));
+            }
+            pool.servers.push((line, scalar(item)));
+            continue;
+        }
+        let Some((k, v)) = text.split_once(':') else {
+            return Err(e.at(line, "(syntax)", "expected `key: value`"));
+        };
+        let (k, v) = (k.trim().to_string(), v.trim());
+        in_servers = false;
+        if k == "servers" {
+            if !v.is_empty() {
+                return Err(e.at(
+                    line,
+                    &format!("{}.servers", pool.name),
+                    "expected a block list of `- host:port:weight [name]` lines",
+                ));
+            }
+            in_servers = true;
+            pool.servers_line = line;
+            continue;
+        }
+        pool.keys.push((line, k, scalar(v)));
+    }
+    Ok(pools)
+}
+
+/// Parse a nutcracker YAML configuration.
+pub fn parse_nutcracker(
+    file: &str,
+    src: &str,
+    pick: Option<&str>,
+) -> Result<KvConfig, ConfigError> {
+    let e = Err_ { file };
+    let pools = parse_yaml_pools(&e, src)?;
+    let pool = match (pick, pools.len()) {
+        (_, 0) => return Err(e.at(0, "(pool)", "the file defines no pool")),
+        (None, 1) => &pools[0],
+        (None, _) => {
+            let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+            return Err(e.at(
+                pools[1].line,
+                "(pool)",
+                format!(
+                    "the file defines {} pools ({}); choose one with --pool NAME",
+                    pools.len(),
+                    names.join(", ")
+                ),
+            ));
+        }
+        (Some(n), _) => pools
+            .iter()
+            .find(|p| p.name == n)
+            .ok_or_else(|| e.at(0, "(pool)", format!("no pool named `{n}`")))?,
+    };
+    let p = &pool.name;
+    let mut cfg = defaults(file, p, SocketAddr::from(([127, 0, 0, 1], 22121)));
+    let mut have_listen = false;
+    let mut seen = std::collections::HashSet::new();
+    for (line, key, val) in &pool.keys {
+        let line = *line;
+        let field = format!("{p}.{key}");
+        let bad = |m: String| e.at(line, &field, m);
+        if !seen.insert(key.as_str()) {
+            return Err(bad("is a duplicate".into()));
+        }
+        match key.as_str() {
+            "listen" => {
+                cfg.listen = parse_listen(val).map_err(bad)?;
+                have_listen = true;
+            }
+            "hash" => cfg.hash = val.parse().map_err(bad)?,
+            "distribution" => cfg.distribution = val.parse().map_err(bad)?,
+            "hash_tag" => cfg.hash_tag = Some(parse_tag(val).map_err(bad)?),
+            "timeout" => {
+                let ms = parse_num(val).map_err(bad)?;
+                cfg.timeout = (ms > 0).then(|| Duration::from_millis(ms as u64));
+            }
+            "backlog" => cfg.backlog = parse_num(val).map_err(bad)?.min(65535) as i32,
+            "client_connections" => cfg.client_connections = parse_num(val).map_err(bad)? as usize,
+            "preconnect" => cfg.preconnect = parse_bool(val).map_err(bad)?,
+            "tcpkeepalive" => cfg.tcpkeepalive = parse_bool(val).map_err(bad)?,
+            "server_connections" => {
+                let n = parse_num(val).map_err(bad)?;
+                if n == 0 {
+                    return Err(bad("must be at least 1".into()));
+                }
+            }
+            "server_retry_timeout" | "server_failure_limit" => {
+                parse_num(val).map_err(bad)?;
+            }
+            "auto_eject_hosts" => {
+                if parse_bool(val).map_err(bad)? {
+                    return Err(bad(
+                        "true is not supported: ejecting a server remaps its keys in this proxy \
+                         only, while the XDP path and the hot-key cache need one fixed owner per \
+                         key; set it to false (weir answers SERVER_ERROR for a down server)"
+                            .into(),
+                    ));
+                }
+            }
+            "redis" => {
+                if parse_bool(val).map_err(bad)? {
+                    return Err(bad(
+                        "true is not supported: weir kv switches the memcached protocol only"
+                            .into(),
+                    ));
+                }
+            }
+            "redis_auth" | "redis_db" => {
+                return Err(bad(
+                    "is a redis option; weir kv switches the memcached protocol only".into(),
+                ))
+            }
+            _ => return Err(bad("is unknown (nutcracker would refuse it too)".into())),
+        }
+    }
+    if !have_listen {
+        return Err(e.at(pool.line, &format!("{p}.listen"), "is required"));
+    }
+    if pool.servers.is_empty() {
+        return Err(e.at(
+            pool.servers_line.max(pool.line),
+            &format!("{p}.servers"),
+            "at least one server is required",
+        ));
+    }
+    for (line, s) in &pool.servers {
+        let (server, addr) =
+            parse_server(s).map_err(|m| e.at(*line, &format!("{p}.servers"), m))?;
+        cfg.servers.push(server);
+        cfg.server_addrs.push(addr);
+    }
+    finish(&e, cfg, pool.servers_line)
+}
+
+fn finish(e: &Err_, cfg: KvConfig, servers_line: usize) -> Result<KvConfig, ConfigError> {
+    Distribution::build(cfg.distribution, cfg.hash, &cfg.servers)
+        .map_err(|m| e.at(servers_line, "servers", m.0))?;
+    for (i, a) in cfg.server_addrs.iter().enumerate() {
+        if cfg.server_addrs[..i].contains(a) {
+            return Err(e.at(servers_line, "servers", format!("{a} is listed twice")));
+        }
+    }
+    Ok(cfg)
+}
+
+// ---------------------------------------------------------------- TOML
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlFile {
+    pool: Spanned<TomlPool>,
+    #[serde(default)]
+    udp: Option<Spanned<TomlUdp>>,
+    #[serde(default)]
+    cache: Option<Spanned<TomlCache>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlPool {
+    #[serde(default = "pool_name")]
+    name: String,
+    listen: Spanned<String>,
+    #[serde(default)]
+    hash: Option<Spanned<String>>,
+    #[serde(default)]
+    distribution: Option<Spanned<String>>,
+    #[serde(default)]
+    hash_tag: Option<Spanned<String>>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    backlog: Option<u32>,
+    #[serde(default)]
+    client_connections: Option<usize>,
+    #[serde(default)]
+    preconnect: bool,
+    #[serde(default)]
+    tcpkeepalive: bool,
+    #[serde(default)]
+    workers: Option<Spanned<usize>>,
+    #[serde(default)]
+    metrics: Option<Spanned<String>>,
+    server: Spanned<Vec<Spanned<TomlServer>>>,
+}
+
+fn pool_name() -> String {
+    "kv".into()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlServer {
+    address: String,
+    #[serde(default = "default_port")]
+    port: u16,
+    #[serde(default = "one")]
+    weight: u32,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+fn default_port() -> u16 {
+    11211
+}
+fn one() -> u32 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlUdp {
+    interfaces: Vec<String>,
+    #[serde(default = "native")]
+    xdp_mode: String,
+    #[serde(default)]
+    port: Option<u16>,
+}
+
+fn native() -> String {
+    "native".into()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlCache {
+    #[serde(default = "yes")]
+    enabled: bool,
+    #[serde(default)]
+    top_k: Option<usize>,
+    #[serde(default)]
+    refresh_ms: Option<u64>,
+    #[serde(default)]
+    max_value: Option<usize>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The dotted key on 1-based `line`, with its table header.
+fn key_at(src: &str, line: usize) -> String {
+    let lines: Vec<&str> = src.lines().collect();
+    let Some(text) = lines.get(line.saturating_sub(1)) else {
+        return "(toml)".into();
+    };
+    let table = lines[..line.saturating_sub(1)]
+        .iter()
+        .rev()
+        .find_map(|l| {
+            let t = l.trim();
+            t.starts_with('[')
+                .then(|| t.trim_matches(|c| c == '[' || c == ']').to_string())
+        })
+        .unwrap_or_default();
+    match text.split_once('=') {
+        Some((k, _)) if table.is_empty() => k.trim().to_string(),
+        Some((k, _)) => format!("{table}.{}", k.trim()),
+        None if !table.is_empty() => table,
+        None => "(toml)".into(),
+    }
+}
+
+fn line_of(src: &str, off: usize) -> usize {
+    src[..off.min(src.len())].matches('\n').count() + 1
+}
+
+/// Parse weir's TOML (`[pool]`, `[[pool.server]]`, `[udp]`, `[cache]`).
+pub fn parse_toml(file: &str, src: &str) -> Result<KvConfig, ConfigError> {
+    let e = Err_ { file };
+    let f: TomlFile = toml::from_str(src).map_err(|err| {
+        let line = err.span().map(|s| line_of(src, s.start)).unwrap_or(0);
+        e.at(line, &key_at(src, line), err.message().to_string())
+    })?;
+    let ln = |s: &std::ops::Range<usize>| line_of(src, s.start);
+    let pspan = f.pool.span();
+    let p = f.pool.into_inner();
+    let listen = parse_listen(p.listen.get_ref())
+        .map_err(|m| e.at(ln(&p.listen.span()), "pool.listen", m))?;
+    let mut cfg = defaults(file, &p.name, listen);
+    if let Some(h) = &p.hash {
+        cfg.hash = h
+            .get_ref()
+            .parse()
+            .map_err(|m| e.at(ln(&h.span()), "pool.hash", m))?;
+    }
+    if let Some(d) = &p.distribution {
+        cfg.distribution = d
+            .get_ref()
+            .parse()
+            .map_err(|m| e.at(ln(&d.span()), "pool.distribution", m))?;
+    }
+    if let Some(t) = &p.hash_tag {
+        cfg.hash_tag =
+            Some(parse_tag(t.get_ref()).map_err(|m| e.at(ln(&t.span()), "pool.hash_tag", m))?);
+    }
+    cfg.timeout = p.timeout_ms.filter(|t| *t > 0).map(Duration::from_millis);
+    if let Some(b) = p.backlog {
+        cfg.backlog = b.min(65535) as i32;
+    }
+    cfg.client_connections = p.client_connections.unwrap_or(0);
+    cfg.preconnect = p.preconnect;
+    cfg.tcpkeepalive = p.tcpkeepalive;
+    if let Some(w) = &p.workers {
+        if *w.get_ref() == 0 || *w.get_ref() > 64 {
+            return Err(e.at(ln(&w.span()), "pool.workers", "must be 1..=64"));
+        }
+        cfg.workers = *w.get_ref();
+    }
+    if let Some(m) = &p.metrics {
+        cfg.metrics = if m.get_ref().is_empty() {
+            None
+        } else {
+            Some(
+                m.get_ref()
+                    .parse()
+                    .map_err(|_| e.at(ln(&m.span()), "pool.metrics", "expected ip:port or \"\""))?,
+            )
+        };
+    }
+    let sline = ln(&p.server.span());
+    if p.server.get_ref().is_empty() {
+        return Err(e.at(ln(&pspan), "pool.server", "at least one server is required"));
+    }
+    for s in p.server.into_inner() {
+        let l = ln(&s.span());
+        let s = s.into_inner();
+        if s.weight == 0 {
+            return Err(e.at(l, "pool.server.weight", "must be at least 1"));
+        }
+        let addr = (s.address.as_str(), s.port)
+            .to_socket_addrs()
+            .map_err(|err| e.at(l, "pool.server.address", format!("cannot resolve: {err}")))?
+            .next()
+            .ok_or_else(|| e.at(l, "pool.server.address", "resolves to no address"))?;
+        cfg.servers.push(Server {
+            addr: s.address,
+            port: s.port,
+            weight: s.weight,
+            name: s.name,
+        });
+        cfg.server_addrs.push(addr);
+    }
+    if let Some(u) = f.udp {
+        let l = ln(&u.span());
+        let u = u.into_inner();
+        if u.interfaces.is_empty() {
+            return Err(e.at(l, "udp.interfaces", "name at least one interface"));
+        }
+        if u.xdp_mode != "native" && u.xdp_mode != "generic" {
+            return Err(e.at(l, "udp.xdp_mode", "native or generic"));
+        }
+        cfg.udp = Some(UdpConfig {
+            interfaces: u.interfaces,
+            xdp_mode: u.xdp_mode,
+            port: u.port.unwrap_or(cfg.listen.port()),
+        });
+    }
+    if let Some(c) = f.cache {
+        let l = ln(&c.span());
+        let c = c.into_inner();
+        let d = CacheConfig::default();
+        cfg.cache = CacheConfig {
+            enabled: c.enabled,
+            top_k: c.top_k.unwrap_or(d.top_k),
+            refresh: c.refresh_ms.map(Duration::from_millis).unwrap_or(d.refresh),
+            max_value: c.max_value.unwrap_or(d.max_value),
+        };
+        if cfg.cache.top_k == 0 {
+            return Err(e.at(l, "cache.top_k", "must be at least 1"));
+        }
+        if cfg.cache.enabled && cfg.udp.is_none() {
+            return Err(e.at(
+                l,
+                "cache.enabled",
+                "the hot-key cache lives in the XDP switch; configure [udp] too",
+            ));
+        }
+    }
+    finish(&e, cfg, sline)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NC: &str = "\
+# a twemproxy pool
+alpha:
+  listen: 127.0.0.1:22121
+  hash: fnv1a_64
+  hash_tag: \"{}\"
+  distribution: ketama
+  auto_eject_hosts: false
+  redis: false
+  timeout: 400
+  server_retry_timeout: 2000
+  server_failure_limit: 1
+  servers:
+   - 127.0.0.1:11211:1
+   - 127.0.0.1:11212:2 server2
+";
+
+    #[test]
+    fn nutcracker_pool_parses() {
+        let c = parse_nutcracker("nc.yml", NC, None).unwrap();
+        assert_eq!(c.pool, "alpha");
+        assert_eq!(c.listen, "127.0.0.1:22121".parse().unwrap());
+        assert_eq!(c.hash, HashKind::Fnv1a_64);
+        assert_eq!(c.hash_tag, Some(*b"{}"));
+        assert_eq!(c.timeout, Some(Duration::from_millis(400)));
+        assert_eq!(c.servers.len(), 2);
+        assert_eq!(c.servers[0].ketama_name(), "127.0.0.1");
+        assert_eq!(c.servers[1].weight, 2);
+        assert_eq!(c.servers[1].ketama_name(), "server2");
+        assert_eq!(c.server_addrs[1], "127.0.0.1:11212".parse().unwrap());
+    }
+
+    fn nc_err(src: &str) -> ConfigError {
+        parse_nutcracker("nc.yml", src, None).unwrap_err()
+    }
+
+    #[test]
+    fn nutcracker_refusals_name_the_option_and_line() {
+        let e = nc_err(&NC.replace("redis: false", "redis: true"));
+        assert_eq!((e.line, e.field.as_str()), (Some(8), "alpha.redis"), "{e}");
+        assert!(e.message.contains("memcached"), "{e}");
+        let e = nc_err(&NC.replace("auto_eject_hosts: false", "auto_eject_hosts: true"));
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(7), "alpha.auto_eject_hosts")
+        );
+        let e = nc_err(&NC.replace("hash: fnv1a_64", "hash: sha1"));
+        assert_eq!((e.line, e.field.as_str()), (Some(4), "alpha.hash"));
+        let e = nc_err(&NC.replace("timeout: 400", "frobnicate: 1"));
+        assert_eq!((e.line, e.field.as_str()), (Some(9), "alpha.frobnicate"));
+        let e = nc_err(&NC.replace("127.0.0.1:11212:2", "127.0.0.1:11212:x"));
+        assert_eq!((e.line, e.field.as_str()), (Some(14), "alpha.servers"));
+        let e = nc_err(&NC.replace("  listen: 127.0.0.1:22121\n", ""));
+        assert_eq!(e.field, "alpha.listen");
+        let e = nc_err(&NC.replace("listen: 127.0.0.1:22121", "listen: /tmp/nc.sock"));
+        assert!(e.message.contains("unix"), "{e}");
+        let e = nc_err(&format!("{NC}beta:\n  listen: 127.0.0.1:1\n"));
+        assert!(e.message.contains("--pool"), "{e}");
+        let two =
+            format!("{NC}beta:\n  listen: 127.0.0.1:22122\n  servers:\n   - 127.0.0.1:11213:1\n");
+        let c = parse_nutcracker("nc.yml", &two, Some("beta")).unwrap();
+        assert_eq!(c.servers.len(), 1);
+    }
+
+    const TOML: &str = r#"
+[pool]
+listen = "127.0.0.1:22122"
+hash = "md5"
+distribution = "modula"
+workers = 2
+
+[[pool.server]]
+address = "127.0.0.1"
+port = 11211
+
+[[pool.server]]
+address = "127.0.0.1"
+port = 11212
+weight = 3
+name = "b"
+
+[udp]
+interfaces = ["eth0"]
+
+[cache]
+top_k = 16
+"#;
+
+    #[test]
+    fn toml_parses() {
+        let c = parse_toml("kv.toml", TOML).unwrap();
+        assert_eq!(c.hash, HashKind::Md5);
+        assert_eq!(c.distribution, DistKind::Modula);
+        assert_eq!(c.workers, 2);
+        assert_eq!(c.servers[1].name.as_deref(), Some("b"));
+        assert_eq!(c.udp.as_ref().unwrap().port, 22122);
+        assert!(c.cache.enabled);
+        assert_eq!(c.cache.top_k, 16);
+    }
+
+    #[test]
+    fn toml_errors_name_line_and_field() {
+        let e = parse_toml("kv.toml", &TOML.replace("\"md5\"", "\"sha1\"")).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(4), "pool.hash"), "{e}");
+        let e = parse_toml("kv.toml", &TOML.replace("weight = 3", "weight = 0")).unwrap_err();
+        assert_eq!(e.field, "pool.server.weight", "{e}");
+        let e = parse_toml("kv.toml", &TOML.replace("top_k", "topk")).unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(22), "cache.topk"), "{e}");
+        let e = parse_toml(
+            "kv.toml",
+            &TOML.replace("[udp]\ninterfaces = [\"eth0\"]\n", ""),
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "cache.enabled", "{e}");
+    }
+}

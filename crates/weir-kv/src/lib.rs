@@ -1,0 +1,21 @@
+//! weir-kv: the memcached switch's user-space side.
+//!
+//! - [`config`]: a nutcracker YAML pool or weir's own TOML, validated with
+//!   `file:line: field: message` errors; options weir cannot honour are
+//!   refused by name.
+//! - [`proto`]: sans-IO parsing of memcached ASCII requests and responses.
+//! - [`proxy`]: the TCP proxy (mio, one event loop per worker thread,
+//!   persistent pipelined server connections, multi-key gets split by server
+//!   and merged in order).
+//! - [`invalidate`]: the hook every mutating command passes through before
+//!   it is forwarded, so the XDP hot-key cache never serves a value older
+//!   than a write the switch saw.
+//! - [`stats`]: counters shared by the workers, rendered for `weir kv status`
+//!   and Prometheus.
+
+pub mod config;
+pub mod invalidate;
+pub mod proto;
+pub mod proxy;
+pub mod stats;
+pub mod testbed;

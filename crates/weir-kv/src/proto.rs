@@ -1,0 +1,556 @@
+//! Sans-IO memcached ASCII protocol: request and response framing.
+//!
+//! [`parse_request`] frames one request at the start of a buffer and
+//! returns byte ranges into it (no copies). [`parse_response`] frames one
+//! server reply of a given [`RespKind`].
+
+/// memcached's key length limit.
+pub const MAX_KEY: usize = 250;
+/// Longest request line accepted (memcached uses 2048 for its key lines,
+/// multi-key gets may be longer).
+pub const MAX_LINE: usize = 64 * 1024;
+/// Largest value accepted in a storage command (memcached's default item size).
+pub const MAX_VALUE: usize = 1024 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cmd {
+    Get,
+    Gets,
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+    Delete,
+    Incr,
+    Decr,
+    Touch,
+    FlushAll,
+    Version,
+    Verbosity,
+    Quit,
+}
+
+impl Cmd {
+    fn from_bytes(b: &[u8]) -> Option<Cmd> {
+        Some(match b {
+            b"get" => Cmd::Get,
+            b"gets" => Cmd::Gets,
+            b"set" => Cmd::Set,
+            b"add" => Cmd::Add,
+            b"replace" => Cmd::Replace,
+            b"append" => Cmd::Append,
+            b"prepend" => Cmd::Prepend,
+            b"cas" => Cmd::Cas,
+            b"delete" => Cmd::Delete,
+            b"incr" => Cmd::Incr,
+            b"decr" => Cmd::Decr,
+            b"touch" => Cmd::Touch,
+            b"flush_all" => Cmd::FlushAll,
+            b"version" => Cmd::Version,
+            b"verbosity" => Cmd::Verbosity,
+            b"quit" => Cmd::Quit,
+            _ => return None,
+        })
+    }
+
+    pub fn is_retrieval(self) -> bool {
+        matches!(self, Cmd::Get | Cmd::Gets)
+    }
+
+    pub fn is_storage(self) -> bool {
+        matches!(
+            self,
+            Cmd::Set | Cmd::Add | Cmd::Replace | Cmd::Append | Cmd::Prepend | Cmd::Cas
+        )
+    }
+
+    /// Changes the value or the life of a key: invalidates the cache.
+    pub fn is_mutation(self) -> bool {
+        self.is_storage()
+            || matches!(
+                self,
+                Cmd::Delete | Cmd::Incr | Cmd::Decr | Cmd::Touch | Cmd::FlushAll
+            )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Cmd::Get => "get",
+            Cmd::Gets => "gets",
+            Cmd::Set => "set",
+            Cmd::Add => "add",
+            Cmd::Replace => "replace",
+            Cmd::Append => "append",
+            Cmd::Prepend => "prepend",
+            Cmd::Cas => "cas",
+            Cmd::Delete => "delete",
+            Cmd::Incr => "incr",
+            Cmd::Decr => "decr",
+            Cmd::Touch => "touch",
+            Cmd::FlushAll => "flush_all",
+            Cmd::Version => "version",
+            Cmd::Verbosity => "verbosity",
+            Cmd::Quit => "quit",
+        }
+    }
+}
+
+/// A framed request; ranges index the parsed buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub cmd: Cmd,
+    /// Key ranges (one for single-key commands).
+    pub keys: Vec<(usize, usize)>,
+    /// Bytes of the whole request (line, and data block with its CRLF).
+    pub len: usize,
+    /// Bytes of the command line including CRLF.
+    pub line_len: usize,
+    /// Range of the ` noreply` token (with its leading space) if present.
+    pub noreply: Option<(usize, usize)>,
+}
+
+/// Outcome of framing the start of a buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// Need more bytes.
+    Incomplete,
+    Request(Request),
+    /// A bad request: answer `reply`, drop `skip` bytes, and close the
+    /// connection if `close`.
+    Bad {
+        skip: usize,
+        reply: &'static [u8],
+        close: bool,
+    },
+}
+
+pub const ERROR: &[u8] = b"ERROR\r\n";
+pub const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
+pub const BAD_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
+pub const LINE_TOO_LONG: &[u8] = b"CLIENT_ERROR line too long\r\n";
+pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+
+fn find_crlf(b: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = b[from..].iter().position(|&c| c == b'\n') {
+        let i = from + i;
+        if i > 0 && b[i - 1] == b'\r' {
+            return Some(i - 1);
+        }
+        from = i + 1;
+    }
+    None
+}
+
+fn tokens(line: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < line.len() && line[i] == b' ' {
+            i += 1;
+        }
+        if i >= line.len() {
+            return None;
+        }
+        let s = i;
+        while i < line.len() && line[i] != b' ' {
+            i += 1;
+        }
+        Some((s, i))
+    })
+}
+
+fn num<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// Frame one request at the start of `buf`.
+pub fn parse_request(buf: &[u8]) -> Parsed {
+    let Some(eol) = find_crlf(buf) else {
+        if buf.len() > MAX_LINE {
+            return Parsed::Bad {
+                skip: buf.len(),
+                reply: LINE_TOO_LONG,
+                close: true,
+            };
+        }
+        return Parsed::Incomplete;
+    };
+    let line = &buf[..eol];
+    let line_len = eol + 2;
+    let toks: Vec<(usize, usize)> = tokens(line).collect();
+    let bad = |reply| Parsed::Bad {
+        skip: line_len,
+        reply,
+        close: false,
+    };
+    let Some(&(cs, ce)) = toks.first() else {
+        return bad(ERROR);
+    };
+    let Some(cmd) = Cmd::from_bytes(&line[cs..ce]) else {
+        return bad(ERROR);
+    };
+    let args = &toks[1..];
+    let key_ok = |&(s, e): &(usize, usize)| e - s <= MAX_KEY;
+    let mut noreply = None;
+    let last_is_noreply = args.last().is_some_and(|&(s, e)| &line[s..e] == b"noreply");
+    let nr = |args: &[(usize, usize)]| {
+        let (s, e) = *args.last().unwrap();
+        // include the space before the token
+        let mut s2 = s;
+        while s2 > 0 && line[s2 - 1] == b' ' {
+            s2 -= 1;
+        }
+        let _ = e;
+        Some((s2, line.len()))
+    };
+    let req = |cmd, keys: Vec<(usize, usize)>, len, noreply| {
+        Parsed::Request(Request {
+            cmd,
+            keys,
+            len,
+            line_len,
+            noreply,
+        })
+    };
+    match cmd {
+        Cmd::Get | Cmd::Gets => {
+            if args.is_empty() {
+                return bad(ERROR);
+            }
+            if !args.iter().all(key_ok) {
+                return bad(BAD_FORMAT);
+            }
+            req(cmd, args.to_vec(), line_len, None)
+        }
+        Cmd::Set | Cmd::Add | Cmd::Replace | Cmd::Append | Cmd::Prepend | Cmd::Cas => {
+            let base = if cmd == Cmd::Cas { 5 } else { 4 };
+            let n = args.len();
+            let has_nr = n == base + 1 && last_is_noreply;
+            if n != base && !has_nr {
+                return bad(ERROR);
+            }
+            let field = |i: usize| &line[args[i].0..args[i].1];
+            let Some(bytes) = num::<usize>(field(3)) else {
+                return bad(BAD_FORMAT);
+            };
+            if num::<u32>(field(1)).is_none()
+                || num::<i64>(field(2)).is_none()
+                || (cmd == Cmd::Cas && num::<u64>(field(4)).is_none())
+            {
+                return bad(BAD_FORMAT);
+            }
+            let total = line_len + bytes + 2;
+            if !key_ok(&args[0]) {
+                return Parsed::Bad {
+                    skip: line_len,
+                    reply: BAD_FORMAT,
+                    close: false,
+                };
+            }
+            if bytes > MAX_VALUE {
+                // memcached swallows the data block; so do we, once it is here
+                if buf.len() < total {
+                    return Parsed::Incomplete;
+                }
+                return Parsed::Bad {
+                    skip: total,
+                    reply: TOO_LARGE,
+                    close: false,
+                };
+            }
+            if buf.len() < total {
+                return Parsed::Incomplete;
+            }
+            if &buf[total - 2..total] != b"\r\n" {
+                return Parsed::Bad {
+                    skip: total,
+                    reply: BAD_CHUNK,
+                    close: false,
+                };
+            }
+            if has_nr {
+                noreply = nr(args);
+            }
+            req(cmd, vec![args[0]], total, noreply)
+        }
+        Cmd::Delete => {
+            // delete <key> [0] [noreply]
+            let mut n = args.len();
+            if last_is_noreply {
+                n -= 1;
+                noreply = nr(args);
+            }
+            if n == 0 || n > 2 || (n == 2 && &line[args[1].0..args[1].1] != b"0") {
+                return bad(BAD_FORMAT);
+            }
+            if !key_ok(&args[0]) {
+                return bad(BAD_FORMAT);
+            }
+            req(cmd, vec![args[0]], line_len, noreply)
+        }
+        Cmd::Incr | Cmd::Decr | Cmd::Touch => {
+            let mut n = args.len();
+            if last_is_noreply {
+                n -= 1;
+                noreply = nr(args);
+            }
+            if n != 2 {
+                return bad(ERROR);
+            }
+            if !key_ok(&args[0]) {
+                return bad(BAD_FORMAT);
+            }
+            let arg = &line[args[1].0..args[1].1];
+            let ok = if cmd == Cmd::Touch {
+                num::<i64>(arg).is_some()
+            } else {
+                num::<u64>(arg).is_some()
+            };
+            if !ok {
+                return bad(if cmd == Cmd::Touch {
+                    BAD_FORMAT
+                } else {
+                    b"CLIENT_ERROR invalid numeric delta argument\r\n"
+                });
+            }
+            req(cmd, vec![args[0]], line_len, noreply)
+        }
+        Cmd::FlushAll => {
+            let mut n = args.len();
+            if last_is_noreply {
+                n -= 1;
+                noreply = nr(args);
+            }
+            if n > 1 || (n == 1 && num::<i64>(&line[args[0].0..args[0].1]).is_none()) {
+                return bad(BAD_FORMAT);
+            }
+            req(cmd, vec![], line_len, noreply)
+        }
+        Cmd::Version | Cmd::Quit | Cmd::Verbosity => req(cmd, vec![], line_len, None),
+    }
+}
+
+/// What kind of reply a forwarded request gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RespKind {
+    /// `VALUE ...` blocks then `END`.
+    Retrieval,
+    /// One line.
+    Line,
+}
+
+/// A framed reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Response {
+    pub len: usize,
+    /// `VALUE` blocks in a retrieval reply.
+    pub values: u32,
+    /// The reply is an `ERROR`, `CLIENT_ERROR` or `SERVER_ERROR` line.
+    pub error: bool,
+}
+
+/// Why a server's bytes cannot be framed: the connection must be dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Garbled;
+
+fn is_error_line(l: &[u8]) -> bool {
+    l.starts_with(b"ERROR") || l.starts_with(b"CLIENT_ERROR") || l.starts_with(b"SERVER_ERROR")
+}
+
+/// Parse `VALUE <key> <flags> <bytes> [<cas>]`: (key range, total block len).
+pub fn value_header(line: &[u8]) -> Option<((usize, usize), usize)> {
+    let t: Vec<(usize, usize)> = tokens(line).collect();
+    if t.len() < 4 || t.len() > 5 || &line[t[0].0..t[0].1] != b"VALUE" {
+        return None;
+    }
+    let bytes: usize = num(&line[t[3].0..t[3].1])?;
+    Some((t[1], bytes))
+}
+
+/// Frame one reply of `kind` at the start of `buf`.
+pub fn parse_response(buf: &[u8], kind: RespKind) -> Result<Option<Response>, Garbled> {
+    let mut pos = 0;
+    let mut values = 0;
+    loop {
+        let Some(eol) = find_crlf(&buf[pos..]) else {
+            if buf.len() - pos > MAX_LINE {
+                return Err(Garbled);
+            }
+            return Ok(None);
+        };
+        let line = &buf[pos..pos + eol];
+        let next = pos + eol + 2;
+        if kind == RespKind::Line || is_error_line(line) {
+            if values > 0 && is_error_line(line) {
+                return Err(Garbled);
+            }
+            return Ok(Some(Response {
+                len: next,
+                values: 0,
+                error: is_error_line(line),
+            }));
+        }
+        if line == b"END" {
+            return Ok(Some(Response {
+                len: next,
+                values,
+                error: false,
+            }));
+        }
+        let Some((_, bytes)) = value_header(line) else {
+            return Err(Garbled);
+        };
+        let end = next + bytes + 2;
+        if buf.len() < end {
+            return Ok(None);
+        }
+        if &buf[end - 2..end] != b"\r\n" {
+            return Err(Garbled);
+        }
+        values += 1;
+        pos = end;
+    }
+}
+
+/// Split a retrieval reply (without its `END`) into `VALUE` blocks:
+/// (key range, block range), ranges into `resp`.
+pub fn value_blocks(resp: &[u8]) -> Vec<((usize, usize), (usize, usize))> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while let Some(eol) = find_crlf(&resp[pos..]) {
+        let line = &resp[pos..pos + eol];
+        let Some(((ks, ke), bytes)) = value_header(line) else {
+            break;
+        };
+        let end = pos + eol + 2 + bytes + 2;
+        out.push(((pos + ks, pos + ke), (pos, end)));
+        pos = end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(b: &[u8]) -> Request {
+        match parse_request(b) {
+            Parsed::Request(r) => r,
+            other => panic!("{:?}: {other:?}", String::from_utf8_lossy(b)),
+        }
+    }
+
+    fn bad(b: &[u8]) -> &'static [u8] {
+        match parse_request(b) {
+            Parsed::Bad { reply, .. } => reply,
+            other => panic!("{:?}: {other:?}", String::from_utf8_lossy(b)),
+        }
+    }
+
+    #[test]
+    fn requests_frame() {
+        let b = b"get a bb ccc\r\nrest";
+        let r = req(b);
+        assert_eq!(r.cmd, Cmd::Get);
+        let keys: Vec<&[u8]> = r.keys.iter().map(|&(s, e)| &b[s..e]).collect();
+        assert_eq!(keys, vec![&b"a"[..], b"bb", b"ccc"]);
+        assert_eq!(r.len, 14);
+
+        let b = b"set k 1 0 5\r\nhello\r\nget k\r\n";
+        let r = req(b);
+        assert_eq!(
+            (r.cmd, r.len, r.line_len, r.noreply),
+            (Cmd::Set, 20, 13, None)
+        );
+
+        let b = b"cas k 0 0 1 99 noreply\r\nx\r\n";
+        let r = req(b);
+        assert_eq!(r.cmd, Cmd::Cas);
+        let (s, e) = r.noreply.unwrap();
+        assert_eq!(&b[s..e], b" noreply");
+
+        for (line, cmd) in [
+            (&b"delete k\r\n"[..], Cmd::Delete),
+            (b"delete k 0 noreply\r\n", Cmd::Delete),
+            (b"incr k 5\r\n", Cmd::Incr),
+            (b"decr k 5 noreply\r\n", Cmd::Decr),
+            (b"touch k 10\r\n", Cmd::Touch),
+            (b"flush_all\r\n", Cmd::FlushAll),
+            (b"flush_all 10 noreply\r\n", Cmd::FlushAll),
+            (b"version\r\n", Cmd::Version),
+            (b"quit\r\n", Cmd::Quit),
+            (b"gets a b\r\n", Cmd::Gets),
+        ] {
+            assert_eq!(req(line).cmd, cmd, "{:?}", String::from_utf8_lossy(line));
+        }
+    }
+
+    #[test]
+    fn incomplete_and_bad() {
+        assert_eq!(parse_request(b"get a"), Parsed::Incomplete);
+        assert_eq!(parse_request(b"set k 0 0 5\r\nhel"), Parsed::Incomplete);
+        assert_eq!(bad(b"bogus\r\n"), ERROR);
+        assert_eq!(bad(b"\r\n"), ERROR);
+        assert_eq!(bad(b"get\r\n"), ERROR);
+        let long = format!("get {}\r\n", "k".repeat(251));
+        assert_eq!(bad(long.as_bytes()), BAD_FORMAT);
+        let ok = format!("get {}\r\n", "k".repeat(250));
+        assert_eq!(req(ok.as_bytes()).cmd, Cmd::Get);
+        assert_eq!(bad(b"set k 0 0 x\r\n"), BAD_FORMAT);
+        assert_eq!(bad(b"set k 0 0 2\r\nabc\r\n"), BAD_CHUNK);
+        assert_eq!(bad(b"set k 0 0\r\n"), ERROR);
+        assert_eq!(
+            bad(b"incr k x\r\n"),
+            b"CLIENT_ERROR invalid numeric delta argument\r\n"
+        );
+        let big = format!("set k 0 0 {}\r\n", MAX_VALUE + 1);
+        let mut v = big.into_bytes();
+        let head = v.len();
+        v.resize(head + MAX_VALUE + 3, b'a');
+        let n = v.len();
+        v[n - 2..].copy_from_slice(b"\r\n");
+        match parse_request(&v) {
+            Parsed::Bad { skip, reply, .. } => {
+                assert_eq!(reply, TOO_LARGE);
+                assert_eq!(skip, n);
+            }
+            o => panic!("{o:?}"),
+        }
+        match parse_request(&vec![b'a'; MAX_LINE + 1]) {
+            Parsed::Bad { close, .. } => assert!(close),
+            o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn responses_frame() {
+        let r = b"VALUE a 0 3\r\nabc\r\nVALUE b 1 2 77\r\nxy\r\nEND\r\nSTORED\r\n";
+        let f = parse_response(r, RespKind::Retrieval).unwrap().unwrap();
+        assert_eq!((f.len, f.values, f.error), (r.len() - 8, 2, false));
+        let blocks = value_blocks(&r[..f.len - 5]);
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(&r[blocks[1].0 .0..blocks[1].0 .1], b"b");
+        assert_eq!(
+            parse_response(b"VALUE a 0 3\r\nab", RespKind::Retrieval),
+            Ok(None)
+        );
+        let f = parse_response(b"SERVER_ERROR out of memory\r\n", RespKind::Retrieval)
+            .unwrap()
+            .unwrap();
+        assert!(f.error);
+        let f = parse_response(b"STORED\r\n", RespKind::Line)
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.len, 8);
+        assert_eq!(
+            parse_response(b"garbage\r\n", RespKind::Retrieval),
+            Err(Garbled)
+        );
+        // a value containing CRLF is framed by its length
+        let r = b"VALUE a 0 4\r\n\r\n\r\n\r\nEND\r\n";
+        let f = parse_response(r, RespKind::Retrieval).unwrap().unwrap();
+        assert_eq!(f.len, r.len());
+    }
+}

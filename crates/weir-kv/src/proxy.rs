@@ -1,0 +1,1098 @@
+//! The TCP memcached proxy.
+//!
+//! One mio event loop per worker thread; each worker has its own
+//! `SO_REUSEPORT` listener and its own persistent connection to every server,
+//! on which requests from all its clients are pipelined. Replies are matched
+//! to requests in FIFO order per server connection, and given back to each
+//! client in the order it sent its requests.
+//!
+//! A `get`/`gets` whose keys live on several servers is split into one
+//! request per server; the values are merged back in the order of the keys.
+//! `flush_all` goes to every server. A mutating command is passed to the
+//! [`Invalidation`] before it is forwarded and again when its reply arrives.
+//! `noreply` is honoured towards the client, but the proxy strips it towards
+//! the server and swallows the reply, so replies stay matched to requests.
+//!
+//! Errors are those of memcached for bad requests (`ERROR`, `CLIENT_ERROR
+//! ...`) and those of twemproxy for server trouble (`SERVER_ERROR <reason>`).
+//! The binary protocol is not spoken: a connection opening with the binary
+//! magic byte is closed (counted as `binary_refused`).
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use weir_core::kv::Distribution;
+
+use crate::config::KvConfig;
+use crate::invalidate::Invalidation;
+use crate::proto::{self, Cmd, Parsed, RespKind};
+use crate::stats::{inc, snapshot, Snapshot, WorkerStats};
+
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+const SERVER_BASE: usize = 2;
+const CLIENT_BASE: usize = 1 << 20;
+/// Stop reading a client with this many replies outstanding.
+const MAX_SLOTS: usize = 4096;
+/// ... or this many unsent reply bytes.
+const MAX_WBUF: usize = 4 << 20;
+const READ_CHUNK: usize = 64 * 1024;
+pub const VERSION_REPLY: &[u8] = b"VERSION weir-kv 0.1.0\r\n";
+
+/// A running proxy.
+pub struct Proxy {
+    stop: Arc<AtomicBool>,
+    wakers: Vec<Arc<Waker>>,
+    threads: Vec<JoinHandle<()>>,
+    stats: Vec<Arc<WorkerStats>>,
+    local: SocketAddr,
+}
+
+impl Proxy {
+    /// Bind and start `cfg.workers` worker threads.
+    pub fn start(
+        cfg: &KvConfig,
+        dist: Arc<Distribution>,
+        invalidation: Option<Invalidation>,
+    ) -> Result<Proxy> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let nclients = Arc::new(AtomicUsize::new(0));
+        let mut local = cfg.listen;
+        let mut listeners = Vec::new();
+        for _ in 0..cfg.workers.max(1) {
+            let l = bind_reuseport(local, cfg.backlog)
+                .with_context(|| format!("listening on {local}"))?;
+            local = l.local_addr()?;
+            listeners.push(l);
+        }
+        let mut threads = Vec::new();
+        let mut wakers = Vec::new();
+        let mut stats = Vec::new();
+        for (i, l) in listeners.into_iter().enumerate() {
+            let poll = Poll::new()?;
+            let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+            let st = Arc::new(WorkerStats::new(cfg.servers.len()));
+            let mut w = Worker::new(
+                poll,
+                TcpListener::from_std(l),
+                cfg,
+                dist.clone(),
+                invalidation.clone(),
+                st.clone(),
+                stop.clone(),
+                nclients.clone(),
+            )?;
+            wakers.push(waker);
+            stats.push(st);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("weir-kv-{i}"))
+                    .spawn(move || {
+                        if let Err(e) = w.run() {
+                            eprintln!("weir kv: worker {i}: {e:#}");
+                        }
+                    })?,
+            );
+        }
+        Ok(Proxy {
+            stop,
+            wakers,
+            threads,
+            stats,
+            local,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub fn stats(&self) -> Snapshot {
+        snapshot(&self.stats)
+    }
+
+    /// Stop the workers and close every connection.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for w in &self.wakers {
+            let _ = w.wake();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn bind_reuseport(addr: SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(backlog.max(1))?;
+    Ok(s.into())
+}
+
+/// A reply slot of a client, in request order.
+struct Slot {
+    done: bool,
+    resp: Vec<u8>,
+    /// Fragments still to come.
+    frags: u16,
+    split: Option<Box<Split>>,
+    /// flush_all: every server must say OK.
+    flush: bool,
+    /// Close the connection once this slot is written (quit).
+    close_after: bool,
+}
+
+impl Slot {
+    fn new(frags: u16) -> Slot {
+        Slot {
+            done: false,
+            resp: Vec::new(),
+            frags,
+            split: None,
+            flush: false,
+            close_after: false,
+        }
+    }
+    fn local(reply: &[u8]) -> Slot {
+        Slot {
+            done: true,
+            resp: reply.to_vec(),
+            ..Slot::new(0)
+        }
+    }
+}
+
+/// A multi-server get being merged.
+struct Split {
+    keys: Vec<Vec<u8>>,
+    group: Vec<u16>,
+    /// Value block of each key, as a range into `buf`.
+    vals: Vec<Option<(usize, usize)>>,
+    buf: Vec<u8>,
+    error: Option<Vec<u8>>,
+}
+
+struct Client {
+    sock: TcpStream,
+    gen: u32,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    slots: VecDeque<Slot>,
+    head_seq: u64,
+    closing: bool,
+    dead: bool,
+    first: bool,
+}
+
+/// A request in flight on a server connection.
+struct Pending {
+    client: u32,
+    gen: u32,
+    seq: u64,
+    kind: RespKind,
+    frag: u16,
+    swallow: bool,
+    /// The key of a mutation, invalidated again when the reply arrives.
+    inval_key: Option<Box<[u8]>>,
+    sent: Instant,
+}
+
+struct ServerConn {
+    addr: SocketAddr,
+    sock: Option<TcpStream>,
+    connected: bool,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+    wpos: usize,
+    inflight: VecDeque<Pending>,
+}
+
+struct Worker {
+    poll: Poll,
+    listener: TcpListener,
+    clients: Vec<Option<Client>>,
+    free: Vec<u32>,
+    next_gen: u32,
+    servers: Vec<ServerConn>,
+    dist: Arc<Distribution>,
+    inval: Option<Invalidation>,
+    stats: Arc<WorkerStats>,
+    stop: Arc<AtomicBool>,
+    nclients: Arc<AtomicUsize>,
+    max_clients: usize,
+    timeout: Option<Duration>,
+    keepalive: bool,
+    dirty_servers: Vec<usize>,
+    dirty_clients: Vec<u32>,
+    scratch: Vec<u8>,
+}
+
+fn errmsg(e: &io::Error) -> String {
+    let s = e.to_string();
+    match s.find(" (os error") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
+}
+
+impl Worker {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        poll: Poll,
+        mut listener: TcpListener,
+        cfg: &KvConfig,
+        dist: Arc<Distribution>,
+        inval: Option<Invalidation>,
+        stats: Arc<WorkerStats>,
+        stop: Arc<AtomicBool>,
+        nclients: Arc<AtomicUsize>,
+    ) -> Result<Worker> {
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let servers = cfg
+            .server_addrs
+            .iter()
+            .map(|&addr| ServerConn {
+                addr,
+                sock: None,
+                connected: false,
+                rbuf: Vec::new(),
+                wbuf: Vec::new(),
+                wpos: 0,
+                inflight: VecDeque::new(),
+            })
+            .collect();
+        let mut w = Worker {
+            poll,
+            listener,
+            clients: Vec::new(),
+            free: Vec::new(),
+            next_gen: 1,
+            servers,
+            dist,
+            inval,
+            stats,
+            stop,
+            nclients,
+            max_clients: cfg.client_connections,
+            timeout: cfg.timeout,
+            keepalive: cfg.tcpkeepalive,
+            dirty_servers: Vec::new(),
+            dirty_clients: Vec::new(),
+            scratch: Vec::new(),
+        };
+        if cfg.preconnect {
+            for i in 0..w.servers.len() {
+                let _ = w.ensure_server(i);
+            }
+        }
+        Ok(w)
+    }
+
+    fn run(&mut self) -> Result<()> {
+        let mut events = Events::with_capacity(1024);
+        let tick = self
+            .timeout
+            .map(|t| (t / 4).clamp(Duration::from_millis(1), Duration::from_millis(100)))
+            .unwrap_or(Duration::from_millis(200));
+        while !self.stop.load(Ordering::Relaxed) {
+            match self.poll.poll(&mut events, Some(tick)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    Token(t) if t >= CLIENT_BASE => {
+                        let idx = (t - CLIENT_BASE) as u32;
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.client_read(idx);
+                        }
+                        if ev.is_writable() {
+                            self.mark_client(idx);
+                        }
+                    }
+                    Token(t) => {
+                        let s = t - SERVER_BASE;
+                        if ev.is_writable() || ev.is_error() {
+                            self.server_writable(s);
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            self.server_read(s);
+                        }
+                    }
+                }
+            }
+            self.flush();
+            if let Some(t) = self.timeout {
+                self.check_timeouts(t);
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) {
+        // servers first (their writes may fail and produce client replies)
+        while let Some(s) = self.dirty_servers.pop() {
+            self.server_flush(s);
+        }
+        while let Some(c) = self.dirty_clients.pop() {
+            self.client_flush(c);
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut sock, _)) => {
+                    if self.max_clients > 0
+                        && self.nclients.load(Ordering::Relaxed) >= self.max_clients
+                    {
+                        drop(sock);
+                        continue;
+                    }
+                    let _ = sock.set_nodelay(true);
+                    if self.keepalive {
+                        let _ = socket2::SockRef::from(&sock).set_keepalive(true);
+                    }
+                    let idx = match self.free.pop() {
+                        Some(i) => i,
+                        None => {
+                            self.clients.push(None);
+                            (self.clients.len() - 1) as u32
+                        }
+                    };
+                    if self
+                        .poll
+                        .registry()
+                        .register(
+                            &mut sock,
+                            Token(CLIENT_BASE + idx as usize),
+                            Interest::READABLE | Interest::WRITABLE,
+                        )
+                        .is_err()
+                    {
+                        self.free.push(idx);
+                        continue;
+                    }
+                    self.next_gen = self.next_gen.wrapping_add(1).max(1);
+                    self.clients[idx as usize] = Some(Client {
+                        sock,
+                        gen: self.next_gen,
+                        rbuf: Vec::new(),
+                        wbuf: Vec::new(),
+                        wpos: 0,
+                        slots: VecDeque::new(),
+                        head_seq: 0,
+                        closing: false,
+                        dead: false,
+                        first: true,
+                    });
+                    self.nclients.fetch_add(1, Ordering::Relaxed);
+                    inc(&self.stats.client_connections, 1);
+                    inc(&self.stats.client_connections_total, 1);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn mark_client(&mut self, idx: u32) {
+        self.dirty_clients.push(idx);
+    }
+
+    fn close_client(&mut self, idx: u32) {
+        if let Some(mut c) = self.clients[idx as usize].take() {
+            let _ = self.poll.registry().deregister(&mut c.sock);
+            self.free.push(idx);
+            self.nclients.fetch_sub(1, Ordering::Relaxed);
+            self.stats
+                .client_connections
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    fn client_read(&mut self, idx: u32) {
+        loop {
+            let Some(c) = self.clients[idx as usize].as_mut() else {
+                return;
+            };
+            if c.closing || c.dead {
+                return;
+            }
+            if c.slots.len() >= MAX_SLOTS || c.wbuf.len() - c.wpos >= MAX_WBUF {
+                return; // resumed by client_flush
+            }
+            let len = c.rbuf.len();
+            c.rbuf.resize(len + READ_CHUNK, 0);
+            match c.sock.read(&mut c.rbuf[len..]) {
+                Ok(0) => {
+                    c.rbuf.truncate(len);
+                    c.dead = true;
+                    self.mark_client(idx);
+                    return;
+                }
+                Ok(n) => {
+                    c.rbuf.truncate(len + n);
+                    self.client_parse(idx);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.rbuf.truncate(len);
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    c.rbuf.truncate(len);
+                }
+                Err(_) => {
+                    c.rbuf.truncate(len);
+                    c.dead = true;
+                    self.mark_client(idx);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Frame and dispatch every complete request in the client's buffer.
+    fn client_parse(&mut self, idx: u32) {
+        let Some(mut c) = self.clients[idx as usize].take() else {
+            return;
+        };
+        if c.first && !c.rbuf.is_empty() {
+            c.first = false;
+            if c.rbuf[0] == 0x80 {
+                inc(&self.stats.binary_refused, 1);
+                c.dead = true;
+                c.rbuf.clear();
+            }
+        }
+        let mut pos = 0;
+        while !c.closing && !c.dead && c.slots.len() < MAX_SLOTS {
+            let buf = &c.rbuf[pos..];
+            if buf.is_empty() {
+                break;
+            }
+            match proto::parse_request(buf) {
+                Parsed::Incomplete => break,
+                Parsed::Bad { skip, reply, close } => {
+                    inc(&self.stats.client_errors, 1);
+                    push_local(&mut c, reply);
+                    pos += skip;
+                    if close {
+                        c.closing = true;
+                    }
+                }
+                Parsed::Request(r) => {
+                    let len = r.len;
+                    let rbuf = std::mem::take(&mut c.rbuf);
+                    self.dispatch(idx, &mut c, &rbuf[pos..pos + len], &r);
+                    c.rbuf = rbuf;
+                    pos += len;
+                }
+            }
+        }
+        c.rbuf.drain(..pos);
+        let deliver = c.slots.front().is_some_and(|s| s.done);
+        self.clients[idx as usize] = Some(c);
+        if deliver {
+            self.mark_client(idx);
+        }
+    }
+
+    fn dispatch(&mut self, idx: u32, c: &mut Client, req: &[u8], r: &proto::Request) {
+        inc(&self.stats.requests, 1);
+        let seq = c.head_seq + c.slots.len() as u64;
+        match r.cmd {
+            Cmd::Version => push_local(c, VERSION_REPLY),
+            Cmd::Verbosity => push_local(c, b"OK\r\n"),
+            Cmd::Quit => {
+                let mut s = Slot::local(b"");
+                s.close_after = true;
+                c.slots.push_back(s);
+                c.closing = true;
+            }
+            Cmd::Get | Cmd::Gets => {
+                inc(&self.stats.get_keys, r.keys.len() as u64);
+                let first = self.dist.server_for_key(&req[r.keys[0].0..r.keys[0].1]);
+                let mut same = true;
+                let mut owners = Vec::new();
+                if r.keys.len() > 1 {
+                    owners.reserve(r.keys.len());
+                    owners.push(first);
+                    for &(s, e) in &r.keys[1..] {
+                        let o = self.dist.server_for_key(&req[s..e]);
+                        same &= o == first;
+                        owners.push(o);
+                    }
+                }
+                if same {
+                    c.slots.push_back(Slot::new(1));
+                    self.send(
+                        first,
+                        req,
+                        idx,
+                        c.gen,
+                        seq,
+                        RespKind::Retrieval,
+                        0,
+                        false,
+                        None,
+                    );
+                    return;
+                }
+                // split by server, keep key order within each
+                let mut servers: Vec<usize> = Vec::new();
+                let mut group = Vec::with_capacity(owners.len());
+                for &o in &owners {
+                    let g = match servers.iter().position(|&s| s == o) {
+                        Some(g) => g,
+                        None => {
+                            servers.push(o);
+                            servers.len() - 1
+                        }
+                    };
+                    group.push(g as u16);
+                }
+                let verb: &[u8] = if r.cmd == Cmd::Gets { b"gets" } else { b"get" };
+                let keys: Vec<Vec<u8>> = r.keys.iter().map(|&(s, e)| req[s..e].to_vec()).collect();
+                let mut slot = Slot::new(servers.len() as u16);
+                slot.split = Some(Box::new(Split {
+                    vals: vec![None; keys.len()],
+                    keys,
+                    group: group.clone(),
+                    buf: Vec::new(),
+                    error: None,
+                }));
+                c.slots.push_back(slot);
+                for (g, &srv) in servers.iter().enumerate() {
+                    let mut line = std::mem::take(&mut self.scratch);
+                    line.clear();
+                    line.extend_from_slice(verb);
+                    for (k, &(s, e)) in r.keys.iter().enumerate() {
+                        if group[k] as usize == g {
+                            line.push(b' ');
+                            line.extend_from_slice(&req[s..e]);
+                        }
+                    }
+                    line.extend_from_slice(b"\r\n");
+                    self.send(
+                        srv,
+                        &line,
+                        idx,
+                        c.gen,
+                        seq,
+                        RespKind::Retrieval,
+                        g as u16,
+                        false,
+                        None,
+                    );
+                    self.scratch = line;
+                }
+            }
+            Cmd::FlushAll => {
+                inc(&self.stats.writes, 1);
+                if let Some(inv) = &self.inval {
+                    inc(&self.stats.invalidations, 1);
+                    if let Err(e) = inv.all() {
+                        inc(&self.stats.invalidation_failures, 1);
+                        if r.noreply.is_none() {
+                            push_local_owned(
+                                c,
+                                format!("SERVER_ERROR cache invalidation failed: {e}\r\n"),
+                            );
+                        }
+                        return;
+                    }
+                }
+                let swallow = r.noreply.is_some();
+                let line = strip_noreply(req, r);
+                let n = self.servers.len();
+                if !swallow {
+                    let mut s = Slot::new(n as u16);
+                    s.flush = true;
+                    c.slots.push_back(s);
+                }
+                for srv in 0..n {
+                    self.send(
+                        srv,
+                        &line,
+                        idx,
+                        c.gen,
+                        seq,
+                        RespKind::Line,
+                        0,
+                        swallow,
+                        None,
+                    );
+                }
+            }
+            _ => {
+                // single-key mutation
+                inc(&self.stats.writes, 1);
+                let key = &req[r.keys[0].0..r.keys[0].1];
+                let srv = self.dist.server_for_key(key);
+                let mut inval_key = None;
+                if let Some(inv) = &self.inval {
+                    inc(&self.stats.invalidations, 1);
+                    if let Err(e) = inv.key(key) {
+                        inc(&self.stats.invalidation_failures, 1);
+                        if r.noreply.is_none() {
+                            push_local_owned(
+                                c,
+                                format!("SERVER_ERROR cache invalidation failed: {e}\r\n"),
+                            );
+                        }
+                        return;
+                    }
+                    inval_key = Some(key.to_vec().into_boxed_slice());
+                }
+                let swallow = r.noreply.is_some();
+                if !swallow {
+                    c.slots.push_back(Slot::new(1));
+                }
+                if swallow {
+                    let line = strip_noreply(req, r);
+                    self.send(
+                        srv,
+                        &line,
+                        idx,
+                        c.gen,
+                        seq,
+                        RespKind::Line,
+                        0,
+                        true,
+                        inval_key,
+                    );
+                } else {
+                    self.send(
+                        srv,
+                        req,
+                        idx,
+                        c.gen,
+                        seq,
+                        RespKind::Line,
+                        0,
+                        false,
+                        inval_key,
+                    );
+                }
+            }
+        }
+    }
+
+    fn ensure_server(&mut self, s: usize) -> io::Result<()> {
+        let sc = &mut self.servers[s];
+        if sc.sock.is_some() {
+            return Ok(());
+        }
+        let mut sock = TcpStream::connect(sc.addr)?;
+        let _ = sock.set_nodelay(true);
+        self.poll.registry().register(
+            &mut sock,
+            Token(SERVER_BASE + s),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        sc.sock = Some(sock);
+        sc.connected = false;
+        sc.rbuf.clear();
+        sc.wbuf.clear();
+        sc.wpos = 0;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &mut self,
+        s: usize,
+        bytes: &[u8],
+        client: u32,
+        gen: u32,
+        seq: u64,
+        kind: RespKind,
+        frag: u16,
+        swallow: bool,
+        inval_key: Option<Box<[u8]>>,
+    ) {
+        inc(&self.stats.server_requests[s], 1);
+        let p = Pending {
+            client,
+            gen,
+            seq,
+            kind,
+            frag,
+            swallow,
+            inval_key,
+            sent: Instant::now(),
+        };
+        if let Err(e) = self.ensure_server(s) {
+            self.servers[s].inflight.push_back(p);
+            self.fail_server(s, &errmsg(&e));
+            return;
+        }
+        let sc = &mut self.servers[s];
+        if sc.wbuf.len() == sc.wpos {
+            self.dirty_servers.push(s);
+        }
+        sc.wbuf.extend_from_slice(bytes);
+        sc.inflight.push_back(p);
+    }
+
+    fn server_writable(&mut self, s: usize) {
+        let sc = &mut self.servers[s];
+        let Some(sock) = sc.sock.as_ref() else {
+            return;
+        };
+        if !sc.connected {
+            match sock.take_error() {
+                Ok(Some(e)) | Err(e) => {
+                    let m = errmsg(&e);
+                    self.fail_server(s, &m);
+                    return;
+                }
+                Ok(None) => {}
+            }
+            match sock.peer_addr() {
+                Ok(_) => sc.connected = true,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                Err(e) => {
+                    let m = errmsg(&e);
+                    self.fail_server(s, &m);
+                    return;
+                }
+            }
+        }
+        self.server_flush(s);
+    }
+
+    fn server_flush(&mut self, s: usize) {
+        let sc = &mut self.servers[s];
+        let Some(sock) = sc.sock.as_mut() else {
+            return;
+        };
+        while sc.wpos < sc.wbuf.len() {
+            match sock.write(&sc.wbuf[sc.wpos..]) {
+                Ok(0) => break,
+                Ok(n) => {
+                    sc.connected = true;
+                    sc.wpos += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let m = errmsg(&e);
+                    self.fail_server(s, &m);
+                    return;
+                }
+            }
+        }
+        if sc.wpos == sc.wbuf.len() {
+            sc.wbuf.clear();
+            sc.wpos = 0;
+        }
+    }
+
+    fn server_read(&mut self, s: usize) {
+        loop {
+            let sc = &mut self.servers[s];
+            let Some(sock) = sc.sock.as_mut() else {
+                return;
+            };
+            let len = sc.rbuf.len();
+            sc.rbuf.resize(len + READ_CHUNK, 0);
+            match sock.read(&mut sc.rbuf[len..]) {
+                Ok(0) => {
+                    sc.rbuf.truncate(len);
+                    self.fail_server(s, "Connection closed by server");
+                    return;
+                }
+                Ok(n) => {
+                    sc.connected = true;
+                    sc.rbuf.truncate(len + n);
+                    if !self.server_parse(s) {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    sc.rbuf.truncate(len);
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => sc.rbuf.truncate(len),
+                Err(e) => {
+                    sc.rbuf.truncate(len);
+                    let m = errmsg(&e);
+                    self.fail_server(s, &m);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Match complete replies to in-flight requests; false if the connection died.
+    fn server_parse(&mut self, s: usize) -> bool {
+        let mut pos = 0;
+        let rbuf = std::mem::take(&mut self.servers[s].rbuf);
+        let mut ok = true;
+        loop {
+            let Some(kind) = self.servers[s].inflight.front().map(|p| p.kind) else {
+                if pos < rbuf.len() {
+                    ok = false; // bytes nobody asked for
+                }
+                break;
+            };
+            match proto::parse_response(&rbuf[pos..], kind) {
+                Ok(None) => break,
+                Ok(Some(r)) => {
+                    let p = self.servers[s].inflight.pop_front().unwrap();
+                    self.deliver(p, &rbuf[pos..pos + r.len], r);
+                    pos += r.len;
+                }
+                Err(proto::Garbled) => {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if !ok {
+            self.servers[s].rbuf = Vec::new();
+            self.fail_server(s, "Invalid response from server");
+            return false;
+        }
+        let mut rbuf = rbuf;
+        rbuf.drain(..pos);
+        self.servers[s].rbuf = rbuf;
+        true
+    }
+
+    /// Hand one reply to its client slot.
+    fn deliver(&mut self, p: Pending, bytes: &[u8], r: proto::Response) {
+        if let (Some(k), Some(inv)) = (&p.inval_key, &self.inval) {
+            if inv.key(k).is_err() {
+                inc(&self.stats.invalidation_failures, 1);
+            }
+        }
+        if r.error && bytes.starts_with(b"SERVER_ERROR") {
+            inc(&self.stats.server_errors, 1);
+        }
+        if p.kind == RespKind::Retrieval && !r.error {
+            inc(&self.stats.get_hits, r.values as u64);
+        }
+        if p.swallow {
+            return;
+        }
+        let Some(c) = self
+            .clients
+            .get_mut(p.client as usize)
+            .and_then(|c| c.as_mut())
+        else {
+            return;
+        };
+        if c.gen != p.gen || p.seq < c.head_seq {
+            return;
+        }
+        let i = (p.seq - c.head_seq) as usize;
+        let head = i == 0;
+        let Some(slot) = c.slots.get_mut(i) else {
+            return;
+        };
+        if let Some(sp) = slot.split.as_mut() {
+            if r.error {
+                sp.error.get_or_insert_with(|| bytes.to_vec());
+            } else {
+                let body = &bytes[..bytes.len() - 5]; // without END\r\n
+                for ((ks, ke), (bs, be)) in proto::value_blocks(body) {
+                    let key = &body[ks..ke];
+                    if let Some(k) = (0..sp.keys.len()).find(|&k| {
+                        sp.group[k] == p.frag && sp.vals[k].is_none() && sp.keys[k] == key
+                    }) {
+                        let start = sp.buf.len();
+                        sp.buf.extend_from_slice(&body[bs..be]);
+                        sp.vals[k] = Some((start, sp.buf.len()));
+                    }
+                }
+            }
+            slot.frags -= 1;
+            if slot.frags == 0 {
+                let sp = slot.split.take().unwrap();
+                slot.resp = match sp.error {
+                    Some(e) => e,
+                    None => {
+                        let mut out = Vec::with_capacity(sp.buf.len() + 5);
+                        for (s, e) in sp.vals.iter().flatten() {
+                            out.extend_from_slice(&sp.buf[*s..*e]);
+                        }
+                        out.extend_from_slice(b"END\r\n");
+                        out
+                    }
+                };
+                slot.done = true;
+            }
+        } else if slot.flush {
+            let ok = bytes == b"OK\r\n";
+            if !ok && slot.resp.is_empty() {
+                slot.resp = bytes.to_vec();
+            }
+            slot.frags -= 1;
+            if slot.frags == 0 {
+                if slot.resp.is_empty() {
+                    slot.resp = b"OK\r\n".to_vec();
+                }
+                slot.done = true;
+            }
+        } else if head {
+            // the common case: straight into the client's write buffer
+            c.wbuf.extend_from_slice(bytes);
+            c.slots.pop_front();
+            c.head_seq += 1;
+        } else {
+            slot.resp.extend_from_slice(bytes);
+            slot.frags = 0;
+            slot.done = true;
+        }
+        if head || c.slots.front().is_some_and(|s| s.done) {
+            let idx = p.client;
+            self.mark_client(idx);
+        }
+    }
+
+    /// Fail every request in flight on server `s` with `SERVER_ERROR msg`
+    /// and drop the connection (it is re-opened by the next request).
+    fn fail_server(&mut self, s: usize, msg: &str) {
+        let sc = &mut self.servers[s];
+        if let Some(mut sock) = sc.sock.take() {
+            let _ = self.poll.registry().deregister(&mut sock);
+        }
+        sc.connected = false;
+        sc.rbuf.clear();
+        sc.wbuf.clear();
+        sc.wpos = 0;
+        let pend: Vec<Pending> = sc.inflight.drain(..).collect();
+        let reply = format!("SERVER_ERROR {msg}\r\n");
+        for p in pend {
+            let r = proto::Response {
+                len: reply.len(),
+                values: 0,
+                error: true,
+            };
+            self.deliver(p, reply.as_bytes(), r);
+        }
+    }
+
+    fn check_timeouts(&mut self, t: Duration) {
+        let now = Instant::now();
+        for s in 0..self.servers.len() {
+            if self.servers[s]
+                .inflight
+                .front()
+                .is_some_and(|p| now.duration_since(p.sent) > t)
+            {
+                let n = self.servers[s].inflight.len() as u64;
+                inc(&self.stats.timeouts, n);
+                self.fail_server(s, "Connection timed out");
+            }
+        }
+        if !self.dirty_clients.is_empty() {
+            self.flush();
+        }
+    }
+
+    fn client_flush(&mut self, idx: u32) {
+        let Some(c) = self.clients.get_mut(idx as usize).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        // move finished slots, in order, into the write buffer
+        let mut close_now = false;
+        while c.slots.front().is_some_and(|s| s.done) {
+            let s = c.slots.pop_front().unwrap();
+            c.head_seq += 1;
+            c.wbuf.extend_from_slice(&s.resp);
+            if s.close_after {
+                close_now = true;
+                break;
+            }
+        }
+        while c.wpos < c.wbuf.len() {
+            match c.sock.write(&c.wbuf[c.wpos..]) {
+                Ok(0) => break,
+                Ok(n) => c.wpos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    c.dead = true;
+                    break;
+                }
+            }
+        }
+        if c.wpos == c.wbuf.len() {
+            c.wbuf.clear();
+            c.wpos = 0;
+        } else if c.wpos > (1 << 20) {
+            c.wbuf.drain(..c.wpos);
+            c.wpos = 0;
+        }
+        let drained = c.wbuf.is_empty();
+        if c.dead || (close_now && drained) || (c.closing && drained && c.slots.is_empty()) {
+            self.close_client(idx);
+            return;
+        }
+        // resume a client paused by backpressure, and parse what it sent
+        if c.slots.len() < MAX_SLOTS && c.wbuf.len() - c.wpos < MAX_WBUF && !c.rbuf.is_empty() {
+            self.client_parse(idx);
+            self.client_read(idx);
+        } else if c.slots.len() < MAX_SLOTS / 2 {
+            self.client_read(idx);
+        }
+    }
+}
+
+fn push_local(c: &mut Client, reply: &[u8]) {
+    c.slots.push_back(Slot::local(reply));
+}
+
+fn push_local_owned(c: &mut Client, reply: String) {
+    c.slots.push_back(Slot {
+        done: true,
+        resp: reply.into_bytes(),
+        ..Slot::new(0)
+    });
+}
+
+/// The request without its ` noreply` token.
+fn strip_noreply(req: &[u8], r: &proto::Request) -> Vec<u8> {
+    match r.noreply {
+        None => req.to_vec(),
+        Some((s, e)) => {
+            let mut v = Vec::with_capacity(req.len());
+            v.extend_from_slice(&req[..s]);
+            v.extend_from_slice(&req[e..]);
+            v
+        }
+    }
+}

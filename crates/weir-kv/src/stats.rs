@@ -1,0 +1,87 @@
+//! Counters of the TCP proxy: one block per worker (relaxed atomics, never
+//! contended), summed when read.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+/// One worker's counters.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    pub client_connections: AtomicU64,
+    pub client_connections_total: AtomicU64,
+    pub requests: AtomicU64,
+    pub get_keys: AtomicU64,
+    pub get_hits: AtomicU64,
+    pub get_misses: AtomicU64,
+    pub writes: AtomicU64,
+    pub client_errors: AtomicU64,
+    pub server_errors: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub invalidations: AtomicU64,
+    pub invalidation_failures: AtomicU64,
+    pub binary_refused: AtomicU64,
+    /// requests (fragments) sent to each server
+    pub server_requests: Vec<AtomicU64>,
+}
+
+impl WorkerStats {
+    pub fn new(nservers: usize) -> WorkerStats {
+        WorkerStats {
+            server_requests: (0..nservers).map(|_| AtomicU64::new(0)).collect(),
+            ..Default::default()
+        }
+    }
+}
+
+#[inline]
+pub fn inc(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// A summed snapshot.
+#[derive(Debug, Default, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct Snapshot {
+    pub client_connections: u64,
+    pub client_connections_total: u64,
+    pub requests: u64,
+    pub get_keys: u64,
+    pub get_hits: u64,
+    pub get_misses: u64,
+    pub writes: u64,
+    pub client_errors: u64,
+    pub server_errors: u64,
+    pub timeouts: u64,
+    pub invalidations: u64,
+    pub invalidation_failures: u64,
+    pub binary_refused: u64,
+    pub server_requests: Vec<u64>,
+}
+
+pub fn snapshot(workers: &[Arc<WorkerStats>]) -> Snapshot {
+    let mut s = Snapshot::default();
+    let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    for w in workers {
+        s.client_connections += ld(&w.client_connections);
+        s.client_connections_total += ld(&w.client_connections_total);
+        s.requests += ld(&w.requests);
+        s.get_keys += ld(&w.get_keys);
+        s.get_hits += ld(&w.get_hits);
+        s.get_misses += ld(&w.get_misses);
+        s.writes += ld(&w.writes);
+        s.client_errors += ld(&w.client_errors);
+        s.server_errors += ld(&w.server_errors);
+        s.timeouts += ld(&w.timeouts);
+        s.invalidations += ld(&w.invalidations);
+        s.invalidation_failures += ld(&w.invalidation_failures);
+        s.binary_refused += ld(&w.binary_refused);
+        if s.server_requests.len() < w.server_requests.len() {
+            s.server_requests.resize(w.server_requests.len(), 0);
+        }
+        for (i, c) in w.server_requests.iter().enumerate() {
+            s.server_requests[i] += ld(c);
+        }
+    }
+    s
+}
