@@ -3,10 +3,15 @@
 use std::{env, path::PathBuf};
 
 fn main() {
-    let header = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf/include/weir.h");
+    let include = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf/include");
+    let header = include.join("weir.h");
+    // The memcached switch's structs (bpf/weir_kv.bpf.c).
+    let kv_header = include.join("weir_kv.h");
     println!("cargo:rerun-if-changed={}", header.display());
+    println!("cargo:rerun-if-changed={}", kv_header.display());
     let bindings = bindgen::Builder::default()
         .header(header.to_string_lossy())
+        .header(kv_header.to_string_lossy())
         .clang_arg(format!("-I/usr/include/{}-linux-gnu", env::consts::ARCH))
         .allowlist_type("weir_.*")
         .allowlist_var("WEIR_.*")
@@ -16,7 +21,7 @@ fn main() {
         .prepend_enum_name(false)
         .layout_tests(true)
         .generate()
-        .expect("bindgen could not read bpf/include/weir.h");
+        .expect("bindgen could not read bpf/include/weir.h or weir_kv.h");
     let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("weir_abi.rs");
     bindings.write_to_file(out).expect("write bindings");
 }

@@ -1,4 +1,5 @@
-//! The structs and constants of `bpf/include/weir.h`, as the kernel sees them.
+//! The structs and constants of `bpf/include/weir.h` and
+//! `bpf/include/weir_kv.h`, as the kernel sees them.
 //!
 //! Generated at build time by bindgen; the header is the only definition.
 //! [`AsBytes`] gives the byte view that map updates and lookups take.
@@ -57,6 +58,17 @@ pod!(
     weir_class_key,
     weir_iface,
     weir_traffic,
+    // weir_kv.h (the memcached switch)
+    weir_kv_server,
+    weir_kv_point,
+    weir_kv_table,
+    weir_kv_key,
+    weir_kv_entry,
+    weir_kv_bucket,
+    weir_kv_req_key,
+    weir_kv_req,
+    weir_kv_sample,
+    weir_kv_server_stats,
 );
 
 #[cfg(test)]
@@ -74,6 +86,19 @@ mod tests {
             std::mem::size_of::<weir_class_members>(),
             4 + 4 * WEIR_MAX_CLASS_MEMBERS as usize
         );
+    }
+
+    #[test]
+    fn kv_sizes_match_the_header_assertions() {
+        assert_eq!(std::mem::size_of::<weir_kv_server>(), 32);
+        assert_eq!(std::mem::size_of::<weir_kv_point>(), 8);
+        assert_eq!(std::mem::size_of::<weir_kv_key>(), 256);
+        assert_eq!(
+            std::mem::size_of::<weir_kv_entry>(),
+            64 + (WEIR_KV_LINE_MAX + WEIR_KV_CAS_TEXT + WEIR_KV_DATA_MAX) as usize
+        );
+        assert_eq!(std::mem::size_of::<weir_kv_req_key>(), 24);
+        assert_eq!(std::mem::size_of::<weir_kv_sample>(), 260);
     }
 
     #[test]

@@ -6,9 +6,12 @@
 //!   the pins of a running one (what `weir status` reads).
 //! - [`attach`] attaches and detaches XDP on interfaces.
 //! - [`testrun`] runs a program on a packet through BPF_PROG_TEST_RUN.
+//! - [`kv`] loads the memcached switch `weir_kv` and manages its tables,
+//!   cache and counters.
 
 pub mod attach;
 pub mod iface;
+pub mod kv;
 pub mod loader;
 pub mod maps;
 pub mod minimal;
@@ -22,6 +25,9 @@ pub mod skel {
     }
     pub mod minimal {
         include!(concat!(env!("OUT_DIR"), "/minimal.skel.rs"));
+    }
+    pub mod kv {
+        include!(concat!(env!("OUT_DIR"), "/weir_kv.skel.rs"));
     }
 }
 
