@@ -18,6 +18,7 @@
 #include "lib/dispatch.h"
 #include "lib/nat.h"
 #include "lib/forward.h"
+#include "lib/telemetry.h"
 
 /* Load-time knobs, set by the loader from the configuration. */
 const volatile __u32 cfg_not_vip_action = WEIR_ACT_PASS;
@@ -26,6 +27,7 @@ const volatile __u32 cfg_fragment_action = WEIR_ACT_PASS;
 const volatile __u32 cfg_malformed_action = WEIR_ACT_DROP;
 const volatile __u32 cfg_nonsyn_miss = WEIR_NONSYN_DISPATCH;
 const volatile __u32 cfg_hash_seed = 0x77656972; /* "weir" */
+const volatile __u32 cfg_passive_telemetry = 0; /* 1: time nat requests (telemetry.h) */
 
 static __always_inline int verdict(__u32 action, __u32 pass_stat, __u32 drop_stat)
 {
@@ -91,6 +93,8 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 		dip = bpf_map_lookup_elem(&dips, &dip_id);
 		if (dip && (dip->flags & WEIR_DIP_F_LIVE) && dip->gen == conn->dip_gen) {
 			stat_inc(WEIR_STAT_CONN_HIT);
+			if (cfg_passive_telemetry && vip->mode == WEIR_MODE_NAT)
+				telemetry_request(conn, pkt, dip_id);
 		} else {
 			/* Its DIP was removed: the connection is lost anyway, start anew. */
 			stat_inc(WEIR_STAT_CONN_STALE);
@@ -122,6 +126,8 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 		fresh.dip_gen = dip->gen;
 		fresh.table_version = version;
 		fresh.created_ns = bpf_ktime_get_ns();
+		if (cfg_passive_telemetry && vip->mode == WEIR_MODE_NAT)
+			telemetry_request(&fresh, pkt, dip_id);
 		if (bpf_map_update_elem(&conns, &pkt->key, &fresh, BPF_ANY) == 0)
 			stat_inc(WEIR_STAT_CONN_NEW);
 		else
@@ -151,6 +157,8 @@ static __always_inline int reverse_nat(struct xdp_md *ctx, struct packet *pkt,
 
 	stat_inc(WEIR_STAT_REV_NAT);
 	traffic_add(&vip_traffic, r.vip_id, data_end - data, 0);
+	if (cfg_passive_telemetry)
+		telemetry_reply(pkt, &r);
 	if (rewrite_endpoint(data, data_end, pkt, 0, r.vip, r.vport) < 0) {
 		stat_inc(WEIR_STAT_DROP_MALFORMED);
 		return XDP_DROP;

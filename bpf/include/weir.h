@@ -65,7 +65,9 @@ struct weir_conn {
 	__u32 dip_id;
 	__u32 dip_gen;     /* must equal dips[dip_id].gen, else the DIP was removed */
 	__u32 table_version; /* table version that dispatched it (observability) */
-	__u32 pad;
+	__u32 req_us;      /* passive telemetry: start of the outstanding request, in
+			    * microseconds of bpf_ktime_get_ns() truncated to 32 bits
+			    * (never 0); 0 = no request outstanding */
 	__u64 created_ns;  /* bpf_ktime_get_ns() at install */
 };
 _Static_assert(sizeof(struct weir_conn) == 24, "weir_conn size");
@@ -195,5 +197,17 @@ struct weir_traffic {
 	__u64 new_conns;
 };
 _Static_assert(sizeof(struct weir_traffic) == 24, "weir_traffic size");
+
+/* Passive telemetry of one DIP, per CPU (nat mode, cfg_passive_telemetry):
+ * a request starts when a client payload arrives on a connection with no
+ * request outstanding; it completes when the DIP's first reply payload after
+ * it passes the reverse path. The controller turns deltas of these into a
+ * mean processing time (sum_ns / samples) and a request rate. */
+struct weir_dip_telemetry {
+	__u64 requests; /* requests started */
+	__u64 samples;  /* requests completed by a reply */
+	__u64 sum_ns;   /* sum of their request-to-first-reply delays */
+};
+_Static_assert(sizeof(struct weir_dip_telemetry) == 24, "weir_dip_telemetry size");
 
 #endif /* WEIR_H */

@@ -111,4 +111,12 @@ struct {
 	__type(value, struct weir_traffic);
 } dip_traffic SEC(".maps");
 
+/* Passive telemetry per DIP slot (telemetry.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WEIR_DEFAULT_DIPS);
+	__type(key, __u32);
+	__type(value, struct weir_dip_telemetry);
+} dip_telemetry SEC(".maps");
+
 #endif /* WEIR_MAPS_H */

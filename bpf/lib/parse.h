@@ -38,6 +38,7 @@ struct packet {
 	__u32 l3_off;  /* offset of the IP header (ETH_HLEN: no VLAN tags) */
 	__u32 l4_off;  /* offset of the TCP/UDP header, <= PKT_OFF_MASK */
 	__u32 l3_len;  /* IP datagram length as the header says */
+	__u32 payload_len; /* L4 payload bytes (past the TCP or UDP header) */
 	__u8 tcp_flags;
 };
 
@@ -60,6 +61,7 @@ static __always_inline int parse_l4(void *data, void *data_end, struct packet *p
 		pkt->key.sport = th->source;
 		pkt->key.dport = th->dest;
 		pkt->tcp_flags = ((__u8 *)th)[13];
+		pkt->payload_len = l4_len - (__u32)th->doff * 4;
 		return PARSE_OK;
 	}
 	if (proto == IPPROTO_UDP) {
@@ -71,6 +73,7 @@ static __always_inline int parse_l4(void *data, void *data_end, struct packet *p
 			return PARSE_MALFORMED;
 		pkt->key.sport = uh->source;
 		pkt->key.dport = uh->dest;
+		pkt->payload_len = bpf_ntohs(uh->len) - sizeof(*uh);
 		return PARSE_OK;
 	}
 	return PARSE_OTHER_L4;

@@ -28,7 +28,7 @@ pub struct ApplyReport {
     pub tables_published: usize,
 }
 
-fn vip_key(v: &crate::config::Vip) -> weir_vip_key {
+pub(crate) fn vip_key(v: &crate::config::Vip) -> weir_vip_key {
     let (addr, family) = addr_words(*v.address.get_ref());
     weir_vip_key {
         addr,

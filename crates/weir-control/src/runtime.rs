@@ -8,6 +8,7 @@
 use std::fs;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -19,6 +20,7 @@ use weir_dataplane::maps::Maps;
 
 use crate::apply::apply;
 use crate::config::{Config, Mode, NonSynMiss, Verdict, XdpModeCfg};
+use crate::controller::{Controller, Shared};
 
 /// Where `weir serve` records itself for `weir status` and `weir reload`.
 pub const DEFAULT_RUN_DIR: &str = "/run/weir";
@@ -195,6 +197,10 @@ fn load_options(cfg: &Config) -> LoadOptions {
         hash_seed: dp.hash_seed,
         fib_lookup: dp.fib_lookup,
         pin_dir: Some(dp.pin_dir.clone()),
+        passive_telemetry: cfg
+            .controller
+            .as_ref()
+            .is_some_and(|c| c.telemetry == crate::config::TelemetryKind::Passive),
     }
 }
 
@@ -312,6 +318,25 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         pin_dir.display()
     ));
 
+    // The controller and the metrics endpoint start only now: after a
+    // takeover the predecessor (and its controller) is gone, so one process
+    // writes the tables.
+    let shared = Arc::new(Shared::default());
+    let mut controller = start_controller(&cfg, &shared, &opts.run_dir);
+    let _metrics = cfg.metrics.as_ref().and_then(|m| {
+        let addr = *m.listen.get_ref();
+        match crate::metrics::serve(addr, shared.clone(), &pin_dir) {
+            Ok(s) => {
+                log(format!("metrics on http://{addr}/metrics"));
+                Some(s)
+            }
+            Err(e) => {
+                log(format!("metrics endpoint not started: {e:#}"));
+                None
+            }
+        }
+    });
+
     let mut running = cfg;
     let mut handed_over = false;
     loop {
@@ -323,7 +348,18 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         // SAFETY: valid set, info and timeout.
         let sig = unsafe { libc::sigtimedwait(&set, &mut info, &timeout) };
         match sig {
-            libc::SIGHUP => running = reload(&maps, &opts.config, running),
+            libc::SIGHUP => {
+                running = {
+                    let _tables = shared.table_lock.lock().unwrap_or_else(|e| e.into_inner());
+                    reload(&maps, &opts.config, running)
+                };
+                match (&controller, running.wants_controller()) {
+                    (Some(c), true) => c.reconfigure(&running),
+                    (Some(_), false) => controller = None,
+                    (None, true) => controller = start_controller(&running, &shared, &opts.run_dir),
+                    (None, false) => {}
+                }
+            }
             libc::SIGINT | libc::SIGTERM => break,
             libc::SIGUSR1 => {
                 handed_over = true;
@@ -332,6 +368,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             _ => {}
         }
     }
+    drop(controller);
     if handed_over {
         // The successor already runs its program on our interfaces and owns
         // the run record.
@@ -343,6 +380,31 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     let _ = fs::remove_file(RunRecord::path(&opts.run_dir));
     log("detached; connection state stays pinned for the next start");
     Ok(())
+}
+
+/// Starts the controller thread when the configuration wants one.
+fn start_controller(cfg: &Config, shared: &Arc<Shared>, run_dir: &Path) -> Option<Controller> {
+    if !cfg.wants_controller() {
+        return None;
+    }
+    match Controller::start(cfg, shared.clone(), Some(run_dir.to_path_buf())) {
+        Ok(c) => {
+            let p = crate::controller::Params::of(cfg);
+            log(format!(
+                "controller: policy {:?} (m = {}), every {} ms",
+                p.policy,
+                p.effective_m(),
+                p.interval.as_millis()
+            ));
+            Some(c)
+        }
+        Err(e) => {
+            log(format!(
+                "controller not started, static weights stay: {e:#}"
+            ));
+            None
+        }
+    }
 }
 
 /// Tells the daemon we replaced to exit without detaching, and waits.

@@ -79,6 +79,10 @@ pub struct Status {
     pub connections: usize,
     pub vips: Vec<VipStatus>,
     pub counters: Vec<(String, u64)>,
+    /// The controller's view (estimates, weights, health, agent errors),
+    /// when `weir serve` runs one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller: Option<crate::controller::Snapshot>,
 }
 
 /// Reads the status; `cfg` (the running configuration) supplies VIP names.
@@ -154,12 +158,79 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>) -> Result<Status> {
         connections: maps.conn_count(),
         vips,
         counters,
+        controller: None,
     })
 }
 
 /// Reads status from the pins in `pin_dir`.
 pub fn collect_pinned(pin_dir: &Path, cfg: Option<&Config>) -> Result<Status> {
     collect(&Maps::pinned(pin_dir)?, cfg)
+}
+
+/// The running controller's last view, from `<run dir>/controller.json`.
+pub fn read_controller(run_dir: &Path) -> Option<crate::controller::Snapshot> {
+    let text = std::fs::read_to_string(crate::controller::snapshot_path(run_dir)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// The controller's part of the human output.
+fn render_controller(o: &mut String, c: &crate::controller::Snapshot) {
+    let _ = writeln!(
+        o,
+        "\ncontroller: policy={:?} m={} interval={}ms telemetry={} on_agent_silent={:?} tables_published={} entries_written={}",
+        c.policy,
+        c.m,
+        c.update_interval_ms,
+        c.telemetry.map_or("-".into(), |t| format!("{t:?}").to_lowercase()),
+        c.on_agent_silent,
+        c.tables_published,
+        c.entries_written
+    );
+    for v in &c.vips {
+        let _ = writeln!(o, "  VIP {} table=v{}", v.name, v.table_version);
+        let _ = writeln!(
+            o,
+            "    {:<22} {:>10} {:>10} {:>10} {:>6} {:>5} {:>6} {:>8} {:>6}  agent errors",
+            "DIP", "capacity", "load", "available", "weight", "class", "share", "health", "misses"
+        );
+        for d in &v.dips {
+            let errors: Vec<String> = d
+                .agent_errors
+                .iter()
+                .map(|(k, n)| format!("{k}={n}"))
+                .collect();
+            let _ = writeln!(
+                o,
+                "    {:<22} {:>10} {:>10} {:>10} {:>6} {:>5} {:>6} {:>8} {:>6}  {}",
+                format!("{}:{}", d.address, d.port),
+                opt(d.capacity, 1),
+                opt(d.load, 1),
+                opt(d.available, 1),
+                d.weight,
+                d.class.map_or("-".into(), |k| format!("B{k}")),
+                d.share.map_or("-".into(), |x| format!("{:.0}%", 100.0 * x)),
+                match d.healthy {
+                    None => "-",
+                    Some(true) => "up",
+                    Some(false) => "FAILING",
+                },
+                if d.agent_silent {
+                    format!("{}!", d.agent_misses)
+                } else {
+                    d.agent_misses.to_string()
+                },
+                if errors.is_empty() {
+                    "-".into()
+                } else {
+                    errors.join(" ")
+                }
+            );
+        }
+    }
 }
 
 /// The human table.
@@ -197,6 +268,9 @@ pub fn render(s: &Status) -> String {
                 d.new_conns
             );
         }
+    }
+    if let Some(c) = &s.controller {
+        render_controller(&mut o, c);
     }
     let _ = writeln!(o, "\ncounters:");
     for (name, v) in &s.counters {

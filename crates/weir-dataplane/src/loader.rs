@@ -54,6 +54,8 @@ pub struct LoadOptions {
     pub fib_lookup: bool,
     /// Reuse and pin the state maps here; `None` keeps them private.
     pub pin_dir: Option<PathBuf>,
+    /// Time nat requests in the data plane (`dip_telemetry`, telemetry.h).
+    pub passive_telemetry: bool,
 }
 
 impl Default for LoadOptions {
@@ -70,6 +72,7 @@ impl Default for LoadOptions {
             hash_seed: weir_core::hash::DEFAULT_SEED,
             fib_lookup: true,
             pin_dir: None,
+            passive_telemetry: false,
         }
     }
 }
@@ -86,6 +89,7 @@ pub const PINNED_MAPS: &[&str] = &[
     "stats",
     "vip_traffic",
     "dip_traffic",
+    "dip_telemetry",
 ];
 
 /// A loaded (not yet attached) `weir_lb`.
@@ -142,10 +146,14 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     };
     ro.cfg_hash_seed = opts.hash_seed;
     ro.cfg_fib_lookup = u32::from(opts.fib_lookup);
+    ro.cfg_passive_telemetry = u32::from(opts.passive_telemetry);
 
     let want: Vec<(&str, u32)> = sizes(opts)
         .into_iter()
-        .chain([("dip_traffic", opts.max_dips)])
+        .chain([
+            ("dip_traffic", opts.max_dips),
+            ("dip_telemetry", opts.max_dips),
+        ])
         .collect();
     let object = open.open_object_mut();
     for mut map in object.maps_mut() {

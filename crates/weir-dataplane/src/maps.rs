@@ -23,6 +23,7 @@ pub struct Maps {
     pub stats: MapHandle,
     pub vip_traffic: MapHandle,
     pub dip_traffic: MapHandle,
+    pub dip_telemetry: MapHandle,
     /// Only on a loaded program: interface maps are not pinned.
     pub ifaces: Option<(MapHandle, MapHandle)>,
 }
@@ -63,6 +64,17 @@ pub struct Traffic {
     pub new_conns: u64,
 }
 
+/// `struct weir_dip_telemetry` added up over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DipTelemetry {
+    /// Requests started (a client payload with none outstanding).
+    pub requests: u64,
+    /// Requests completed by the DIP's first reply payload.
+    pub samples: u64,
+    /// Sum of their request-to-first-reply delays.
+    pub sum_ns: u64,
+}
+
 impl Maps {
     /// Handles on the maps of a loaded program.
     pub fn of(skel: &WeirLbSkel<'_>) -> Result<Maps> {
@@ -78,6 +90,7 @@ impl Maps {
             stats: handle(&m.stats)?,
             vip_traffic: handle(&m.vip_traffic)?,
             dip_traffic: handle(&m.dip_traffic)?,
+            dip_telemetry: handle(&m.dip_telemetry)?,
             ifaces: Some((handle(&m.tx_ports)?, handle(&m.ifaces)?)),
         })
     }
@@ -104,6 +117,7 @@ impl Maps {
             stats: open("stats")?,
             vip_traffic: open("vip_traffic")?,
             dip_traffic: open("dip_traffic")?,
+            dip_telemetry: open("dip_telemetry")?,
             ifaces: None,
         })
     }
@@ -151,32 +165,79 @@ impl Maps {
     /// Writes `table` into the slot of `version` and then makes `version`
     /// the VIP's active one. The slot is the inactive one as long as versions
     /// go up by one, so readers see the old table or the new one, never a mix.
-    pub fn publish_table(&self, vip_id: u32, version: u32, table: &AwfdTable) -> Result<()> {
+    ///
+    /// Only entries that differ from what the slot holds (the table of
+    /// version - 2) are written (Spotlight IV-D1: at most m ranges and the
+    /// rows of the classes that changed); the version flip is always written.
+    pub fn publish_table(
+        &self,
+        vip_id: u32,
+        version: u32,
+        table: &AwfdTable,
+    ) -> Result<PublishReport> {
         let slot = version % WEIR_TABLE_SLOTS;
         let idx = vip_id * WEIR_TABLE_SLOTS + slot;
+        let mut report = PublishReport::default();
         for range in 0..WEIR_MAX_CLASSES as usize {
             let key = weir_class_key {
                 vip_id,
                 slot: slot as u16,
                 range: range as u16,
             };
+            let held: Option<weir_class_members> = get(&self.class_members, key.as_bytes())?;
             match table.members(range) {
-                Some(row) => self
-                    .class_members
-                    .update(key.as_bytes(), row.as_bytes(), MapFlags::ANY)
-                    .with_context(|| format!("writing class row {range} of VIP {vip_id}"))?,
-                None => {
+                Some(row) => {
+                    if held.is_some_and(|h| same_members(&h, &row)) {
+                        continue;
+                    }
+                    self.class_members
+                        .update(key.as_bytes(), row.as_bytes(), MapFlags::ANY)
+                        .with_context(|| format!("writing class row {range} of VIP {vip_id}"))?;
+                    report.rows_written += 1;
+                }
+                None if held.is_some() => {
                     // Rows past the last class are never read; drop stale ones.
                     let _ = self.class_members.delete(key.as_bytes());
+                    report.rows_deleted += 1;
                 }
+                None => {}
             }
         }
-        self.class_ranges
-            .update(&u32_key(idx), table.ranges().as_bytes(), MapFlags::ANY)
-            .with_context(|| format!("writing class ranges of VIP {vip_id}"))?;
+        let ranges = table.ranges();
+        let held: Option<weir_class_ranges> = get(&self.class_ranges, &u32_key(idx))?;
+        if held.is_none_or(|h| h.as_bytes() != ranges.as_bytes()) {
+            self.class_ranges
+                .update(&u32_key(idx), ranges.as_bytes(), MapFlags::ANY)
+                .with_context(|| format!("writing class ranges of VIP {vip_id}"))?;
+            report.ranges_written = true;
+        }
         self.table_version
             .update(&u32_key(vip_id), &version.to_ne_bytes(), MapFlags::ANY)
-            .with_context(|| format!("switching VIP {vip_id} to table version {version}"))
+            .with_context(|| format!("switching VIP {vip_id} to table version {version}"))?;
+        Ok(report)
+    }
+
+    /// The table a VIP's slot holds, as (dip, weight) pairs per class: what
+    /// the data plane reads once that slot is active.
+    pub fn slot_table(&self, vip_id: u32, slot: u32) -> Result<Vec<(u32, Vec<u32>)>> {
+        let idx = vip_id * WEIR_TABLE_SLOTS + slot;
+        let Some(r) = get::<weir_class_ranges>(&self.class_ranges, &u32_key(idx))? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for range in 0..r.nr.min(WEIR_MAX_CLASSES) {
+            let key = weir_class_key {
+                vip_id,
+                slot: slot as u16,
+                range: range as u16,
+            };
+            let m: Option<weir_class_members> = get(&self.class_members, key.as_bytes())?;
+            let members = m.map_or(Vec::new(), |m| {
+                m.dip_id[..(m.nr.min(WEIR_MAX_CLASS_MEMBERS)) as usize].to_vec()
+            });
+            out.push((r.class_weight[range as usize], members));
+        }
+        Ok(out)
     }
 
     /// The active stage-1 table of a VIP.
@@ -218,6 +279,16 @@ impl Maps {
         traffic(&self.dip_traffic, dip_id)
     }
 
+    /// Passive telemetry of a DIP slot, added up over CPUs.
+    pub fn dip_telemetry(&self, dip_id: u32) -> Result<DipTelemetry> {
+        let w = sum_percpu(&self.dip_telemetry, dip_id, 3)?;
+        Ok(DipTelemetry {
+            requests: w[0],
+            samples: w[1],
+            sum_ns: w[2],
+        })
+    }
+
     /// Entries in the connection table (walks it: O(n)).
     pub fn conn_count(&self) -> usize {
         self.conns.keys().count()
@@ -247,6 +318,31 @@ impl Maps {
     pub fn rev_nat(&self, key: &weir_flow_key) -> Result<Option<weir_rev_nat>> {
         get(&self.rev_nat, key.as_bytes())
     }
+}
+
+/// What [`Maps::publish_table`] wrote besides the version word.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PublishReport {
+    /// Stage-2 rows written (new or changed classes).
+    pub rows_written: u32,
+    /// Stage-2 rows deleted (classes that no longer exist).
+    pub rows_deleted: u32,
+    /// The stage-1 ranges changed.
+    pub ranges_written: bool,
+}
+
+impl PublishReport {
+    /// Map writes in all, the version flip excluded.
+    pub fn writes(&self) -> u32 {
+        self.rows_written + self.rows_deleted + u32::from(self.ranges_written)
+    }
+}
+
+/// Equal rows: the same count and the same members (the bytes past `nr`
+/// are never read).
+fn same_members(a: &weir_class_members, b: &weir_class_members) -> bool {
+    let n = a.nr.min(WEIR_MAX_CLASS_MEMBERS) as usize;
+    a.nr == b.nr && a.dip_id[..n] == b.dip_id[..n]
 }
 
 fn traffic(map: &MapHandle, id: u32) -> Result<Traffic> {

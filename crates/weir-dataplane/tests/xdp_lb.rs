@@ -973,7 +973,7 @@ fn removed_dip_redispatches_and_pcc_holds() {
         .before(move |h| {
             h.maps
                 .publish_table(0, 2, &AwfdTable::from_weights(&[(2, 3), (3, 1)]).unwrap())
-                .unwrap()
+                .unwrap();
         })
         .after(conn_is(ta, a_new.id, 1, 2)),
         hit(

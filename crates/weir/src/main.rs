@@ -64,6 +64,19 @@ enum Command {
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
         run_dir: PathBuf,
     },
+    /// Run on a backend: report its load (GET /load) to weir's controller.
+    Agent {
+        /// Address to answer on, e.g. 0.0.0.0:9300.
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// JSON {"requests": N, "busy_s": S} with the service's cumulative
+        /// counters, rewritten by the service.
+        #[arg(long)]
+        stats_file: PathBuf,
+        /// Sliding window of the reported means and rates, in ms.
+        #[arg(long, default_value_t = 1000)]
+        window_ms: u64,
+    },
     /// Make the running daemon re-read its configuration (same as SIGHUP).
     Reload {
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
@@ -131,7 +144,10 @@ fn run(cli: Cli) -> Result<()> {
                 (None, None) => PathBuf::from(weir_dataplane::DEFAULT_PIN_DIR),
             };
             let cfg = record.as_ref().and_then(|r| Config::load(&r.config).ok());
-            let st = status::collect_pinned(&pins, cfg.as_ref())?;
+            let mut st = status::collect_pinned(&pins, cfg.as_ref())?;
+            st.controller = record
+                .as_ref()
+                .and_then(|_| status::read_controller(&run_dir));
             if json {
                 println!(
                     "{}",
@@ -147,6 +163,15 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
         Command::Bench(BenchCommand::Sim(args)) => weir_sim::cli::run_bench(&args),
         Command::Sim(cmd) => weir_sim::cli::run(cmd),
+        Command::Agent {
+            listen,
+            stats_file,
+            window_ms,
+        } => weir_control::agent::run(
+            listen,
+            stats_file,
+            std::time::Duration::from_millis(window_ms),
+        ),
         Command::Reload { run_dir } => {
             let pid = runtime::request_reload(&run_dir)?;
             println!("asked weir serve (pid {pid}) to reload its configuration");

@@ -659,7 +659,7 @@ impl Inst {
             dip_id: 0,
             dip_gen: DIP_GEN,
             table_version: TABLE_VERSION,
-            pad: 0,
+            req_us: 0,
             created_ns: 0,
         };
         let (vip, family) = addr_words(IpAddr::V4(VIP));
