@@ -1469,3 +1469,298 @@ mod vectors {
         assert!(checked > 0);
     }
 }
+
+/// The passive telemetry counters of a DIP slot are exactly these.
+fn telemetry_is(dip: u32, requests: u64, samples: u64) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        let t = h.maps.dip_telemetry(dip).unwrap();
+        assert_eq!(
+            (t.requests, t.samples),
+            (requests, samples),
+            "telemetry of DIP {dip}: {t:?}"
+        );
+        if samples == 0 {
+            assert_eq!(t.sum_ns, 0, "no sample, no delay: {t:?}");
+        }
+    }
+}
+
+/// The outstanding-request stamp of connection `t` is set (or not).
+fn req_stamp(t: FlowTuple, set: bool) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        let c = h.maps.conn(&t.key()).unwrap().expect("connection entry");
+        assert_eq!(c.req_us != 0, set, "req_us of {t:?} = {}", c.req_us);
+    }
+}
+
+#[test]
+fn passive_telemetry_times_request_to_first_reply() {
+    let opts = weir_dataplane::loader::LoadOptions {
+        passive_telemetry: true,
+        ..test_options()
+    };
+    let h = Harness::new(&opts);
+    let fx = &h.fx;
+    // nat TCP: SYN (no payload) -> request -> more request data -> reply
+    // (sample) -> reply again (none outstanding) -> next request.
+    let syn = tcp("192.0.2.70", 47000, "10.0.0.100", 80, TcpFlags::SYN);
+    let d = fx.predict(0, &syn.tuple()).unwrap().clone();
+    let t = syn.tuple();
+    let data = Frame {
+        l4: L4::Tcp(TcpFlags::PSH_ACK),
+        ..syn.clone()
+    }
+    .payload(PAYLOAD);
+    let ack = Frame {
+        l4: L4::Tcp(TcpFlags::ACK),
+        ..syn.clone()
+    };
+    let id = d.id;
+    let cases = vec![
+        new_flow(&h, "telemetry: SYN starts no request", &syn, 0, MISS_NEW)
+            .after(both(telemetry_is(id, 0, 0), req_stamp(t, false))),
+        rev_case(
+            "telemetry: a reply with no request outstanding is no sample",
+            &syn,
+            &d,
+            L4::Tcp(TcpFlags::SYN_ACK),
+        )
+        .after(telemetry_is(id, 0, 0)),
+        hit("telemetry: pure ACK starts no request", &ack, &d, NAT)
+            .after(both(telemetry_is(id, 0, 0), req_stamp(t, false))),
+        hit("telemetry: request payload stamps the conn", &data, &d, NAT)
+            .after(both(telemetry_is(id, 1, 0), req_stamp(t, true))),
+        hit("telemetry: more request data, same request", &data, &d, NAT)
+            .after(both(telemetry_is(id, 1, 0), req_stamp(t, true))),
+        rev_case(
+            "telemetry: first reply payload completes the sample",
+            &syn,
+            &d,
+            L4::Tcp(TcpFlags::PSH_ACK),
+        )
+        .before(|_| std::thread::sleep(std::time::Duration::from_millis(2)))
+        .after(move |h| {
+            telemetry_is(id, 1, 1)(h);
+            req_stamp(t, false)(h);
+            let s = h.maps.dip_telemetry(id).unwrap();
+            // At least the 2 ms slept, at most what a slow test machine takes.
+            assert!(
+                (2_000_000..5_000_000_000).contains(&s.sum_ns),
+                "delay {} ns",
+                s.sum_ns
+            );
+        }),
+        rev_case(
+            "telemetry: a second reply payload is no new sample",
+            &syn,
+            &d,
+            L4::Tcp(TcpFlags::PSH_ACK),
+        )
+        .after(telemetry_is(id, 1, 1)),
+        hit("telemetry: the next request starts anew", &data, &d, NAT)
+            .after(both(telemetry_is(id, 2, 1), req_stamp(t, true))),
+    ];
+    run_cases(&h, cases);
+
+    // UDP nat: the first datagram (a new flow) is a request; its reply completes it.
+    let u = udp("192.0.2.71", 5400, "10.0.0.100", 53);
+    let du = fx.predict(1, &u.tuple()).unwrap().clone();
+    let (uid, ut) = (du.id, u.tuple());
+    let base = h.maps.dip_telemetry(uid).unwrap();
+    let cases = vec![
+        new_flow(&h, "telemetry: udp datagram on a new flow", &u, 1, MISS_NEW).after(move |h| {
+            let now = h.maps.dip_telemetry(uid).unwrap();
+            assert_eq!(now.requests, base.requests + 1, "{now:?}");
+            req_stamp(ut, true)(h);
+        }),
+        rev_case(
+            "telemetry: udp reply",
+            &u,
+            &du,
+            L4::Udp { zero_csum: false },
+        )
+        .after(move |h| {
+            let now = h.maps.dip_telemetry(uid).unwrap();
+            assert_eq!(now.samples, base.samples + 1, "{now:?}");
+            req_stamp(ut, false)(h);
+        }),
+    ];
+    run_cases(&h, cases);
+
+    // dsr: weir never sees replies, so it starts no request.
+    let s = tcp("192.0.2.72", 47001, "10.0.0.101", 80, TcpFlags::SYN);
+    let ds = fx.predict(2, &s.tuple()).unwrap().clone();
+    let sdata = Frame {
+        l4: L4::Tcp(TcpFlags::PSH_ACK),
+        ..s.clone()
+    }
+    .payload(PAYLOAD);
+    let (sid, st) = (ds.id, s.tuple());
+    let before = h.maps.dip_telemetry(sid).unwrap();
+    let cases = vec![
+        new_flow(&h, "telemetry: dsr SYN", &s, 2, MISS_NEW),
+        hit("telemetry: dsr data is not timed", &sdata, &ds, DSR).after(move |h| {
+            assert_eq!(h.maps.dip_telemetry(sid).unwrap(), before);
+            req_stamp(st, false)(h);
+        }),
+    ];
+    run_cases(&h, cases);
+}
+
+#[test]
+fn without_passive_telemetry_nothing_is_timed() {
+    let h = Harness::new(&test_options());
+    let syn = tcp("192.0.2.73", 47002, "10.0.0.100", 80, TcpFlags::SYN);
+    let d = h.fx.predict(0, &syn.tuple()).unwrap().clone();
+    let data = Frame {
+        l4: L4::Tcp(TcpFlags::PSH_ACK),
+        ..syn.clone()
+    }
+    .payload(PAYLOAD);
+    let (id, t) = (d.id, syn.tuple());
+    let cases = vec![
+        new_flow(&h, "off: SYN", &syn, 0, MISS_NEW),
+        hit("off: request", &data, &d, NAT)
+            .after(both(telemetry_is(id, 0, 0), req_stamp(t, false))),
+        rev_case("off: reply", &syn, &d, L4::Tcp(TcpFlags::PSH_ACK)).after(telemetry_is(id, 0, 0)),
+    ];
+    run_cases(&h, cases);
+}
+
+/// A connection whose entry was evicted (LRU) is, with the default
+/// tcp_nonsyn_miss = dispatch, dispatched again by the *current* table: if
+/// the table changed since it was installed, it lands on another DIP.
+#[test]
+fn an_evicted_connection_is_redispatched_by_the_current_table() {
+    let h = Harness::new(&test_options());
+    let fx = &h.fx;
+    let t2 = AwfdTable::from_weights(&[(2, 1), (3, 1)]).unwrap();
+    let pick2 = |f: &Frame| {
+        t2.select(flow_hash(&f.tuple().key(), DEFAULT_SEED))
+            .unwrap()
+    };
+    // A flow on DIP 1 under version 1, on DIP 2 or 3 under version 2.
+    let syn = find_flow(
+        |p| tcp("192.0.2.80", p, "10.0.0.100", 80, TcpFlags::SYN),
+        |f| fx.predict(0, &f.tuple()).unwrap().id == 1,
+    );
+    let ack = Frame {
+        l4: L4::Tcp(TcpFlags::ACK),
+        ..syn.clone()
+    };
+    let (d1, d_new) = (fx.dip(1).clone(), fx.dip(pick2(&syn)).clone());
+    let (t, new_id) = (syn.tuple(), d_new.id);
+    let key = t.key();
+    let cases = vec![
+        new_flow(&h, "evicted: SYN under v1", &syn, 0, MISS_NEW),
+        hit(
+            "evicted: ACK under v2 while the entry lives",
+            &ack,
+            &d1,
+            NAT,
+        )
+        .before(move |h| {
+            h.maps
+                .publish_table(0, 2, &AwfdTable::from_weights(&[(2, 1), (3, 1)]).unwrap())
+                .unwrap();
+        })
+        .after(conn_is(t, 1, 1, 1)),
+        Case::new(
+            "evicted: ACK after eviction lands on the v2 DIP",
+            ack.bytes(),
+            Tx,
+            WEIR_STAT_TX,
+        )
+        .output(nat_out(&ack, &d_new).bytes())
+        .events(&[
+            WEIR_STAT_CONN_MISS,
+            WEIR_STAT_NONSYN_MISS,
+            WEIR_STAT_CONN_NEW,
+        ])
+        .before(move |h| h.maps.conns.delete(key.as_bytes()).unwrap())
+        .after(conn_is(t, new_id, 1, 2)),
+    ];
+    assert_ne!(d_new.id, 1);
+    run_cases(&h, cases);
+}
+
+/// Publishing writes only the stage-1/stage-2 entries that differ from
+/// what the slot holds, and the data plane dispatches by the new table.
+#[test]
+fn publishing_writes_only_changed_entries() {
+    let h = Harness::new(&test_options());
+    // VIP 0 holds v1 = {1: 3, 2: 1, 3: 1} in slot 1; slot 0 is empty.
+    let w = |pairs: &[(u32, u32)]| AwfdTable::from_weights(pairs).unwrap();
+    let r = h
+        .maps
+        .publish_table(0, 2, &w(&[(1, 3), (2, 1), (3, 1)]))
+        .unwrap();
+    assert_eq!(
+        (r.rows_written, r.rows_deleted, r.ranges_written),
+        (2, 0, true),
+        "empty slot: everything"
+    );
+    // v3 goes to slot 1, which holds v1: the same table writes nothing.
+    let r = h
+        .maps
+        .publish_table(0, 3, &w(&[(1, 3), (2, 1), (3, 1)]))
+        .unwrap();
+    assert_eq!(r.writes(), 0, "{r:?}");
+    assert_eq!(
+        h.maps.table_version(0).unwrap(),
+        3,
+        "the version flips anyway"
+    );
+    // v4 (slot 0, holds v2): DIP 3 joins class 3; class 1 = {2}.
+    let r = h
+        .maps
+        .publish_table(0, 4, &w(&[(1, 3), (2, 1), (3, 3)]))
+        .unwrap();
+    assert_eq!(
+        (r.rows_written, r.rows_deleted, r.ranges_written),
+        (2, 0, true),
+        "{r:?}"
+    );
+    // v5 (slot 1, holds v3 = v1): only DIP 2's weight changes, 1 -> 0:
+    // class 3 = {1} is unchanged, class 1 disappears.
+    let r = h
+        .maps
+        .publish_table(0, 5, &w(&[(1, 3), (2, 0), (3, 1)]))
+        .unwrap();
+    assert_eq!(
+        (r.rows_written, r.rows_deleted, r.ranges_written),
+        (1, 0, true),
+        "{r:?}"
+    );
+    assert_eq!(
+        h.maps.slot_table(0, 1).unwrap(),
+        vec![(3, vec![1]), (1, vec![3])]
+    );
+    // v6 (slot 0, holds v4 = {3: [1, 3], 1: [2]}): one class {1, 3} of
+    // weight 2: row 0 keeps its members (only stage 1 changes), row 1 goes.
+    let r = h.maps.publish_table(0, 6, &w(&[(1, 2), (3, 2)])).unwrap();
+    assert_eq!(
+        (r.rows_written, r.rows_deleted, r.ranges_written),
+        (0, 1, true),
+        "{r:?}"
+    );
+    assert_eq!(h.maps.slot_table(0, 0).unwrap(), vec![(2, vec![1, 3])]);
+    // The data plane follows the active table: new flows go to 1 or 3 only,
+    // exactly as weir-core predicts.
+    let t6 = w(&[(1, 2), (3, 2)]);
+    for p in 0..64u16 {
+        let f = tcp("192.0.2.90", 30000 + p, "10.0.0.100", 80, TcpFlags::SYN);
+        let want = fx_dip(
+            &h,
+            t6.select(flow_hash(&f.tuple().key(), DEFAULT_SEED))
+                .unwrap(),
+        );
+        let r = h.run(&f.bytes());
+        assert_eq!(r.action(), Some(Tx));
+        assert_eq!(r.packet, nat_out(&f, &want).bytes(), "flow {p}");
+    }
+}
+
+fn fx_dip(h: &Harness, id: u32) -> Dip {
+    h.fx.dip(id).clone()
+}
