@@ -13,6 +13,8 @@
 //! - [`stats`]: counters shared by the workers, rendered for `weir kv status`
 //!   and Prometheus.
 
+pub mod bench;
+pub mod cli;
 pub mod config;
 pub mod invalidate;
 pub mod proto;

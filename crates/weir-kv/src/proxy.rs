@@ -249,6 +249,8 @@ struct Worker {
     dirty_servers: Vec<usize>,
     dirty_clients: Vec<u32>,
     scratch: Vec<u8>,
+    /// Every read lands here first (zeroed once, not per read).
+    inbuf: Box<[u8]>,
 }
 
 fn errmsg(e: &io::Error) -> String {
@@ -304,6 +306,7 @@ impl Worker {
             dirty_servers: Vec::new(),
             dirty_clients: Vec::new(),
             scratch: Vec::new(),
+            inbuf: vec![0u8; READ_CHUNK].into_boxed_slice(),
         };
         if cfg.preconnect {
             for i in 0..w.servers.len() {
@@ -450,28 +453,21 @@ impl Worker {
             if c.slots.len() >= MAX_SLOTS || c.wbuf.len() - c.wpos >= MAX_WBUF {
                 return; // resumed by client_flush
             }
-            let len = c.rbuf.len();
-            c.rbuf.resize(len + READ_CHUNK, 0);
-            match c.sock.read(&mut c.rbuf[len..]) {
+            match c.sock.read(&mut self.inbuf[..]) {
                 Ok(0) => {
-                    c.rbuf.truncate(len);
                     c.dead = true;
                     self.mark_client(idx);
                     return;
                 }
                 Ok(n) => {
-                    c.rbuf.truncate(len + n);
+                    c.rbuf.extend_from_slice(&self.inbuf[..n]);
                     self.client_parse(idx);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    c.rbuf.truncate(len);
                     return;
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                    c.rbuf.truncate(len);
-                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
-                    c.rbuf.truncate(len);
                     c.dead = true;
                     self.mark_client(idx);
                     return;
@@ -825,28 +821,23 @@ impl Worker {
             let Some(sock) = sc.sock.as_mut() else {
                 return;
             };
-            let len = sc.rbuf.len();
-            sc.rbuf.resize(len + READ_CHUNK, 0);
-            match sock.read(&mut sc.rbuf[len..]) {
+            match sock.read(&mut self.inbuf[..]) {
                 Ok(0) => {
-                    sc.rbuf.truncate(len);
                     self.fail_server(s, "Connection closed by server");
                     return;
                 }
                 Ok(n) => {
                     sc.connected = true;
-                    sc.rbuf.truncate(len + n);
+                    sc.rbuf.extend_from_slice(&self.inbuf[..n]);
                     if !self.server_parse(s) {
                         return;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    sc.rbuf.truncate(len);
                     return;
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => sc.rbuf.truncate(len),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    sc.rbuf.truncate(len);
                     let m = errmsg(&e);
                     self.fail_server(s, &m);
                     return;
