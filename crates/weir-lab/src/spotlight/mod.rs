@@ -25,7 +25,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+use std::sync::Arc;
+use weir_control::agent::{Agent, LoadMeter, StatsSource};
+
 use crate::daemon::Daemon;
+use crate::netns::enter;
 use crate::topology::{backend_addr, Lab};
 use report::{Policy, RunResult};
 use server::{FileServer, ServerSpec, FILE_PORT};
@@ -50,7 +54,7 @@ pub struct SpotlightArgs {
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
     /// Seconds of arrivals that are measured (after the warm-up).
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 8.0)]
     pub duration: f64,
     /// Seconds of arrivals before the measured window (the controller's
     /// first estimates, queues filling).
@@ -58,7 +62,7 @@ pub struct SpotlightArgs {
     pub warmup: f64,
     /// After the last arrival, wait at most this many seconds for flows to
     /// finish; those still open count as unfinished.
-    #[arg(long, default_value_t = 15.0)]
+    #[arg(long, default_value_t = 8.0)]
     pub drain: f64,
     /// Fast servers (backends 1..=fast).
     #[arg(long, default_value_t = 3)]
@@ -94,6 +98,9 @@ pub struct SpotlightArgs {
     /// or passive (the data plane measures).
     #[arg(long, default_value = "agent")]
     pub telemetry: String,
+    /// Sliding window of the servers' load agents, ms.
+    #[arg(long, default_value_t = 500)]
+    pub agent_window_ms: u64,
     /// Write every run and cell as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -162,6 +169,9 @@ impl SpotlightArgs {
         let n = self.fast + self.slow;
         if !(1..=16).contains(&n) {
             bail!("--fast + --slow must be 1..=16 servers");
+        }
+        if !(10..=60_000).contains(&self.agent_window_ms) {
+            bail!("--agent-window-ms must be 10..=60000");
         }
         if !(1..=64).contains(&self.slots) {
             bail!("--slots must be 1..=64");
@@ -309,11 +319,22 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
     crate::netns::install_signal_teardown();
     eprintln!("  building the lab: client, load balancer, {n} servers");
     let lab = Lab::build(n)?;
-    let servers: Vec<FileServer> = specs
-        .iter()
-        .zip(&lab.backends)
-        .map(|(spec, ns)| FileServer::start(ns, spec.clone(), None))
-        .collect::<Result<_>>()?;
+    let mut servers: Vec<FileServer> = Vec::new();
+    let mut agents: Vec<Agent> = Vec::new();
+    for (spec, ns) in specs.iter().zip(&lab.backends) {
+        let meter = LoadMeter::new();
+        servers.push(FileServer::start(
+            ns,
+            spec.clone(),
+            Some(recorder(meter.clone())),
+        )?);
+        agents.push(start_agent(
+            ns,
+            SocketAddr::from((backend_addr(spec.index), AGENT_PORT)),
+            meter,
+            Duration::from_millis(args.agent_window_ms),
+        )?);
+    }
     let exe = std::env::current_exe()?;
     let interfaces = lab.lb_interfaces();
     let vip: SocketAddr = format!("{VIP}:{FILE_PORT}").parse()?;
@@ -409,6 +430,7 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
             runs.push(r);
         }
     }
+    drop(agents);
     drop(servers);
     drop(lab);
 
@@ -455,6 +477,33 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
         bail!("{total_pcc} connections were reset or broken (PCC violations)");
     }
     Ok(())
+}
+
+/// What a server records into its agent's meter: one sample per 16 KiB
+/// chunk sent (Spotlight's load is a packet rate; a chunk is our packet),
+/// with the time the worker spent on it divided by the number of workers.
+/// So the controller's C = 1 / mean processing time is the server's
+/// capacity in chunks per second (k workers), R the chunks it sends per
+/// second, and A = C - R its spare capacity. Per-request samples would be
+/// far noisier with heavy-tailed sizes, and would arrive only when a long
+/// transfer ends.
+fn recorder(meter: LoadMeter) -> server::Recorder {
+    Arc::new(move |spec: &ServerSpec, _bytes: u64, busy: Duration| {
+        meter.record(busy / spec.slots.max(1) as u32);
+    })
+}
+
+/// Starts `weir agent`'s server in namespace `ns` on `addr`, reading `meter`.
+fn start_agent(ns: &str, addr: SocketAddr, meter: LoadMeter, window: Duration) -> Result<Agent> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || -> Result<Agent> {
+        enter(&ns)?;
+        // The agent's threads are spawned from here and stay in `ns`.
+        Agent::start(addr, StatsSource::Meter(meter), window)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("the agent thread panicked"))?
+    .with_context(|| format!("starting the load agent on {addr}"))
 }
 
 /// Waits until no server has a request open (the previous run's flows are

@@ -48,19 +48,11 @@ impl ServerSpec {
     }
 }
 
-/// One finished request as the server saw it, for load telemetry.
-#[derive(Debug, Clone, Copy)]
-pub struct Served {
-    pub bytes: u64,
-    /// Time the request waited for a worker.
-    pub wait: Duration,
-    /// Time it held a worker.
-    pub service: Duration,
-}
-
-/// Called for every request a server finishes (the in-process agent's
-/// meter records through it).
-pub type Recorder = Arc<dyn Fn(&ServerSpec, Served) + Send + Sync>;
+/// Called for every chunk a worker sends, with the chunk's size and the
+/// time the worker spent on it (the in-process agent's meter records
+/// through it). Work is reported as it is done, so a long transfer shows up
+/// in the load at once rather than when it ends.
+pub type Recorder = Arc<dyn Fn(&ServerSpec, u64, Duration) + Send + Sync>;
 
 /// Counters of one server.
 #[derive(Debug, Default)]
@@ -296,7 +288,6 @@ fn serve(
 ) -> Result<()> {
     s.set_nonblocking(false)?;
     let _ = s.set_nodelay(true);
-    let arrived = Instant::now();
     let size = match read_request(&mut s, stop) {
         Ok(n) => n,
         Err(e) => {
@@ -309,23 +300,11 @@ fn serve(
     if !slots.acquire(stop) {
         anyhow::bail!("stopped while waiting for a worker");
     }
-    let began = Instant::now();
-    let r = send_file(&mut s, spec, size, stop);
-    let service = began.elapsed();
+    let r = send_file(&mut s, spec, size, stop, recorder);
     slots.release();
     r?;
     stats.served.fetch_add(1, Ordering::Relaxed);
     stats.bytes.fetch_add(size, Ordering::Relaxed);
-    if let Some(rec) = recorder {
-        rec(
-            spec,
-            Served {
-                bytes: size,
-                wait: began - arrived,
-                service,
-            },
-        );
-    }
     // Let the client read to the end before the socket goes.
     let _ = s.shutdown(std::net::Shutdown::Write);
     Ok(())
@@ -334,7 +313,13 @@ fn serve(
 /// Sends the header and `size` bytes paced at the worker's rate: chunk k
 /// leaves when the worker has "produced" it, so the last byte leaves at
 /// `size / slot_rate` seconds.
-fn send_file(s: &mut TcpStream, spec: &ServerSpec, size: u64, stop: &AtomicBool) -> Result<()> {
+fn send_file(
+    s: &mut TcpStream,
+    spec: &ServerSpec,
+    size: u64,
+    stop: &AtomicBool,
+    recorder: Option<&Recorder>,
+) -> Result<()> {
     s.set_write_timeout(Some(Duration::from_secs(10)))?;
     let head = format!(
         "HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nX-Backend: {}\r\nConnection: close\r\n\r\n",
@@ -350,12 +335,16 @@ fn send_file(s: &mut TcpStream, spec: &ServerSpec, size: u64, stop: &AtomicBool)
             anyhow::bail!("stopped");
         }
         let n = CHUNK.min(size - sent);
+        let began = Instant::now();
         let due = Duration::from_secs_f64((sent + n) as f64 / spec.slot_rate);
         if let Some(wait) = due.checked_sub(start.elapsed()) {
             std::thread::sleep(wait);
         }
         s.write_all(&data[..n as usize])?;
         sent += n;
+        if let Some(rec) = recorder {
+            rec(spec, n, began.elapsed());
+        }
     }
     Ok(())
 }
