@@ -293,7 +293,7 @@ impl Mmap {
 
     /// The u64 at byte offset `off` (8-aligned, in bounds).
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.len);
+        assert!(off & 7 == 0 && off + 8 <= self.len);
         // SAFETY: in bounds, aligned, and the kernel only touches it atomically
         // or with plain stores of whole words.
         unsafe { &*(self.ptr.as_ptr().add(off) as *const AtomicU64) }
