@@ -91,6 +91,8 @@ enum Command {
     /// Benchmarks: print a table, write JSON with --json.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// The memcached switch: `weir kv --nutcracker nc.yml`, `weir kv --config kv.toml`, `weir kv status`.
+    Kv(weir_kv::cli::KvArgs),
 }
 
 #[derive(Subcommand)]
@@ -107,6 +109,8 @@ enum BenchCommand {
     Xdp(weir_lab::bench::xdp::XdpBenchArgs),
     /// Simulator speed: 10k, 100k and 1M flows.
     Sim(weir_sim::cli::BenchArgs),
+    /// memcached GETs (Zipf): direct, nutcracker and weir's TCP proxy.
+    Kv(weir_kv::bench::KvBenchArgs),
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -162,6 +166,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Lab(LabCommand::Spotlight(args)) => weir_lab::spotlight::run(&args),
         Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
         Command::Bench(BenchCommand::Sim(args)) => weir_sim::cli::run_bench(&args),
+        Command::Bench(BenchCommand::Kv(args)) => weir_kv::bench::run(&args),
+        Command::Kv(args) => weir_kv::cli::run(&args),
         Command::Sim(cmd) => weir_sim::cli::run(cmd),
         Command::Agent {
             listen,
