@@ -89,12 +89,15 @@ fn get_once(vip: SocketAddr) -> Result<String, String> {
     backend.ok_or_else(|| "no X-Backend".into())
 }
 
+/// When a connection started, and which backend answered it.
+type Entry = (Instant, Result<String, String>);
+
 /// New connections from the client namespace by `threads` workers, each
 /// pausing `pause` between requests; every result is recorded with the
 /// time its connection started.
 struct Load {
     stop: Arc<AtomicBool>,
-    log: Arc<Mutex<Vec<(Instant, Result<String, String>)>>>,
+    log: Arc<Mutex<Vec<Entry>>>,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -128,7 +131,7 @@ impl Load {
         share_of(&self.log.lock().unwrap(), backend, from, to)
     }
 
-    fn finish(mut self) -> Vec<(Instant, Result<String, String>)> {
+    fn finish(mut self) -> Vec<Entry> {
         self.stop.store(true, Ordering::Relaxed);
         for w in self.workers.drain(..) {
             w.join().unwrap();
@@ -137,7 +140,7 @@ impl Load {
     }
 }
 
-type Log = [(Instant, Result<String, String>)];
+type Log = [Entry];
 
 /// (share of `backend`, count) among answered connections started in [from, to).
 fn share_of(log: &Log, backend: &str, from: Instant, to: Instant) -> (f64, usize) {
@@ -597,10 +600,10 @@ fn d_bad_agent_replies_are_counted_and_never_crash() {
     .unwrap();
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     let parse_line =
-        format!("weir_dip_agent_errors_total{{vip=\"web\",dip=\"10.77.1.2:8080\",kind=\"parse\"}}");
+        "weir_dip_agent_errors_total{vip=\"web\",dip=\"10.77.1.2:8080\",kind=\"parse\"}";
     let n: u64 = metrics
         .lines()
-        .find(|l| l.starts_with(&parse_line))
+        .find(|l| l.starts_with(parse_line))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {parse_line} in\n{metrics}"));
