@@ -133,7 +133,11 @@ impl Backend {
         })
         .join()
         .map_err(|_| anyhow::anyhow!("agent bind thread panicked"))??;
-        self.agent = Some(Agent::on(l, StatsSource::Meter(self.meter.clone()), window)?);
+        self.agent = Some(Agent::on(
+            l,
+            StatsSource::Meter(self.meter.clone()),
+            window,
+        )?);
         Ok(())
     }
 
