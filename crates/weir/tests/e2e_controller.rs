@@ -8,7 +8,10 @@
 //!   still sends it new connections, `drain` stops them, established
 //!   connections survive both, and an agent that answers again is used again;
 //! - (d) garbage, huge, negative, NaN, slow and failing agent replies are
-//!   counted per kind and never stop the controller.
+//!   counted per kind and never stop the controller;
+//! - (e) passive telemetry estimates DIPs with no agent and sees a slowdown;
+//!   a DIP failing its health check gets no new connections but keeps its
+//!   established ones.
 //!
 //! Bounds are generous and every wait is bounded: the machine is shared.
 
@@ -628,4 +631,95 @@ fn d_bad_agent_replies_are_counted_and_never_crash() {
     );
     assert!(daemon_alive(&d));
     drop(agent);
+}
+
+/// Passive telemetry (no agent is polled) estimates every DIP from the
+/// data plane's request-to-first-reply delays and reacts to a slowdown; a
+/// DIP failing its health check gets no new connections while its
+/// established ones keep going, and gets them again once it passes.
+#[test]
+fn e_passive_telemetry_and_health_checks() {
+    let _g = serial();
+    let lab = Lab::build(3).expect("building the lab");
+    let opts = BackendOptions {
+        delay_us: 5_000,
+        // The agent is the health-check target here (GET /load on 9300),
+        // not a telemetry source: stopping it fails the check only.
+        agent_window: Some(Duration::from_millis(500)),
+    };
+    let mut bs = backends(&lab, &opts);
+    let health = format!(
+        "  [vip.health]\n  kind = \"http\"\n  path = \"/load\"\n  port = {AGENT_PORT}\n  \
+         interval_ms = 100\n  timeout_ms = 100\n  rise = 2\n  fall = 2\n"
+    );
+    let cfg =
+        config(3, 100, "keep", &health).replace("telemetry = \"agent\"", "telemetry = \"passive\"");
+    let d = start_daemon(&lab, &cfg);
+    let load = Load::start(&lab.client, 4, Duration::from_millis(30));
+    let s = wait_status(&d, "passive estimates", Duration::from_secs(10), |s| {
+        (1..=3).all(|i| dip_view(s, i)["capacity"].is_number())
+    });
+    for i in 1..=3 {
+        let v = dip_view(&s, i);
+        let c = v["capacity"].as_f64().unwrap();
+        // 5 ms of service per request: at most 200/s, and not absurdly less.
+        assert!((10.0..=210.0).contains(&c), "DIP {i}: {v:#}");
+        assert_eq!(v["healthy"], true, "{v:#}");
+        assert!(
+            v["agent_errors"].as_object().is_none_or(|o| o.is_empty()),
+            "{v:#}"
+        );
+    }
+    // Slowdown seen by the data plane alone.
+    bs[1].set_delay(Duration::from_millis(60));
+    wait_status(
+        &d,
+        "passive: slow DIP at weight 0",
+        Duration::from_secs(5),
+        |s| dip_view(s, 2)["weight"] == 0,
+    );
+    bs[1].set_delay(Duration::from_millis(5));
+
+    // Health: backend-3's check fails; its established connections go on.
+    let vip: SocketAddr = VIP.parse().unwrap();
+    let live = spawn_http(&lab.client, vip, 18, 30, Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(300));
+    bs[2].stop_agent();
+    wait_status(&d, "backend-3 failing", Duration::from_secs(5), |s| {
+        let v = dip_view(s, 3);
+        v["healthy"] == false && v["weight"] == 0
+    });
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_millis(1200));
+    let (share, n) = load.share("backend-3", t, Instant::now());
+    assert!(
+        share == 0.0 && n >= 20,
+        "a failing DIP got {:.0}% of {n} new connections",
+        100.0 * share
+    );
+    bs[2]
+        .start_agent(&lab.backends[2], Duration::from_millis(500))
+        .unwrap();
+    wait_status(&d, "backend-3 healthy again", Duration::from_secs(5), |s| {
+        let v = dip_view(s, 3);
+        v["healthy"] == true && v["weight"].as_u64().unwrap_or(0) > 0
+    });
+    let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
+    for r in &records {
+        assert!(
+            !r.violated() && r.served_by.len() == 30,
+            "an established connection broke or moved: {r:?}"
+        );
+    }
+    assert!(
+        records.iter().any(|r| r.backend() == Some("backend-3")),
+        "no long-lived connection was on backend-3"
+    );
+    let results = load.finish();
+    let failed = results.iter().filter(|(_, r)| r.is_err()).count();
+    assert!(
+        failed * 50 <= results.len(),
+        "{failed} of {} failed",
+        results.len()
+    );
 }
