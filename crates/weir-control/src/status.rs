@@ -280,3 +280,82 @@ pub fn render(s: &Status) -> String {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{OnSilent, PolicyName, TelemetryKind};
+    use crate::controller::{DipSnapshot, Snapshot, VipSnapshot};
+
+    #[test]
+    fn the_human_output_shows_the_controller_view() {
+        let dip = |addr: &str, weight, healthy, silent| DipSnapshot {
+            slot: 0,
+            address: addr.into(),
+            port: 8080,
+            capacity: Some(200.0),
+            load: Some(50.0),
+            available: Some(150.0),
+            weight,
+            class: (weight > 0).then_some(weight),
+            share: Some(0.25),
+            healthy,
+            health_checks: 4,
+            health_failures: 0,
+            agent_misses: if silent { 5 } else { 0 },
+            agent_silent: silent,
+            agent_errors: if silent {
+                [("timeout".to_string(), 5)].into_iter().collect()
+            } else {
+                Default::default()
+            },
+            last_error: None,
+        };
+        let st = Status {
+            connections: 3,
+            vips: Vec::new(),
+            counters: vec![("rx".into(), 9)],
+            controller: Some(Snapshot {
+                policy: PolicyName::Awfd,
+                m: 4,
+                update_interval_ms: 100,
+                telemetry: Some(TelemetryKind::Agent),
+                on_agent_silent: OnSilent::Drain,
+                at_unix_ms: 0,
+                ticks: 10,
+                tables_published: 3,
+                entries_written: 7,
+                vips: vec![VipSnapshot {
+                    name: "web".into(),
+                    vip_id: 0,
+                    table_version: 4,
+                    dips: vec![
+                        dip("10.0.0.1", 4, Some(true), false),
+                        dip("10.0.0.2", 0, Some(false), true),
+                    ],
+                }],
+            }),
+        };
+        let text = render(&st);
+        assert!(
+            text.contains("controller: policy=Awfd m=4 interval=100ms telemetry=agent"),
+            "{text}"
+        );
+        let row = |a: &str| text.lines().find(|l| l.contains(a)).unwrap().to_string();
+        let up = row("10.0.0.1:8080");
+        assert!(
+            up.contains("200.0") && up.contains("B4") && up.contains("25%") && up.contains(" up "),
+            "{up}"
+        );
+        let down = row("10.0.0.2:8080");
+        assert!(
+            down.contains("FAILING") && down.contains("5!") && down.contains("timeout=5"),
+            "{down}"
+        );
+        let json = serde_json::to_value(&st).unwrap();
+        assert_eq!(
+            json["controller"]["vips"][0]["dips"][1]["agent_silent"],
+            true
+        );
+    }
+}
