@@ -159,6 +159,42 @@ static __always_inline int kv_cache_lookup(struct kv_scratch *s, __u32 bucket_ha
  * `op` and `opaque` (network order) are the binary request's.
  * Returns XDP_TX, or -1 before touching the packet if it cannot.
  */
+/* Headers of a request as far as the memcached body: Ethernet, IPv4 (20) or
+ * IPv6 (40), UDP, frame header. */
+#define KV_HDRS_V4 (ETH_HLEN + 20 + 8 + WEIR_KV_FRAME_HDR)
+#define KV_HDRS_V6 (ETH_HLEN + 40 + 8 + WEIR_KV_FRAME_HDR)
+/* Largest growth at the head (XDP guarantees 256 bytes of headroom). */
+#define KV_HEAD_GROW_MAX 192
+
+/* After bpf_xdp_adjust_head(-delta): moves the `hdrs` header bytes from
+ * data + delta to data, in ascending order (the destination is below the
+ * source, so no byte is overwritten before it is read). 0, or -1 if the
+ * frame is not as expected. */
+static __always_inline int kv_move_headers(struct xdp_md *ctx, int delta, __u32 hdrs)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *dst = data, *src;
+
+	if (delta <= 0 || delta > KV_HEAD_GROW_MAX || (hdrs != KV_HDRS_V4 && hdrs != KV_HDRS_V6))
+		return -1;
+	src = (__u8 *)data + delta;
+	if ((void *)(dst + KV_HDRS_V4) > data_end || (void *)(src + KV_HDRS_V4) > data_end)
+		return -1;
+#pragma unroll
+	for (int i = 0; i < KV_HDRS_V4; i++)
+		dst[i] = src[i];
+	if (hdrs == KV_HDRS_V6) {
+		if ((void *)(dst + KV_HDRS_V6) > data_end ||
+		    (void *)(src + KV_HDRS_V6) > data_end)
+			return -1;
+#pragma unroll
+		for (int i = KV_HDRS_V4; i < KV_HDRS_V6; i++)
+			dst[i] = src[i];
+	}
+	return 0;
+}
+
 static __always_inline int kv_reply(struct xdp_md *ctx, const struct packet *pkt,
 				    struct kv_scratch *s, const struct weir_kv_entry *e,
 				    const struct kv_hit *hit, int kind, __u8 op, __u32 opaque)
@@ -199,8 +235,15 @@ static __always_inline int kv_reply(struct xdp_md *ctx, const struct packet *pkt
 	}
 	udp_len = sizeof(struct udphdr) + WEIR_KV_FRAME_HDR + body_len;
 	delta = (int)(body + body_len) - (int)(data_end - data);
-	if (bpf_xdp_adjust_tail(ctx, delta))
-		return -1;
+	if (bpf_xdp_adjust_tail(ctx, delta)) {
+		/* No tailroom: veth and generic XDP copy small frames into small
+		 * buffers. Grow at the head instead and move the headers there;
+		 * the body is written afresh below. */
+		if (delta <= 0 || delta > KV_HEAD_GROW_MAX || bpf_xdp_adjust_head(ctx, -delta))
+			return -1;
+		if (kv_move_headers(ctx, delta, body) < 0)
+			return XDP_DROP;
+	}
 
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;

@@ -542,6 +542,18 @@ impl Cache {
             .collect()
     }
 
+    /// Whether XDP would answer `key` from the cache now: an entry exists,
+    /// no write or flush voided its ticket, and it has not expired.
+    pub fn is_served(&self, key: &[u8]) -> Result<bool> {
+        let Some(e) = self.entry(key)? else {
+            return Ok(false);
+        };
+        let b = self.bucket_of(key);
+        Ok(e.seq == self.bucket_seq(b).load(Ordering::SeqCst)
+            && e.gen == self.generation().load(Ordering::SeqCst)
+            && (e.expires_ns == 0 || e.expires_ns > monotonic_ns()))
+    }
+
     /// The entry for `key` as stored.
     pub fn entry(&self, key: &[u8]) -> Result<Option<weir_kv_entry>> {
         let k = cache_key(key)?;

@@ -11,9 +11,11 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 
-use crate::config::KvConfig;
+use crate::config::{KvConfig, UdpConfig};
+use crate::invalidate::Invalidation;
 use crate::proxy::Proxy;
 use crate::stats::Snapshot;
+use crate::udp::{StatusHandle, UdpStatus, UdpSwitch, XdpInvalidator};
 
 #[derive(Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -32,6 +34,24 @@ pub struct KvArgs {
     /// Validate the configuration and exit.
     #[arg(long)]
     pub check: bool,
+    /// Switch memcached UDP in XDP on this interface (repeat for several);
+    /// the way to add the UDP path to a nutcracker YAML pool. The UDP port
+    /// is the pool's listen port.
+    #[arg(long = "udp-interface", value_name = "IF")]
+    pub udp_interface: Vec<String>,
+    /// With --udp-interface: switch only datagrams to this address.
+    #[arg(long = "udp-vip", value_name = "IP", requires = "udp_interface")]
+    pub udp_vip: Option<std::net::IpAddr>,
+    /// With --udp-interface: l2 (servers hold the VIP) or l3 (rewrite to the server's address).
+    #[arg(long = "udp-forward", value_name = "l2|l3", requires = "udp_interface")]
+    pub udp_forward: Option<String>,
+    /// With --udp-interface: native or generic XDP.
+    #[arg(long = "xdp-mode", value_name = "MODE", requires = "udp_interface")]
+    pub xdp_mode: Option<String>,
+    /// With --udp-interface: answer hot keys from the in-switch cache
+    /// (defaults of [cache]).
+    #[arg(long, requires = "udp_interface")]
+    pub cache: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -47,11 +67,41 @@ pub enum KvCmd {
 }
 
 fn load(args: &KvArgs) -> Result<KvConfig> {
-    match (&args.nutcracker, &args.config) {
-        (Some(p), _) => Ok(KvConfig::load_nutcracker(p, args.pool.as_deref())?),
-        (None, Some(p)) => Ok(KvConfig::load_toml(p)?),
+    let mut cfg = match (&args.nutcracker, &args.config) {
+        (Some(p), _) => KvConfig::load_nutcracker(p, args.pool.as_deref())?,
+        (None, Some(p)) => KvConfig::load_toml(p)?,
         (None, None) => bail!("give --nutcracker FILE.yml or --config FILE.toml"),
+    };
+    if !args.udp_interface.is_empty() {
+        if cfg.udp.is_some() {
+            bail!(
+                "{}: [udp] is in the file; give the UDP path there or with --udp-interface, not both",
+                cfg.file.display()
+            );
+        }
+        let mut u = UdpConfig::new(
+            args.udp_interface.clone(),
+            cfg.listen.port(),
+            cfg.servers.len(),
+        );
+        u.vip = args.udp_vip;
+        if let Some(f) = &args.udp_forward {
+            u.forward = f
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("--udp-forward: {e}"))?;
+        }
+        if let Some(m) = &args.xdp_mode {
+            if m != "native" && m != "generic" {
+                bail!("--xdp-mode: `{m}` is not native or generic");
+            }
+            u.xdp_mode = m.clone();
+        }
+        cfg.udp = Some(u);
+        if args.cache {
+            cfg.cache.enabled = true;
+        }
     }
+    Ok(cfg)
 }
 
 pub fn run(args: &KvArgs) -> Result<()> {
@@ -67,8 +117,18 @@ pub fn run(args: &KvArgs) -> Result<()> {
     }
     let cfg = load(args)?;
     if args.check {
+        let udp = match &cfg.udp {
+            Some(u) => format!(
+                "; udp {} port {} {}, cache {}",
+                u.interfaces.join(","),
+                u.port,
+                u.forward,
+                if cfg.cache.enabled { "on" } else { "off" }
+            ),
+            None => String::new(),
+        };
         println!(
-            "{}: ok (pool {}, {} servers, {} / {})",
+            "{}: ok (pool {}, {} servers, {} / {}{udp})",
             cfg.file.display(),
             cfg.pool,
             cfg.servers.len(),
@@ -77,15 +137,29 @@ pub fn run(args: &KvArgs) -> Result<()> {
         );
         return Ok(());
     }
-    if cfg.udp.is_some() {
-        bail!(
-            "{}: udp: the XDP memcached path is not available in this build yet \
-             (weir_dataplane::kv has not landed); remove [udp]/[cache] to run the TCP proxy",
-            cfg.file.display()
-        );
-    }
+    // The XDP switch first: the TCP proxy's writes must invalidate its cache
+    // from the first one on.
+    let switch = match &cfg.udp {
+        Some(u) => {
+            let sw = UdpSwitch::start(&cfg)?;
+            eprintln!(
+                "weir kv: XDP switch on {} (udp port {}, {}, cache {})",
+                u.interfaces.join(","),
+                u.port,
+                u.forward,
+                if cfg.cache.enabled { "on" } else { "off" }
+            );
+            Some(sw)
+        }
+        None => None,
+    };
+    let inval = switch
+        .as_ref()
+        .filter(|_| cfg.cache.enabled)
+        .map(|sw| Invalidation::new(Arc::new(XdpInvalidator(sw.cache()))));
+    let udp_status = switch.as_ref().map(|s| s.status_handle());
     let dist = Arc::new(cfg.distribution());
-    let proxy = Arc::new(Proxy::start(&cfg, dist, None)?);
+    let proxy = Arc::new(Proxy::start(&cfg, dist, inval)?);
     eprintln!(
         "weir kv: pool {} on {} ({} servers, {}/{}, {} workers)",
         cfg.pool,
@@ -100,13 +174,16 @@ pub fn run(args: &KvArgs) -> Result<()> {
     if let Some(m) = cfg.metrics {
         let l = TcpListener::bind(m).with_context(|| format!("metrics on {m}"))?;
         eprintln!("weir kv: metrics on http://{m}/metrics");
-        let (proxy, cfg) = (proxy.clone(), cfg.clone());
-        std::thread::spawn(move || serve_metrics(l, proxy, cfg));
+        let (proxy, cfg, udp) = (proxy.clone(), cfg.clone(), udp_status.clone());
+        std::thread::spawn(move || serve_metrics(l, proxy, cfg, udp));
     }
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
     }
     eprintln!("weir kv: stopping");
+    if let Some(sw) = switch {
+        sw.stop(); // detaches
+    }
     Ok(())
 }
 
@@ -142,9 +219,13 @@ pub struct Status {
     pub stats: Snapshot,
     /// Hot keys of the XDP cache (empty while the UDP path is not loaded).
     pub hot_keys: Vec<String>,
+    /// The XDP switch, when `[udp]` is configured.
+    #[serde(default)]
+    pub udp: Option<UdpStatus>,
 }
 
-fn status_of(proxy: &Proxy, cfg: &KvConfig) -> Status {
+pub fn status_of(proxy: &Proxy, cfg: &KvConfig, udp: Option<&StatusHandle>) -> Status {
+    let udp = udp.map(|h| h.get());
     Status {
         pool: cfg.pool.clone(),
         listen: proxy.local_addr().to_string(),
@@ -156,7 +237,8 @@ fn status_of(proxy: &Proxy, cfg: &KvConfig) -> Status {
             .map(|s| format!("{}:{}:{}", s.addr, s.port, s.weight))
             .collect(),
         stats: proxy.stats(),
-        hot_keys: Vec::new(),
+        hot_keys: udp.as_ref().map(|u| u.hot_keys.clone()).unwrap_or_default(),
+        udp,
     }
 }
 
@@ -185,6 +267,51 @@ pub fn render(st: &Status) -> String {
             st.hot_keys.join(" ")
         }
     ));
+    if let Some(u) = &st.udp {
+        let x = |n: &str| u.xdp.get(n).copied().unwrap_or(0);
+        let passed: u64 = u
+            .xdp
+            .iter()
+            .filter(|(k, _)| k.starts_with("pass_"))
+            .map(|(_, v)| *v)
+            .sum();
+        out.push_str(&format!(
+            "udp (XDP, prog {}) on {} port {} {}: rx {}  forwarded {}  to kernel {}  writes {}\n\
+             cache {}: hits {}  misses {}  cached {}  installs {}  races {}  settle skips {}  \
+             evictions {}  fetch errors {}  too large {}\n",
+            u.prog_id,
+            u.interfaces.join(","),
+            u.port,
+            u.forward,
+            x("rx"),
+            x("tx") + x("redirect"),
+            passed,
+            x("write"),
+            if u.cache_enabled { "on" } else { "off" },
+            u.cache_hits,
+            u.cache_misses,
+            u.cached_keys,
+            u.installs,
+            u.install_races,
+            u.settle_skips,
+            u.evictions,
+            u.fetch_errors,
+            u.too_large
+        ));
+        for (i, name) in st.servers.iter().enumerate() {
+            out.push_str(&format!(
+                "{name:<26} {} (udp)\n",
+                u.server_requests.get(i).copied().unwrap_or(0)
+            ));
+        }
+        if u.bpf_run_cnt > 0 {
+            out.push_str(&format!(
+                "bpf: {} runs, {:.0} ns/run\n",
+                u.bpf_run_cnt,
+                u.bpf_run_time_ns as f64 / u.bpf_run_cnt as f64
+            ));
+        }
+    }
     out
 }
 
@@ -248,10 +375,70 @@ pub fn prometheus(st: &Status) -> String {
             s.server_requests.get(i).copied().unwrap_or(0)
         ));
     }
+    if let Some(u) = &st.udp {
+        let mut c = |name: &str, help: &str, v: u64| {
+            o.push_str(&format!(
+                "# HELP weir_kv_{name} {help}\n# TYPE weir_kv_{name} counter\nweir_kv_{name} {v}\n"
+            ));
+        };
+        c(
+            "udp_cache_hits_total",
+            "GETs answered by XDP from the in-switch cache.",
+            u.cache_hits,
+        );
+        c(
+            "udp_cache_misses_total",
+            "Single-key GETs the cache could not answer.",
+            u.cache_misses,
+        );
+        c(
+            "udp_cache_installs_total",
+            "Hot values installed.",
+            u.installs,
+        );
+        c(
+            "udp_cache_install_races_total",
+            "Installs refused because a write came after the ticket.",
+            u.install_races,
+        );
+        c(
+            "udp_cache_evictions_total",
+            "Keys evicted as no longer hot.",
+            u.evictions,
+        );
+        c(
+            "udp_hotkey_fetch_errors_total",
+            "Failed fetches of hot values.",
+            u.fetch_errors,
+        );
+        c("udp_samples_total", "Keys sampled by XDP.", u.samples);
+        o.push_str(
+            "# HELP weir_kv_udp_hot_keys Hot keys now.\n# TYPE weir_kv_udp_hot_keys gauge\n",
+        );
+        o.push_str(&format!("weir_kv_udp_hot_keys {}\n", u.hot_keys.len()));
+        o.push_str("# HELP weir_kv_udp_cached_keys Keys in the cache map.\n# TYPE weir_kv_udp_cached_keys gauge\n");
+        o.push_str(&format!("weir_kv_udp_cached_keys {}\n", u.cached_keys));
+        o.push_str("# HELP weir_kv_xdp_total XDP counters of weir_kv by name.\n# TYPE weir_kv_xdp_total counter\n");
+        for (k, v) in &u.xdp {
+            o.push_str(&format!("weir_kv_xdp_total{{counter=\"{k}\"}} {v}\n"));
+        }
+        o.push_str("# HELP weir_kv_udp_server_requests_total Requests XDP forwarded to each server.\n# TYPE weir_kv_udp_server_requests_total counter\n");
+        for (i, name) in st.servers.iter().enumerate() {
+            o.push_str(&format!(
+                "weir_kv_udp_server_requests_total{{server=\"{name}\"}} {}\n",
+                u.server_requests.get(i).copied().unwrap_or(0)
+            ));
+        }
+        o.push_str("# HELP weir_kv_bpf_run_time_ns_total BPF run time of weir_kv (kernel.bpf_stats_enabled=1).\n# TYPE weir_kv_bpf_run_time_ns_total counter\n");
+        o.push_str(&format!(
+            "weir_kv_bpf_run_time_ns_total {}\n",
+            u.bpf_run_time_ns
+        ));
+    }
     o
 }
 
-fn serve_metrics(l: TcpListener, proxy: Arc<Proxy>, cfg: KvConfig) {
+fn serve_metrics(l: TcpListener, proxy: Arc<Proxy>, cfg: KvConfig, udp: Option<StatusHandle>) {
     for conn in l.incoming() {
         let Ok(mut conn) = conn else { continue };
         let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
@@ -264,7 +451,7 @@ fn serve_metrics(l: TcpListener, proxy: Arc<Proxy>, cfg: KvConfig) {
             continue;
         }
         let path = line.split_whitespace().nth(1).unwrap_or("/");
-        let st = status_of(&proxy, &cfg);
+        let st = status_of(&proxy, &cfg, udp.as_ref());
         let (code, ctype, body) = match path {
             "/metrics" => ("200 OK", "text/plain; version=0.0.4", prometheus(&st)),
             "/status" => (

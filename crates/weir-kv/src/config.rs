@@ -46,6 +46,37 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// How the XDP switch hands a UDP request to its server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UdpForward {
+    /// Rewrite MACs only: every server holds the VIP (e.g. on `lo`) and
+    /// answers from it.
+    L2,
+    /// Also rewrite the destination address and port to the server's; the
+    /// server answers from its own address.
+    L3,
+}
+
+impl std::str::FromStr for UdpForward {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "l2" => Ok(UdpForward::L2),
+            "l3" => Ok(UdpForward::L3),
+            _ => Err(format!("`{s}` is not l2 or l3")),
+        }
+    }
+}
+
+impl fmt::Display for UdpForward {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UdpForward::L2 => "l2",
+            UdpForward::L3 => "l3",
+        })
+    }
+}
+
 /// The UDP path: the XDP memcached switch on these interfaces.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UdpConfig {
@@ -54,6 +85,26 @@ pub struct UdpConfig {
     pub xdp_mode: String,
     /// UDP port the switch serves (default: the TCP listen port).
     pub port: u16,
+    /// Only datagrams to this address are switched (None: any address).
+    pub vip: Option<std::net::IpAddr>,
+    pub forward: UdpForward,
+    /// Next-hop MAC per server (index as in `servers`); None = ask the
+    /// kernel's neighbour table (probing the server if it has no entry).
+    pub macs: Vec<Option<[u8; 6]>>,
+}
+
+impl UdpConfig {
+    /// The UDP path with defaults (what `--udp-interface` gives a YAML pool).
+    pub fn new(interfaces: Vec<String>, port: u16, nservers: usize) -> UdpConfig {
+        UdpConfig {
+            interfaces,
+            xdp_mode: "native".into(),
+            port,
+            vip: None,
+            forward: UdpForward::L2,
+            macs: vec![None; nservers],
+        }
+    }
 }
 
 /// The in-switch hot-key cache.
@@ -64,8 +115,21 @@ pub struct CacheConfig {
     pub top_k: usize,
     /// How often the hot-key loop samples, refetches and expires.
     pub refresh: Duration,
-    /// Values larger than this are never cached.
+    /// Values larger than this are never cached (at most 1024).
     pub max_value: usize,
+    /// Entries of the cache map (at least `top_k`).
+    pub entries: u32,
+    /// A cached value is refetched (or dropped) after this; it bounds how
+    /// long a write that bypassed the switch can go unseen. Zero: never.
+    pub ttl: Duration,
+    /// XDP samples one requested key in this many.
+    pub sample_every: u32,
+    /// A key is hot at this many (decayed) samples.
+    pub threshold: u64,
+    /// Sample counts halve every `window`.
+    pub window: Duration,
+    /// No value is fetched for a key within this long of a write to it.
+    pub write_settle: Duration,
 }
 
 impl Default for CacheConfig {
@@ -73,8 +137,14 @@ impl Default for CacheConfig {
         CacheConfig {
             enabled: false,
             top_k: 64,
-            refresh: Duration::from_millis(500),
+            refresh: Duration::from_millis(200),
             max_value: 1024,
+            entries: 4096,
+            ttl: Duration::from_secs(10),
+            sample_every: 16,
+            threshold: 8,
+            window: Duration::from_secs(1),
+            write_settle: Duration::from_millis(50),
         }
     }
 }
@@ -222,6 +292,25 @@ pub fn parse_server(v: &str) -> Result<(Server, SocketAddr), String> {
         name: name.filter(|n| !n.is_empty()),
     };
     Ok((server, addr))
+}
+
+/// The largest value the XDP cache answers with (WEIR_KV_MAX_VALUE).
+pub const MAX_CACHED_VALUE: usize = 1024;
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let mut mac = [0u8; 6];
+    if parts.len() != 6 {
+        return Err(format!("`{s}` is not a MAC address like 02:00:00:00:00:01"));
+    }
+    for (b, p) in mac.iter_mut().zip(parts) {
+        *b = u8::from_str_radix(p, 16)
+            .ok()
+            .filter(|_| p.len() == 2)
+            .ok_or_else(|| format!("`{s}` is not a MAC address: bad byte `{p}`"))?;
+    }
+    Ok(mac)
 }
 
 fn parse_bool(v: &str) -> Result<bool, String> {
@@ -522,6 +611,9 @@ struct TomlServer {
     weight: u32,
     #[serde(default)]
     name: Option<String>,
+    /// Next-hop MAC for the UDP path.
+    #[serde(default)]
+    mac: Option<String>,
 }
 
 fn default_port() -> u16 {
@@ -539,6 +631,10 @@ struct TomlUdp {
     xdp_mode: String,
     #[serde(default)]
     port: Option<u16>,
+    #[serde(default)]
+    vip: Option<Spanned<String>>,
+    #[serde(default)]
+    forward: Option<Spanned<String>>,
 }
 
 fn native() -> String {
@@ -555,7 +651,19 @@ struct TomlCache {
     #[serde(default)]
     refresh_ms: Option<u64>,
     #[serde(default)]
-    max_value: Option<usize>,
+    max_value: Option<Spanned<usize>>,
+    #[serde(default)]
+    entries: Option<Spanned<u32>>,
+    #[serde(default)]
+    ttl_ms: Option<u64>,
+    #[serde(default)]
+    sample_every: Option<Spanned<u32>>,
+    #[serde(default)]
+    threshold: Option<u64>,
+    #[serde(default)]
+    window_ms: Option<Spanned<u64>>,
+    #[serde(default)]
+    write_settle_ms: Option<u64>,
 }
 
 fn yes() -> bool {
@@ -646,9 +754,14 @@ pub fn parse_toml(file: &str, src: &str) -> Result<KvConfig, ConfigError> {
     if p.server.get_ref().is_empty() {
         return Err(e.at(ln(&pspan), "pool.server", "at least one server is required"));
     }
+    let mut macs = Vec::new();
     for s in p.server.into_inner() {
         let l = ln(&s.span());
         let s = s.into_inner();
+        macs.push(match &s.mac {
+            None => None,
+            Some(m) => Some(parse_mac(m).map_err(|msg| e.at(l, "pool.server.mac", msg))?),
+        });
         if s.weight == 0 {
             return Err(e.at(l, "pool.server.weight", "must be at least 1"));
         }
@@ -674,11 +787,28 @@ pub fn parse_toml(file: &str, src: &str) -> Result<KvConfig, ConfigError> {
         if u.xdp_mode != "native" && u.xdp_mode != "generic" {
             return Err(e.at(l, "udp.xdp_mode", "native or generic"));
         }
-        cfg.udp = Some(UdpConfig {
-            interfaces: u.interfaces,
-            xdp_mode: u.xdp_mode,
-            port: u.port.unwrap_or(cfg.listen.port()),
-        });
+        let mut udp = UdpConfig::new(u.interfaces, u.port.unwrap_or(cfg.listen.port()), 0);
+        udp.xdp_mode = u.xdp_mode;
+        udp.macs = macs;
+        if let Some(v) = &u.vip {
+            udp.vip =
+                Some(v.get_ref().parse().map_err(|_| {
+                    e.at(ln(&v.span()), "udp.vip", "expected an IPv4 or IPv6 address")
+                })?);
+        }
+        if let Some(f) = &u.forward {
+            udp.forward = f
+                .get_ref()
+                .parse()
+                .map_err(|m| e.at(ln(&f.span()), "udp.forward", m))?;
+        }
+        cfg.udp = Some(udp);
+    } else if macs.iter().any(Option::is_some) {
+        return Err(e.at(
+            sline,
+            "pool.server.mac",
+            "is for the UDP path; configure [udp] too",
+        ));
     }
     if let Some(c) = f.cache {
         let l = ln(&c.span());
@@ -688,10 +818,56 @@ pub fn parse_toml(file: &str, src: &str) -> Result<KvConfig, ConfigError> {
             enabled: c.enabled,
             top_k: c.top_k.unwrap_or(d.top_k),
             refresh: c.refresh_ms.map(Duration::from_millis).unwrap_or(d.refresh),
-            max_value: c.max_value.unwrap_or(d.max_value),
+            max_value: c.max_value.as_ref().map_or(d.max_value, |v| *v.get_ref()),
+            entries: c.entries.as_ref().map_or(d.entries, |v| *v.get_ref()),
+            ttl: c.ttl_ms.map(Duration::from_millis).unwrap_or(d.ttl),
+            sample_every: c
+                .sample_every
+                .as_ref()
+                .map_or(d.sample_every, |v| *v.get_ref()),
+            threshold: c.threshold.unwrap_or(d.threshold).max(1),
+            window: c
+                .window_ms
+                .as_ref()
+                .map_or(d.window, |v| Duration::from_millis(*v.get_ref())),
+            write_settle: c
+                .write_settle_ms
+                .map(Duration::from_millis)
+                .unwrap_or(d.write_settle),
         };
         if cfg.cache.top_k == 0 {
             return Err(e.at(l, "cache.top_k", "must be at least 1"));
+        }
+        if cfg.cache.refresh.is_zero() {
+            return Err(e.at(l, "cache.refresh_ms", "must be at least 1"));
+        }
+        if let Some(v) = &c.max_value {
+            if *v.get_ref() == 0 || *v.get_ref() > MAX_CACHED_VALUE {
+                return Err(e.at(
+                    ln(&v.span()),
+                    "cache.max_value",
+                    format!("must be 1..={MAX_CACHED_VALUE} (the XDP reply holds at most that)"),
+                ));
+            }
+        }
+        if let Some(v) = &c.entries {
+            if (*v.get_ref() as usize) < cfg.cache.top_k {
+                return Err(e.at(ln(&v.span()), "cache.entries", "must be at least top_k"));
+            }
+        }
+        if let Some(v) = &c.sample_every {
+            if *v.get_ref() == 0 && cfg.cache.enabled {
+                return Err(e.at(
+                    ln(&v.span()),
+                    "cache.sample_every",
+                    "0 turns sampling off, and with it hot-key detection; set enabled = false instead",
+                ));
+            }
+        }
+        if let Some(v) = &c.window_ms {
+            if *v.get_ref() == 0 {
+                return Err(e.at(ln(&v.span()), "cache.window_ms", "must be at least 1"));
+            }
         }
         if cfg.cache.enabled && cfg.udp.is_none() {
             return Err(e.at(

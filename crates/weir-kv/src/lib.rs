@@ -10,6 +10,10 @@
 //! - [`invalidate`]: the hook every mutating command passes through before
 //!   it is forwarded, so the XDP hot-key cache never serves a value older
 //!   than a write the switch saw.
+//! - [`udp`]: the XDP switch (`weir_kv`) loaded and attached, the hot-key
+//!   loop that fills its cache, and the XDP invalidator of the TCP proxy.
+//! - [`lab`]: namespaces with memcached servers, a switch and a client, for
+//!   the end-to-end tests and `weir bench kv --udp`.
 //! - [`stats`]: counters shared by the workers, rendered for `weir kv status`
 //!   and Prometheus.
 
@@ -17,7 +21,9 @@ pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod invalidate;
+pub mod lab;
 pub mod proto;
 pub mod proxy;
 pub mod stats;
 pub mod testbed;
+pub mod udp;

@@ -20,6 +20,18 @@ impl Proc {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Starts `cmd` (stdio to /dev/null); the process is killed on drop.
+    pub fn spawn(mut cmd: Command, what: impl Into<String>) -> Result<Proc> {
+        let what = what.into();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {what}"))?;
+        Ok(Proc { child, what })
+    }
 }
 
 impl Drop for Proc {

@@ -136,7 +136,7 @@ impl Lab {
     }
 }
 
-fn ethtool_in(ns: &str, args: &[&str]) -> Result<()> {
+pub fn ethtool_in(ns: &str, args: &[&str]) -> Result<()> {
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", ns, "ethtool"])
         .args(args)
@@ -154,7 +154,7 @@ fn ethtool_in(ns: &str, args: &[&str]) -> Result<()> {
 
 /// Attaches the pass-through program to `dev` inside `ns`. It is not
 /// detached: it goes away with the namespace.
-fn attach_pass(ns: &str, dev: &str) -> Result<()> {
+pub fn attach_pass(ns: &str, dev: &str) -> Result<()> {
     let (ns, dev) = (ns.to_string(), dev.to_string());
     let ctx = format!("attaching xdp_pass to {dev} in {ns}");
     std::thread::spawn(move || -> Result<()> {

@@ -1,0 +1,246 @@
+//! The UDP path end to end: real memcached servers (UDP on) in network
+//! namespaces behind the XDP switch that `weir kv` loads (weir_kv), a client
+//! in its own namespace.
+//! - keys land on the server weir_core::kv names (checked on the servers);
+//! - hot keys are answered by XDP (cache_tx) with the right value;
+//! - a write through the switch (UDP, or TCP through the proxy) followed by
+//!   a get never returns the old value, while the hot-key loop keeps
+//!   refilling the cache;
+//! - L3 forwarding; refused and clean attach/detach.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use weir_dataplane::attach::attached_prog_id;
+use weir_dataplane::iface::Iface;
+use weir_kv::invalidate::Invalidation;
+use weir_kv::lab::{in_ns, server_ip, KvLab, UdpMc, MC_PORT, PROXY_PORT, SWITCH_IP, VIP};
+use weir_kv::proxy::Proxy;
+use weir_kv::testbed::McClient;
+use weir_kv::udp::{UdpSwitch, XdpInvalidator};
+
+fn vip() -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(VIP), MC_PORT)
+}
+
+/// The switch publishes counters every refresh (50 ms in the lab).
+fn fresh(h: &weir_kv::udp::StatusHandle) -> weir_kv::udp::UdpStatus {
+    std::thread::sleep(Duration::from_millis(200));
+    h.get()
+}
+
+fn kc0_prog(lab: &KvLab) -> Option<u32> {
+    in_ns(&lab.switch, || {
+        Ok(attached_prog_id(Iface::by_name("kc0")?.ifindex))
+    })
+    .unwrap()
+}
+
+/// Waits (bounded) until XDP serves `key` from the cache, sending gets so
+/// that it stays hot.
+fn until_cached(udp: &mut UdpMc, sw: &UdpSwitch, key: &str, want: &[u8]) {
+    let t0 = Instant::now();
+    while !sw.cache().is_served(key.as_bytes()).unwrap() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{key} was not cached within 5 s: {:?}",
+            sw.status()
+        );
+        let got = udp.get(key).unwrap().map(|v| v.1);
+        assert_eq!(got.as_deref(), Some(want), "{key} while warming");
+    }
+}
+
+#[test]
+fn udp_through_the_xdp_switch_with_cache() {
+    let lab = KvLab::new(2, 1).unwrap();
+    let cfg = lab.config("l2", true).unwrap();
+    let dist = cfg.distribution();
+    let c2 = cfg.clone();
+    let sw = in_ns(&lab.switch, move || UdpSwitch::start(&c2)).unwrap();
+    let (c3, cache) = (cfg.clone(), sw.cache());
+    let proxy = in_ns(&lab.switch, move || {
+        Proxy::start(
+            &c3,
+            Arc::new(c3.distribution()),
+            Some(Invalidation::new(Arc::new(XdpInvalidator(cache)))),
+        )
+    })
+    .unwrap();
+    assert!(kc0_prog(&lab).is_some());
+
+    // The client's half, in the client namespace.
+    let status = {
+        let sw_status = sw.status_handle();
+        let cache = sw.cache();
+        let client = lab.client.clone();
+        // placement: 200 keys set over UDP through the switch
+        let keys: Vec<String> = (0..200).map(|i| format!("key:{i}")).collect();
+        let k2 = keys.clone();
+        in_ns(&client, move || {
+            let mut udp = UdpMc::new(vip())?;
+            for k in &k2 {
+                assert_eq!(udp.set(k, format!("v-{k}").as_bytes())?, "STORED", "{k}");
+            }
+            Ok(())
+        })
+        .unwrap();
+        let owners: Vec<usize> = keys
+            .iter()
+            .map(|k| dist.server_for_key(k.as_bytes()))
+            .collect();
+        let k3 = keys.clone();
+        in_ns(&client, move || {
+            let mut direct: Vec<McClient> = (0..2)
+                .map(|i| McClient::connect(SocketAddr::new(IpAddr::V4(server_ip(i)), MC_PORT)))
+                .collect::<anyhow::Result<_>>()?;
+            for (k, &o) in k3.iter().zip(&owners) {
+                assert_eq!(
+                    direct[o].get(k)?,
+                    Some(format!("v-{k}").into_bytes()),
+                    "{k} on {o}"
+                );
+                assert_eq!(direct[1 - o].get(k)?, None, "{k} also on {}", 1 - o);
+            }
+            Ok(())
+        })
+        .unwrap();
+        let st = fresh(&sw_status);
+        let per: Vec<u64> = (0..2)
+            .map(|s| {
+                keys.iter()
+                    .filter(|k| dist.server_for_key(k.as_bytes()) == s)
+                    .count() as u64
+            })
+            .collect();
+        assert_eq!(st.server_requests, per, "XDP per-server requests");
+        assert!(per.iter().all(|&n| n > 0));
+        drop(cache);
+        st
+    };
+    assert_eq!(status.xdp["write"], 200);
+
+    // Cache hits: a hot key is answered by XDP with the right value; then
+    // every write through the switch is seen by the next get.
+    let client = lab.client.clone();
+    let swr: &UdpSwitch = &sw;
+    // UdpSwitch is not Send (it owns a join handle only; fine), so the
+    // client runs on a scoped thread that enters the namespace.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            weir_lab::netns::enter(&client).unwrap();
+            let mut udp = UdpMc::new(vip()).unwrap();
+            let mut tcp =
+                McClient::connect(SocketAddr::new(IpAddr::V4(SWITCH_IP), PROXY_PORT)).unwrap();
+            assert_eq!(udp.set("hot", b"h0").unwrap(), "STORED");
+            until_cached(&mut udp, swr, "hot", b"h0");
+            let hits0 = swr.status().cache_hits;
+            for _ in 0..50 {
+                assert_eq!(
+                    udp.get("hot").unwrap().map(|v| v.1).as_deref(),
+                    Some(&b"h0"[..])
+                );
+            }
+            let st = fresh(&swr.status_handle());
+            assert!(
+                st.cache_hits >= hits0 + 50,
+                "hits {} -> {}: {st:?}",
+                hits0,
+                st.cache_hits
+            );
+            assert!(st.hot_keys.iter().any(|k| k == "hot"), "{:?}", st.hot_keys);
+
+            // writes through the switch, UDP and TCP, each followed at once by a get
+            let mut stale = 0;
+            for i in 1..=60 {
+                let v = format!("h{i}");
+                if i % 2 == 0 {
+                    assert_eq!(udp.set("hot", v.as_bytes()).unwrap(), "STORED");
+                } else {
+                    assert_eq!(tcp.set("hot", v.as_bytes()).unwrap(), "STORED\r\n");
+                }
+                let got = udp.get("hot").unwrap().map(|x| x.1);
+                if got.as_deref() != Some(v.as_bytes()) {
+                    stale += 1;
+                }
+                if i % 10 == 0 {
+                    // let the loop re-install it, so the next write hits a cached key
+                    until_cached(&mut udp, swr, "hot", v.as_bytes());
+                }
+            }
+            assert_eq!(stale, 0, "stale reads after writes through the switch");
+            // delete (UDP) and flush_all (TCP) of a cached key
+            until_cached(&mut udp, swr, "hot", b"h60");
+            assert_eq!(udp.delete("hot").unwrap(), "DELETED");
+            assert_eq!(udp.get("hot").unwrap(), None);
+            assert_eq!(udp.set("hot", b"again").unwrap(), "STORED");
+            until_cached(&mut udp, swr, "hot", b"again");
+            assert_eq!(tcp.cmd("flush_all\r\n").unwrap(), "OK\r\n");
+            assert_eq!(udp.get("hot").unwrap(), None);
+            let st = fresh(&swr.status_handle());
+            assert!(st.installs >= 3, "{st:?}");
+            assert!(st.xdp["invalidate"] > 0);
+        });
+    });
+    assert!(proxy.stats().invalidations > 0);
+    proxy.stop();
+    sw.stop();
+    assert_eq!(kc0_prog(&lab), None, "weir_kv is still attached after stop");
+}
+
+#[test]
+fn l3_forwarding_and_refusals() {
+    let lab = KvLab::new(2, 1).unwrap();
+    let cfg = lab.config("l3", false).unwrap();
+    let dist = cfg.distribution();
+    let c2 = cfg.clone();
+    let sw = in_ns(&lab.switch, move || UdpSwitch::start(&c2)).unwrap();
+
+    // A second switch on the same interface is refused; nothing changes.
+    let id = kc0_prog(&lab).unwrap();
+    let c3 = cfg.clone();
+    let err = in_ns(&lab.switch, move || UdpSwitch::start(&c3).map(|_| ())).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("already has an XDP program"),
+        "{err:#}"
+    );
+    assert_eq!(kc0_prog(&lab), Some(id));
+
+    in_ns(&lab.client, move || {
+        let mut udp = UdpMc::new(vip())?;
+        for i in 0..50 {
+            let k = format!("l3:{i}");
+            assert_eq!(udp.set(&k, k.as_bytes())?, "STORED");
+            assert_eq!(udp.get(&k)?.map(|v| v.1), Some(k.clone().into_bytes()));
+        }
+        Ok(())
+    })
+    .unwrap();
+    let st = fresh(&sw.status_handle());
+    assert_eq!(st.xdp["l3_rewrite"], 100);
+    let per: Vec<u64> = (0..2)
+        .map(|s| {
+            2 * (0..50)
+                .filter(|i| dist.server_for_key(format!("l3:{i}").as_bytes()) == s)
+                .count() as u64
+        })
+        .collect();
+    assert_eq!(st.server_requests, per);
+    assert_eq!(st.cache_hits, 0, "cache is off");
+    sw.stop();
+    assert_eq!(kc0_prog(&lab), None);
+
+    // A server that cannot be resolved: an error, nothing attached.
+    let mut bad = lab.config("l2", false).unwrap();
+    bad.server_addrs[1] = "10.78.1.99:11211".parse().unwrap();
+    let err = in_ns(&lab.switch, move || UdpSwitch::start(&bad).map(|_| ())).unwrap_err();
+    assert!(format!("{err:#}").contains("neighbour"), "{err:#}");
+    assert_eq!(kc0_prog(&lab), None);
+    // An unknown interface: an error, nothing attached.
+    let mut bad = lab.config("l2", false).unwrap();
+    bad.udp.as_mut().unwrap().interfaces = vec!["kc0".into(), "nope9".into()];
+    let err = in_ns(&lab.switch, move || UdpSwitch::start(&bad).map(|_| ())).unwrap_err();
+    assert!(format!("{err:#}").contains("nope9"), "{err:#}");
+    assert_eq!(kc0_prog(&lab), None);
+}
