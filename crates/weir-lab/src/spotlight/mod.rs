@@ -358,7 +358,7 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
         for cell in order {
             k += 1;
             let t0 = Instant::now();
-            wait_idle(&servers, Duration::from_secs(10))?;
+            wait_idle(&servers, Duration::from_secs(30))?;
             let cfg = config(
                 &interfaces,
                 n,
@@ -389,9 +389,13 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
                     );
                 }
             })?;
+            let controller = std::fs::read_to_string(daemon.run_dir().join("controller.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .map(|v| report::ControllerStats::from_json(&v));
             daemon.stop()?;
             drop(daemon);
-            let r = report::summarize(
+            let mut r = report::summarize(
                 cell.policy,
                 cell.interval_ms,
                 rep,
@@ -403,6 +407,7 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
                 n,
                 t0.elapsed().as_secs_f64(),
             );
+            r.controller = controller.filter(|_| cell.policy != Policy::Static);
             let elapsed = started.elapsed().as_secs_f64();
             let eta = elapsed / k as f64 * (total_runs - k) as f64;
             eprintln!(
@@ -418,6 +423,12 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
                 fmt_dur(elapsed),
                 fmt_dur(eta)
             );
+            if let Some(c) = r.controller.as_ref().filter(|c| c.agent_errors > 0) {
+                eprintln!(
+                    "    note: {} failed agent polls in {} controller ticks",
+                    c.agent_errors, c.ticks
+                );
+            }
             for e in r.errors.iter().take(3) {
                 eprintln!("    error: {e}");
             }

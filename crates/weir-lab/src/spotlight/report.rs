@@ -116,6 +116,38 @@ pub struct RunResult {
     /// First few errors, for the report.
     pub errors: Vec<String>,
     pub wall_s: f64,
+    /// What the controller did in this run (None without a controller).
+    pub controller: Option<ControllerStats>,
+}
+
+/// The controller's own counters at the end of a run (from its
+/// `controller.json`).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ControllerStats {
+    pub ticks: u64,
+    pub tables_published: u64,
+    /// Failed agent polls (timeouts, refused, bad replies), all DIPs.
+    pub agent_errors: u64,
+}
+
+impl ControllerStats {
+    /// Reads the counters from `controller.json`'s JSON.
+    pub fn from_json(v: &serde_json::Value) -> ControllerStats {
+        let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+        let agent_errors = v["vips"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|vip| vip["dips"].as_array().into_iter().flatten())
+            .flat_map(|d| d["agent_errors"].as_object().into_iter().flatten())
+            .map(|(_, c)| n(c))
+            .sum();
+        ControllerStats {
+            ticks: n(&v["ticks"]),
+            tables_published: n(&v["tables_published"]),
+            agent_errors,
+        }
+    }
 }
 
 /// Turns a client run into a result. Flows that arrive in
@@ -204,6 +236,7 @@ pub fn summarize(
         max_start_lag_s: run.max_start_lag,
         errors,
         wall_s,
+        controller: None,
     }
 }
 
@@ -789,6 +822,7 @@ mod tests {
             max_start_lag_s: 0.0,
             errors: vec![],
             wall_s: 1.0,
+            controller: None,
         }
     }
 
@@ -820,6 +854,30 @@ mod tests {
         assert!(svg.contains("test &amp; more"));
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(!svg.contains("NaN"));
+    }
+
+    #[test]
+    fn controller_stats_from_its_json() {
+        let v = serde_json::json!({
+            "ticks": 90, "tables_published": 40,
+            "vips": [{"dips": [
+                {"agent_errors": {"timeout": 2, "refused": 1}},
+                {"agent_errors": {}},
+                {"agent_errors": {"timeout": 4}}
+            ]}]
+        });
+        assert_eq!(
+            ControllerStats::from_json(&v),
+            ControllerStats {
+                ticks: 90,
+                tables_published: 40,
+                agent_errors: 7
+            }
+        );
+        assert_eq!(
+            ControllerStats::from_json(&serde_json::json!({})),
+            ControllerStats::default()
+        );
     }
 
     #[test]

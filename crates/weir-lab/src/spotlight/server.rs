@@ -14,6 +14,7 @@
 //! A packet of a connection the server does not know is reset by its kernel,
 //! which is the PCC check the client relies on.
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -66,16 +67,23 @@ pub struct ServerStats {
     pub open: AtomicU64,
 }
 
-/// FCFS worker slots.
+/// FCFS worker slots. A released worker is handed to the first waiter
+/// directly, waking only that one thread: with thousands of queued requests
+/// (an overloaded server), waking them all on every release would burn the
+/// CPU the experiment runs on.
 struct Slots {
     state: Mutex<SlotState>,
-    cv: Condvar,
 }
 
 struct SlotState {
     free: usize,
-    next_ticket: u64,
-    serving: std::collections::VecDeque<u64>,
+    waiters: VecDeque<Arc<Waiter>>,
+}
+
+#[derive(Default)]
+struct Waiter {
+    granted: Mutex<bool>,
+    cv: Condvar,
 }
 
 impl Slots {
@@ -83,43 +91,58 @@ impl Slots {
         Slots {
             state: Mutex::new(SlotState {
                 free: n,
-                next_ticket: 0,
-                serving: Default::default(),
+                waiters: VecDeque::new(),
             }),
-            cv: Condvar::new(),
         }
     }
 
     /// Waits in line for a worker; false if `stop` was raised first.
     fn acquire(&self, stop: &AtomicBool) -> bool {
-        let mut st = self.state.lock().unwrap();
-        let ticket = st.next_ticket;
-        st.next_ticket += 1;
-        st.serving.push_back(ticket);
-        loop {
-            if st.free > 0 && st.serving.front() == Some(&ticket) {
-                st.serving.pop_front();
+        let me = {
+            let mut st = self.state.lock().unwrap();
+            if st.free > 0 && st.waiters.is_empty() {
                 st.free -= 1;
-                // The next in line may find a free worker too.
-                self.cv.notify_all();
+                return true;
+            }
+            let me = Arc::new(Waiter::default());
+            st.waiters.push_back(me.clone());
+            me
+        };
+        let mut granted = me.granted.lock().unwrap();
+        loop {
+            if *granted {
                 return true;
             }
             if stop.load(Ordering::SeqCst) {
-                st.serving.retain(|t| *t != ticket);
-                self.cv.notify_all();
+                drop(granted);
+                let mut st = self.state.lock().unwrap();
+                st.waiters.retain(|w| !Arc::ptr_eq(w, &me));
+                drop(st);
+                // Granted between the check and the removal: pass it on.
+                if *me.granted.lock().unwrap() {
+                    self.release();
+                }
                 return false;
             }
-            st = self
+            // The timeout only bounds how late a stop is noticed.
+            granted = me
                 .cv
-                .wait_timeout(st, Duration::from_millis(100))
+                .wait_timeout(granted, Duration::from_millis(500))
                 .unwrap()
                 .0;
         }
     }
 
     fn release(&self) {
-        self.state.lock().unwrap().free += 1;
-        self.cv.notify_all();
+        let mut st = self.state.lock().unwrap();
+        match st.waiters.pop_front() {
+            Some(w) => {
+                drop(st);
+                *w.granted.lock().unwrap() = true;
+                w.cv.notify_one();
+            }
+            None => st.free += 1,
+        }
     }
 }
 
@@ -241,6 +264,32 @@ fn accept_loop(
     }
 }
 
+/// True when the client closed or reset the connection (it gave up while
+/// the request waited for a worker).
+fn peer_gone(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    // SAFETY: a 1-byte buffer we own; MSG_PEEK leaves the data queued.
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        0 => true,
+        n if n > 0 => false,
+        _ => {
+            let e = std::io::Error::last_os_error();
+            !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            )
+        }
+    }
+}
+
 /// Reads the request head (at most 4 KiB, 5 s) and returns the file size.
 fn read_request(s: &mut TcpStream, stop: &AtomicBool) -> Result<u64> {
     s.set_read_timeout(Some(Duration::from_millis(100)))?;
@@ -300,6 +349,10 @@ fn serve(
     if !slots.acquire(stop) {
         anyhow::bail!("stopped while waiting for a worker");
     }
+    if peer_gone(&s) {
+        slots.release();
+        anyhow::bail!("the client left while the request waited");
+    }
     let r = send_file(&mut s, spec, size, stop, recorder);
     slots.release();
     r?;
@@ -310,9 +363,11 @@ fn serve(
     Ok(())
 }
 
-/// Sends the header and `size` bytes paced at the worker's rate: chunk k
-/// leaves when the worker has "produced" it, so the last byte leaves at
-/// `size / slot_rate` seconds.
+/// Sends the header and `size` bytes paced at the worker's rate: the
+/// worker spends `chunk / slot_rate` on every chunk, then writes it. Time
+/// lost to a write that blocks (a slow reader, a starved CPU) is not made up
+/// for with a burst later: that would report chunks that took no time, and a
+/// server that looks infinitely fast to the controller.
 fn send_file(
     s: &mut TcpStream,
     spec: &ServerSpec,
@@ -328,7 +383,6 @@ fn send_file(
     s.write_all(head.as_bytes())?;
     const CHUNK: u64 = 16 * 1024;
     let data = [b'w'; CHUNK as usize];
-    let start = Instant::now();
     let mut sent = 0u64;
     while sent < size {
         if stop.load(Ordering::SeqCst) {
@@ -336,10 +390,7 @@ fn send_file(
         }
         let n = CHUNK.min(size - sent);
         let began = Instant::now();
-        let due = Duration::from_secs_f64((sent + n) as f64 / spec.slot_rate);
-        if let Some(wait) = due.checked_sub(start.elapsed()) {
-            std::thread::sleep(wait);
-        }
+        std::thread::sleep(Duration::from_secs_f64(n as f64 / spec.slot_rate));
         s.write_all(&data[..n as usize])?;
         sent += n;
         if let Some(rec) = recorder {

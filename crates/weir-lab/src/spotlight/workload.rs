@@ -325,7 +325,7 @@ fn fetch(vip: SocketAddr, req: Request, at: Instant, shared: &Shared) -> Flow {
         }
     };
     let _ = s.set_nodelay(true);
-    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
     let r = (|| -> std::result::Result<(), (Outcome, String)> {
         let io = |what: &str, e: std::io::Error| (classify(&e), format!("{what}: {e}"));
         (&s).write_all(
@@ -390,7 +390,7 @@ fn fetch(vip: SocketAddr, req: Request, at: Instant, shared: &Shared) -> Flow {
     flow
 }
 
-/// Retries reads that time out (200 ms) until the run is aborted, which
+/// Retries reads that time out (500 ms) until the run is aborted, which
 /// turns into an `Interrupted` error classified as unfinished.
 fn read_retrying(
     shared: &Shared,
