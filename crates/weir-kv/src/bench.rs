@@ -40,6 +40,13 @@ pub struct KvBenchArgs {
     /// Write the results here as JSON.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Run in network namespaces over UDP too: direct memcached (UDP),
+    /// nutcracker (TCP), weir's XDP switch without and with its cache.
+    #[arg(long)]
+    pub udp: bool,
+    /// UDP requests in flight per client (--udp).
+    #[arg(long, default_value_t = 16)]
+    pub window: usize,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -87,7 +94,7 @@ impl Zipf {
     }
 }
 
-fn proc_cpu_ticks(stat_path: &str) -> u64 {
+pub fn proc_cpu_ticks(stat_path: &str) -> u64 {
     let s = std::fs::read_to_string(stat_path).unwrap_or_default();
     let after = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
@@ -111,12 +118,12 @@ fn weir_threads_ticks() -> u64 {
     t
 }
 
-fn ticks_per_s() -> f64 {
+pub fn ticks_per_s() -> f64 {
     unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
 }
 
 /// Run the load: `conns` connections in one thread, `depth` GETs per batch.
-fn load(addr: SocketAddr, args: &KvBenchArgs, seed: u64) -> Result<(u64, Vec<f64>)> {
+pub fn load(addr: SocketAddr, args: &KvBenchArgs, seed: u64) -> Result<(u64, Vec<f64>)> {
     let mut z = Zipf::new(args.keys, args.skew, seed);
     let mut socks: Vec<TcpStream> = (0..args.conns)
         .map(|_| {
@@ -167,12 +174,15 @@ fn load(addr: SocketAddr, args: &KvBenchArgs, seed: u64) -> Result<(u64, Vec<f64
     Ok((n, lat))
 }
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
+pub fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[((v.len() as f64 - 1.0) * p) as usize]
 }
 
 pub fn run(args: &KvBenchArgs) -> Result<()> {
+    if args.udp {
+        return crate::bench_udp::run(args);
+    }
     let mut rows = Vec::new();
     for &vs in &args.value_sizes {
         let ports: Vec<u16> = (0..2).map(|_| free_port()).collect();

@@ -985,6 +985,55 @@ top_k = 16
     }
 
     #[test]
+    fn toml_udp_and_cache_keys() {
+        let src = TOML
+            .replace(
+                "interfaces = [\"eth0\"]\n",
+                "interfaces = [\"eth0\"]\nvip = \"10.0.0.9\"\nforward = \"l3\"\n",
+            )
+            .replace(
+                "name = \"b\"\n",
+                "name = \"b\"\nmac = \"02:00:00:00:00:0b\"\n",
+            )
+            .replace(
+                "top_k = 16\n",
+                "top_k = 16\nentries = 64\nttl_ms = 0\nwrite_settle_ms = 20\n",
+            );
+        let c = parse_toml("kv.toml", &src).unwrap();
+        let u = c.udp.as_ref().unwrap();
+        assert_eq!(u.vip, Some("10.0.0.9".parse().unwrap()));
+        assert_eq!(u.forward, UdpForward::L3);
+        assert_eq!(u.macs, vec![None, Some([2, 0, 0, 0, 0, 0x0b])]);
+        assert_eq!(c.cache.entries, 64);
+        assert!(c.cache.ttl.is_zero());
+        assert_eq!(c.cache.write_settle, Duration::from_millis(20));
+        for (bad, field) in [
+            ("forward = \"l3\"", "udp.forward"),
+            ("vip = \"10.0.0.9\"", "udp.vip"),
+            ("mac = \"02:00:00:00:00:0b\"", "pool.server.mac"),
+        ] {
+            let e = parse_toml(
+                "kv.toml",
+                &src.replace(bad, &bad.replace('0', "x").replace("l3", "l4")),
+            )
+            .unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+        }
+        let e = parse_toml("kv.toml", &src.replace("entries = 64", "entries = 4")).unwrap_err();
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(26), "cache.entries"),
+            "{e}"
+        );
+        let e = parse_toml(
+            "kv.toml",
+            &src.replace("top_k = 16", "top_k = 16\nmax_value = 4096"),
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "cache.max_value", "{e}");
+    }
+
+    #[test]
     fn toml_errors_name_line_and_field() {
         let e = parse_toml("kv.toml", &TOML.replace("\"md5\"", "\"sha1\"")).unwrap_err();
         assert_eq!((e.line, e.field.as_str()), (Some(4), "pool.hash"), "{e}");

@@ -18,6 +18,7 @@
 //!   and Prometheus.
 
 pub mod bench;
+pub mod bench_udp;
 pub mod cli;
 pub mod config;
 pub mod invalidate;

@@ -273,7 +273,6 @@ pub fn load_options(cfg: &KvConfig) -> Result<KvLoadOptions> {
         requests: 65536,
         sample_every: if c.enabled { c.sample_every } else { 0 },
         write_settle: c.write_settle,
-        ..Default::default()
     })
 }
 
@@ -508,7 +507,7 @@ impl HotLoop {
                 HotKeyConfig {
                     width: 4096,
                     depth: 4,
-                    k: (c.top_k * 4).max(16),
+                    k: (c.top_k * 2).max(16),
                     window_ns: c.window.as_nanos() as u64,
                     threshold: c.threshold,
                 },
