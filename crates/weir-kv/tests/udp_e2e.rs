@@ -6,6 +6,7 @@
 //! - a write through the switch (UDP, or TCP through the proxy) followed by
 //!   a get never returns the old value, while the hot-key loop keeps
 //!   refilling the cache;
+//! - libmemcached's `memccp -U` writes a cached key over UDP through XDP;
 //! - L3 forwarding; refused and clean attach/detach.
 
 use std::net::{IpAddr, SocketAddr};
@@ -178,6 +179,40 @@ fn udp_through_the_xdp_switch_with_cache() {
             until_cached(&mut udp, swr, "hot", b"again");
             assert_eq!(tcp.cmd("flush_all\r\n").unwrap(), "OK\r\n");
             assert_eq!(udp.get("hot").unwrap(), None);
+
+            // libmemcached as a real UDP client: `memccp -U` (UDP writes are
+            // noreply in libmemcached) replaces a cached key through XDP; once
+            // the new value shows, the old one never comes back.
+            let dir = std::env::temp_dir().join(format!("weir-udp-e2e-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let file = dir.join("memkey");
+            std::fs::write(&file, b"from-libmemcached").unwrap();
+            assert_eq!(udp.set("memkey", b"old").unwrap(), "STORED");
+            until_cached(&mut udp, swr, "memkey", b"old");
+            let out = std::process::Command::new("memccp")
+                .arg("-U")
+                .arg(format!("--servers={VIP}:{MC_PORT}"))
+                .arg(&file)
+                .output()
+                .expect("memccp (apt-get install libmemcached-tools)");
+            assert!(out.status.success(), "memccp: {out:?}");
+            let _ = std::fs::remove_dir_all(&dir);
+            let t0 = Instant::now();
+            loop {
+                let got = udp.get("memkey").unwrap().map(|v| v.1);
+                if got.as_deref() == Some(&b"from-libmemcached"[..]) {
+                    break;
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(2),
+                    "memccp's set never showed"
+                );
+            }
+            for _ in 0..50 {
+                let got = udp.get("memkey").unwrap().map(|v| v.1);
+                assert_eq!(got.as_deref(), Some(&b"from-libmemcached"[..]));
+            }
+
             let st = fresh(&swr.status_handle());
             assert!(st.installs >= 3, "{st:?}");
             assert!(st.xdp["invalidate"] > 0);
