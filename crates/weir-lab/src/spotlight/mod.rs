@@ -359,6 +359,12 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
             k += 1;
             let t0 = Instant::now();
             wait_idle(&servers, Duration::from_secs(30))?;
+            // Let the agents' windows empty, so the new controller starts
+            // cold on every server alike instead of seeing the tail of the
+            // previous run on some (which, under LCF, keeps the others from
+            // ever being measured: DIPs without an estimate are weighed as
+            // the pool's mean, never its maximum).
+            std::thread::sleep(Duration::from_millis(args.agent_window_ms + 100));
             let cfg = config(
                 &interfaces,
                 n,
