@@ -27,6 +27,9 @@ const volatile __u32 cfg_fragment_action = WEIR_ACT_PASS;
 const volatile __u32 cfg_malformed_action = WEIR_ACT_DROP;
 const volatile __u32 cfg_nonsyn_miss = WEIR_NONSYN_DISPATCH;
 const volatile __u32 cfg_hash_seed = 0x77656972; /* "weir" */
+
+/* One established nat packet in 64 re-checks its reverse entry. */
+#define REV_CHECK_MASK 63
 const volatile __u32 cfg_passive_telemetry = 0; /* 1: time nat requests (telemetry.h) */
 
 static __always_inline int verdict(__u32 action, __u32 pass_stat, __u32 drop_stat)
@@ -139,7 +142,11 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	traffic_add(&dip_traffic, dip_id, bytes, new_conn);
 
 	if (vip->mode == WEIR_MODE_NAT) {
-		ensure_reverse(ctx, pkt, dip, vip->vip_id);
+		/* Replies keep the reverse entry fresh in its LRU, so an established
+		 * connection only re-checks it now and then (the lookup is a third
+		 * of the nat hit path's cost). */
+		if (new_conn || (bpf_get_prandom_u32() & REV_CHECK_MASK) == 0)
+			ensure_reverse(ctx, pkt, dip, vip->vip_id);
 		if (rewrite_endpoint(data, data_end, pkt, 1, dip->addr, dip->port) < 0) {
 			stat_inc(WEIR_STAT_DROP_MALFORMED);
 			return XDP_DROP;

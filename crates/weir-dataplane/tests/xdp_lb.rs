@@ -1764,3 +1764,38 @@ fn publishing_writes_only_changed_entries() {
 fn fx_dip(h: &Harness, id: u32) -> Dip {
     h.fx.dip(id).clone()
 }
+
+/// A nat connection whose reverse entry was evicted gets it back from its
+/// own forward traffic (re-checked on a random 1 in 64 packets), so its
+/// replies find their way to the VIP again.
+#[test]
+fn evicted_reverse_entry_is_restored_by_forward_traffic() {
+    let h = Harness::new(&test_options());
+    let syn = tcp("192.0.2.77", 41000, "10.0.0.100", 80, TcpFlags::SYN);
+    let ack = Frame {
+        l4: L4::Tcp(TcpFlags::ACK),
+        ..syn.clone()
+    };
+    assert_eq!(h.run(&syn.bytes()).action(), Some(Tx));
+    let t = syn.tuple();
+    let dip = h.fx.predict(0, &t).unwrap().clone();
+    let rkey = FlowTuple {
+        src: dip.addr,
+        dst: t.src,
+        sport: dip_port(&dip, t.dport),
+        dport: t.sport,
+        proto: Proto::Tcp,
+    }
+    .key();
+    assert!(h.maps.rev_nat(&rkey).unwrap().is_some(), "SYN installs it");
+    h.maps.rev_nat.delete(rkey.as_bytes()).unwrap();
+    // (63/64)^2000 < 1e-13: the entry is back well before the bound.
+    (1..=2000)
+        .find(|_| {
+            assert_eq!(h.run(&ack.bytes()).action(), Some(Tx));
+            h.maps.rev_nat(&rkey).unwrap().is_some()
+        })
+        .expect("forward traffic never restored the reverse entry");
+    rev_is(t, dip, 0)(&h);
+    h.assert_balanced("reverse restore");
+}
