@@ -145,12 +145,21 @@ pub fn compute_weights(p: &Params, dips: &[DipView]) -> Vec<u32> {
         })
         .collect();
     let have: Vec<f64> = known.iter().flatten().copied().collect();
-    let fill = if have.is_empty() {
-        1.0
+    let (mean, max) = if have.is_empty() {
+        (1.0, 1.0)
     } else {
-        have.iter().sum::<f64>() / have.len() as f64
+        let max = have.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (have.iter().sum::<f64>() / have.len() as f64, max)
     };
-    let avail: Vec<f64> = known.iter().map(|a| a.unwrap_or(fill)).collect();
+    // A DIP never measured yet (new, or cold after a start) is given the best
+    // known capacity: it must receive traffic to be measured at all, which the
+    // mean would deny it under LCF, or under AWFD whenever mean < max / m. A
+    // silent agent's DIP is weighed like an average one.
+    let avail: Vec<f64> = pool
+        .iter()
+        .zip(&known)
+        .map(|(&i, a)| a.unwrap_or(if silent(&dips[i]) { mean } else { max }))
+        .collect();
     for (&i, wt) in pool.iter().zip(table_weights(&avail, p.effective_m())) {
         w[i] = wt;
     }
@@ -799,14 +808,20 @@ mod tests {
     }
 
     #[test]
-    fn unknown_dips_are_weighed_like_an_average_one() {
+    fn unmeasured_dips_get_the_best_known_capacity() {
         let p = params(PolicyName::Awfd, 4, OnSilent::Keep);
         // No estimates at all: equal.
         assert_eq!(compute_weights(&p, &[dip(None), dip(None)]), vec![4, 4]);
-        // Mean of 100 and 20 is 60: floor(4 * 60 / 100) = 2.
+        // A DIP not measured yet is weighed like the best one, so it is
+        // probed (with the mean, 60, it would get 2; under LCF nothing).
         assert_eq!(
             compute_weights(&p, &[dip(Some(100.0)), dip(Some(20.0)), dip(None)]),
-            vec![4, 0, 2]
+            vec![4, 0, 4]
+        );
+        let lcf = params(PolicyName::Lcf, 4, OnSilent::Keep);
+        assert_eq!(
+            compute_weights(&lcf, &[dip(Some(100.0)), dip(Some(20.0)), dip(None)]),
+            vec![1, 0, 1]
         );
     }
 
