@@ -2,7 +2,6 @@
 //! the file, the line and the field, and say what to do.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::net::IpAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -11,25 +10,8 @@ use serde::Deserialize;
 use toml::Spanned;
 use weir_core::flow::Proto;
 
-/// A configuration error located in the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub file: String,
-    pub line: Option<usize>,
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(l) => write!(f, "{}:{}: {}: {}", self.file, l, self.field, self.message),
-            None => write!(f, "{}: {}: {}", self.file, self.field, self.message),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
+pub use crate::diag::ConfigError;
+use crate::diag::{key_at, line_of};
 
 /// Forwarding mode of a VIP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -333,36 +315,6 @@ impl Dip {
         self.port
             .as_ref()
             .map_or(*vip.port.get_ref(), |p| *p.get_ref())
-    }
-}
-
-/// 1-based line of a byte offset.
-fn line_of(src: &str, offset: usize) -> usize {
-    src[..offset.min(src.len())]
-        .bytes()
-        .filter(|&b| b == b'\n')
-        .count()
-        + 1
-}
-
-/// The dotted name of the key on `line` (1-based), with its table header:
-/// what a parse error is about when the parser itself does not say.
-fn key_at(src: &str, line: usize) -> String {
-    let lines: Vec<&str> = src.lines().collect();
-    let Some(text) = lines.get(line.saturating_sub(1)) else {
-        return "(syntax)".into();
-    };
-    let key = text.split('=').next().unwrap_or("").trim();
-    let table = lines[..line.saturating_sub(1)]
-        .iter()
-        .rev()
-        .map(|l| l.trim())
-        .find(|l| l.starts_with('['))
-        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
-    match (table, key.is_empty() || key.starts_with('[')) {
-        (_, true) => "(syntax)".into(),
-        (Some(t), false) => format!("{t}.{key}"),
-        (None, false) => key.to_string(),
     }
 }
 

@@ -1,10 +1,13 @@
-//! weir's control plane: the configuration, applying it to the data plane
-//! without moving established connections, and reading status back.
+//! weir's control plane: the configuration and its diagnostics, applying it
+//! to the data plane without moving established connections, the load-aware
+//! controller with its telemetry (agent and passive) and health checks, the
+//! `weir agent` server, metrics and status.
 
 pub mod agent;
 pub mod apply;
 pub mod config;
 pub mod controller;
+pub mod diag;
 pub mod health;
 pub mod http;
 pub mod metrics;

@@ -26,25 +26,8 @@ use serde::Deserialize;
 use toml::Spanned;
 use weir_core::kv::{DistKind, Distribution, HashKind, Server};
 
-/// A configuration error located in the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub file: String,
-    pub line: Option<usize>,
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(l) => write!(f, "{}:{}: {}: {}", self.file, l, self.field, self.message),
-            None => write!(f, "{}: {}: {}", self.file, self.field, self.message),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
+pub use weir_control::diag::ConfigError;
+use weir_control::diag::{key_at, line_of};
 
 /// How the XDP switch hands a UDP request to its server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -668,33 +651,6 @@ struct TomlCache {
 
 fn yes() -> bool {
     true
-}
-
-/// The dotted key on 1-based `line`, with its table header.
-fn key_at(src: &str, line: usize) -> String {
-    let lines: Vec<&str> = src.lines().collect();
-    let Some(text) = lines.get(line.saturating_sub(1)) else {
-        return "(toml)".into();
-    };
-    let table = lines[..line.saturating_sub(1)]
-        .iter()
-        .rev()
-        .find_map(|l| {
-            let t = l.trim();
-            t.starts_with('[')
-                .then(|| t.trim_matches(|c| c == '[' || c == ']').to_string())
-        })
-        .unwrap_or_default();
-    match text.split_once('=') {
-        Some((k, _)) if table.is_empty() => k.trim().to_string(),
-        Some((k, _)) => format!("{table}.{}", k.trim()),
-        None if !table.is_empty() => table,
-        None => "(toml)".into(),
-    }
-}
-
-fn line_of(src: &str, off: usize) -> usize {
-    src[..off.min(src.len())].matches('\n').count() + 1
 }
 
 /// Parse weir's TOML (`[pool]`, `[[pool.server]]`, `[udp]`, `[cache]`).

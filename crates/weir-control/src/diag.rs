@@ -1,0 +1,81 @@
+//! Configuration errors that say where: file, line, field and what to do.
+//! Shared by every weir configuration (`weir serve`'s and `weir kv`'s).
+
+use std::fmt;
+
+/// A configuration error located in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}: {}", self.file, l, self.field, self.message),
+            None => write!(f, "{}: {}: {}", self.file, self.field, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// 1-based line of a byte offset.
+pub fn line_of(src: &str, offset: usize) -> usize {
+    src[..offset.min(src.len())]
+        .bytes()
+        .filter(|&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The dotted name of the TOML key on `line` (1-based), with its table
+/// header: what a parse error is about when the parser itself does not say.
+/// A line without a key names its table; with neither, "(syntax)".
+pub fn key_at(src: &str, line: usize) -> String {
+    let lines: Vec<&str> = src.lines().collect();
+    let Some(text) = lines.get(line.saturating_sub(1)) else {
+        return "(syntax)".into();
+    };
+    let key = text.split_once('=').map(|(k, _)| k.trim()).unwrap_or("");
+    let table = lines[..line.saturating_sub(1)]
+        .iter()
+        .rev()
+        .map(|l| l.trim())
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
+    match (table, key.is_empty() || key.starts_with('[')) {
+        (Some(t), true) => t,
+        (None, true) => "(syntax)".into(),
+        (Some(t), false) => format!("{t}.{key}"),
+        (None, false) => key.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SRC: &str = "top = 1\n[pool]\nhash = \"x\"\n\n[[pool.server]]\naddress = 7\n";
+
+    #[test]
+    fn lines_and_keys_are_located() {
+        assert_eq!(line_of(SRC, 0), 1);
+        assert_eq!(line_of(SRC, SRC.find("address").unwrap()), 6);
+        assert_eq!(key_at(SRC, 1), "top");
+        assert_eq!(key_at(SRC, 3), "pool.hash");
+        assert_eq!(key_at(SRC, 6), "pool.server.address");
+        assert_eq!(key_at(SRC, 4), "pool");
+        assert_eq!(key_at(SRC, 99), "(syntax)");
+        let e = ConfigError {
+            file: "f".into(),
+            line: Some(6),
+            field: "x".into(),
+            message: "bad".into(),
+        };
+        assert_eq!(e.to_string(), "f:6: x: bad");
+    }
+}
