@@ -32,6 +32,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::http::{Response, Server};
+use crate::signals::SignalSet;
 
 /// Cumulative counters of a service.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -254,15 +255,7 @@ impl Drop for Agent {
 
 /// `weir agent` in the foreground until SIGINT/SIGTERM.
 pub fn run(listen: SocketAddr, stats_file: PathBuf, window: Duration) -> Result<()> {
-    // SAFETY: sigset manipulation on a local, then blocking it for all threads.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
+    let signals = SignalSet::block(&[libc::SIGINT, libc::SIGTERM]);
     let source = StatsSource::File(stats_file.clone());
     if let Err(e) = source.read() {
         eprintln!("weir agent: warning: {e:#} (answering 503 until it is readable)");
@@ -274,9 +267,7 @@ pub fn run(listen: SocketAddr, stats_file: PathBuf, window: Duration) -> Result<
         stats_file.display(),
         window
     );
-    let mut sig = 0;
-    // SAFETY: valid set and out pointer.
-    unsafe { libc::sigwait(&set, &mut sig) };
+    signals.wait();
     drop(agent);
     Ok(())
 }

@@ -12,5 +12,6 @@ pub mod health;
 pub mod http;
 pub mod metrics;
 pub mod runtime;
+pub mod signals;
 pub mod status;
 pub mod telemetry;

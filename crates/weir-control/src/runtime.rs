@@ -21,6 +21,7 @@ use weir_dataplane::maps::Maps;
 use crate::apply::apply;
 use crate::config::{Config, Mode, NonSynMiss, Verdict, XdpModeCfg};
 use crate::controller::{Controller, Shared};
+use crate::signals::SignalSet;
 
 /// Where `weir serve` records itself for `weir status` and `weir reload`.
 pub const DEFAULT_RUN_DIR: &str = "/run/weir";
@@ -230,24 +231,10 @@ fn log(msg: impl AsRef<str>) {
     eprintln!("weir: {}", msg.as_ref());
 }
 
-fn signal_set() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1] {
-            libc::sigaddset(&mut set, s);
-        }
-        set
-    }
-}
-
 /// Runs the daemon until SIGINT or SIGTERM.
 pub fn serve(opts: &ServeOptions) -> Result<()> {
     // Block the signals first, so no thread started below takes them.
-    let set = signal_set();
-    // SAFETY: set is a valid sigset.
-    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    let signals = SignalSet::block(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1]);
 
     let (cfg, ifaces, predecessor) = preflight(opts)?;
     let pin_dir = cfg.dataplane.pin_dir.clone();
@@ -340,15 +327,8 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     let mut running = cfg;
     let mut handed_over = false;
     loop {
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let timeout = libc::timespec {
-            tv_sec: 1,
-            tv_nsec: 0,
-        };
-        // SAFETY: valid set, info and timeout.
-        let sig = unsafe { libc::sigtimedwait(&set, &mut info, &timeout) };
-        match sig {
-            libc::SIGHUP => {
+        match signals.wait_timeout(Duration::from_secs(1)) {
+            Some(libc::SIGHUP) => {
                 running = {
                     let _tables = shared.table_lock.lock().unwrap_or_else(|e| e.into_inner());
                     reload(&maps, &opts.config, running)
@@ -360,8 +340,8 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
                     (None, false) => {}
                 }
             }
-            libc::SIGINT | libc::SIGTERM => break,
-            libc::SIGUSR1 => {
+            Some(libc::SIGINT | libc::SIGTERM) => break,
+            Some(libc::SIGUSR1) => {
                 handed_over = true;
                 break;
             }

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
+use weir_control::signals::SignalSet;
 
 static NEXT_LAB: AtomicUsize = AtomicUsize::new(0);
 /// Every namespace alive in this process, for teardown on a signal.
@@ -137,20 +138,10 @@ pub fn enter(ns: &str) -> Result<()> {
 /// On SIGINT or SIGTERM, remove every live namespace and exit 130. Call once
 /// from the main thread before starting other threads.
 pub fn install_signal_teardown() {
-    // SAFETY: building and blocking a signal set on this thread (inherited
-    // by threads spawned later).
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
+    // Blocked here, so every thread started later leaves them to this one.
+    let signals = SignalSet::block(&[libc::SIGINT, libc::SIGTERM]);
     std::thread::spawn(move || {
-        let mut sig = 0;
-        // SAFETY: valid set; sigwait blocks this thread only.
-        unsafe { libc::sigwait(&set, &mut sig) };
+        signals.wait();
         eprintln!("weir lab: interrupted, removing namespaces");
         for name in LIVE.lock().unwrap().drain(..) {
             let _ = ip(&["netns", "del", &name]);
