@@ -1,0 +1,196 @@
+//! One loaded `weir_lb` with its tables filled, and timing a program on
+//! packets.
+
+use super::*;
+
+/// One loaded `weir_lb` with its connection table filled to `size`.
+pub(super) struct Inst {
+    pub(super) size: u64,
+    pub(super) lb: LoadedLb,
+    pub(super) maps: Maps,
+    pub(super) lo: u32,
+}
+
+impl Inst {
+    pub(super) fn new(size: u64, conn_capacity: u32, lo: u32) -> Result<Inst> {
+        let opts = LoadOptions {
+            conn_capacity,
+            fib_lookup: false,
+            pin_dir: None,
+            ..LoadOptions::default()
+        };
+        let lb = loader::load(&opts).context("loading weir_lb (the bench needs root)")?;
+        let maps = Maps::of(&lb.skel)?;
+        let (vip_addr, family) = addr_words(IpAddr::V4(VIP));
+        let dip = weir_dip {
+            // The VIP's own address and port: see the module documentation.
+            addr: vip_addr,
+            port: VIP_PORT.to_be(),
+            family,
+            mac_set: 1,
+            mac: DIP_MAC,
+            pad: [0; 2],
+            flags: WEIR_DIP_F_LIVE,
+            gen: DIP_GEN,
+            vip_id: 0,
+            weight: 1,
+        };
+        maps.put_dip(0, &dip)?;
+        let table = AwfdTable::from_weights(&[(0, 1)]).map_err(anyhow::Error::msg)?;
+        maps.publish_table(0, TABLE_VERSION, &table)?;
+        maps.put_iface(lo, LB_MAC)?;
+        let inst = Inst { size, lb, maps, lo };
+        inst.set_mode(Mode::Nat)?;
+        Ok(inst)
+    }
+
+    pub(super) fn prog(&self) -> &ProgramMut<'static> {
+        &self.lb.skel.progs.weir_lb
+    }
+
+    pub(super) fn set_mode(&self, mode: Mode) -> Result<()> {
+        let (addr, family) = addr_words(IpAddr::V4(VIP));
+        let key = weir_vip_key {
+            addr,
+            port: VIP_PORT.to_be(),
+            proto: Proto::Tcp.number(),
+            family,
+        };
+        let vip = weir_vip {
+            vip_id: 0,
+            mode: mode.raw(),
+            pad: [0; 3],
+        };
+        self.maps.put_vip(&key, &vip)
+    }
+
+    /// Sends one NAT SYN of a new connection and reads the ingress ifindex
+    /// the program saw from the reverse entry it installed; removes both
+    /// entries again.
+    pub(super) fn probe_ingress(&self) -> Result<u32> {
+        self.set_mode(Mode::Nat)?;
+        let idx = self.size + 500_000;
+        let out = testrun::run(self.prog(), &packet(idx, TCP_SYN), 1)?;
+        ensure!(
+            out.action() == Some(XdpAction::Tx),
+            "probe: weir_lb returned {} instead of XDP_TX",
+            out.raw
+        );
+        let key = flow(idx).key();
+        let rkey = reverse_key(&key);
+        let rev = self
+            .maps
+            .rev_nat(&rkey)?
+            .context("probe: no reverse-NAT entry installed")?;
+        self.maps.conns.delete(key.as_bytes())?;
+        self.maps.rev_nat.delete(rkey.as_bytes())?;
+        Ok(rev.ifindex)
+    }
+
+    /// Installs connections 0..size in the connection and reverse tables.
+    pub(super) fn fill(&self) -> Result<()> {
+        let conn = weir_conn {
+            dip_id: 0,
+            dip_gen: DIP_GEN,
+            table_version: TABLE_VERSION,
+            req_us: 0,
+            created_ns: 0,
+        };
+        let (vip, family) = addr_words(IpAddr::V4(VIP));
+        let rev = weir_rev_nat {
+            vip,
+            vport: VIP_PORT.to_be(),
+            family,
+            pad: 0,
+            vip_id: 0,
+            ifindex: self.lo,
+            client_mac: CLIENT_MAC,
+            lb_mac: LB_MAC,
+        };
+        let started = Instant::now();
+        let to = self.size;
+        let show = to >= 10_000;
+        let mut i = 0;
+        let (mut keys, mut vals, mut rkeys, mut rvals) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        while i < to {
+            let n = (to - i).min(FILL_BATCH as u64);
+            keys.clear();
+            vals.clear();
+            rkeys.clear();
+            rvals.clear();
+            for j in i..i + n {
+                let key = flow(j).key();
+                keys.extend_from_slice(key.as_bytes());
+                vals.extend_from_slice(conn.as_bytes());
+                rkeys.extend_from_slice(reverse_key(&key).as_bytes());
+                rvals.extend_from_slice(rev.as_bytes());
+            }
+            self.maps
+                .conns
+                .update_batch(&keys, &vals, n as u32, MapFlags::ANY, MapFlags::ANY)
+                .context("batch update of the connection table")?;
+            self.maps
+                .rev_nat
+                .update_batch(&rkeys, &rvals, n as u32, MapFlags::ANY, MapFlags::ANY)
+                .context("batch update of the reverse-NAT table")?;
+            i += n;
+            if show {
+                eprint!(
+                    "\rfilling a connection table: {i} / {to} ({:.1} s)",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+        }
+        if show {
+            eprintln!();
+        }
+        Ok(())
+    }
+
+    /// Checks that the first, the last and a random sample of the installed
+    /// connections are in both tables (an LRU may have evicted some).
+    pub(super) fn verify_installed(&self, rng: &mut SplitMix) -> Result<()> {
+        let n = self.size;
+        let mut sample: Vec<u64> = vec![0, n - 1];
+        sample.extend((0..1000.min(n)).map(|_| rng.below(n)));
+        for i in sample {
+            let key = flow(i).key();
+            if self.maps.conn(&key)?.is_none() {
+                bail!("connection {i} of {n} is missing from the table (evicted?)");
+            }
+            if self.maps.rev_nat(&reverse_key(&key))?.is_none() {
+                bail!("reverse entry of connection {i} of {n} is missing (evicted?)");
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn check_delta(
+    before: &[u64],
+    after: &[u64],
+    stat: u32,
+    want: u64,
+    what: &str,
+) -> Result<()> {
+    let got = after[stat as usize] - before[stat as usize];
+    ensure!(
+        got == want,
+        "the counters disagree with the benchmark: {got} {what}, expected {want}; the measurement is not what it claims"
+    );
+    Ok(())
+}
+
+/// Mean ns per repetition of `repeat` runs of `prog` on `pkt`, as the
+/// kernel timed them (whole ns, truncated); the verdict must be XDP_TX.
+pub(super) fn timed(prog: &ProgramMut<'_>, pkt: &[u8], repeat: u32) -> Result<f64> {
+    let out = testrun::run(prog, pkt, repeat)?;
+    ensure!(
+        out.action() == Some(XdpAction::Tx),
+        "{} returned {} instead of XDP_TX",
+        prog.name().to_string_lossy(),
+        out.raw
+    );
+    Ok(out.duration.as_nanos() as f64)
+}
