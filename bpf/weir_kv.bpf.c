@@ -20,6 +20,7 @@
 #include "lib/nat.h"
 #include "lib/kv_maps.h"
 #include "lib/memcached.h"
+#include "lib/md5.h"
 #include "lib/kv_cache.h"
 
 static __always_inline int kv_pass(__u32 stat)
@@ -72,10 +73,31 @@ static __always_inline int kv_forward(struct xdp_md *ctx, struct packet *pkt, __
 	return XDP_DROP;
 }
 
-/* Routes the key in s->key (hash = kv_fnv1a_64 of it). */
-static __always_inline int kv_route(__u32 hash, __u32 *server)
+/*
+ * The pool's hash of the key in s->key, into *hash: `fnv` (kv_fnv1a_64 of
+ * it, already computed for the cache bucket) or kv_md5. Returns -2 for a
+ * hash XDP does not compute. cfg_kv_hash is a load-time constant, so the
+ * verifier drops the branches a pool does not use.
+ */
+static __always_inline int kv_route_hash(struct kv_scratch *s, __u32 fnv, __u32 *hash)
 {
-	if (cfg_kv_hash != WEIR_KV_HASH_FNV1A_64)
+	if (cfg_kv_hash == WEIR_KV_HASH_FNV1A_64) {
+		*hash = fnv;
+		return 0;
+	}
+	if (cfg_kv_hash == WEIR_KV_HASH_MD5) {
+		*hash = kv_md5(&s->key);
+		return 0;
+	}
+	return -2;
+}
+
+/* Routes the key in s->key (fnv = kv_fnv1a_64 of it). */
+static __always_inline int kv_route(struct kv_scratch *s, __u32 fnv, __u32 *server)
+{
+	__u32 hash = 0;
+
+	if (kv_route_hash(s, fnv, &hash) < 0)
 		return -2;
 	return kv_pick(hash, server);
 }
@@ -119,7 +141,7 @@ static __always_inline int kv_single_get(struct xdp_md *ctx, struct packet *pkt,
 		}
 		kv_stat(WEIR_KV_STAT_CACHE_BYPASS);
 	}
-	rc = kv_route(hash, &server);
+	rc = kv_route(s, hash, &server);
 	kv_sample(s, rc == 0 ? server : 0xffffffff, 0);
 	return kv_route_verdict(ctx, pkt, rc, server, NULL, 1);
 }
@@ -133,7 +155,7 @@ static __always_inline int kv_write(struct xdp_md *ctx, struct packet *pkt, stru
 
 	kv_stat(WEIR_KV_STAT_WRITE);
 	kv_invalidate(s, hash);
-	rc = kv_route(hash, &server);
+	rc = kv_route(s, hash, &server);
 	return kv_route_verdict(ctx, pkt, rc, server, rk, total);
 }
 
@@ -188,7 +210,7 @@ static __always_inline int kv_multi_get(struct xdp_md *ctx, struct packet *pkt,
 	__u32 first = 0, server = 0, ntok = s->ntok;
 	int rc = 0;
 
-	if (cfg_kv_hash != WEIR_KV_HASH_FNV1A_64)
+	if (cfg_kv_hash != WEIR_KV_HASH_FNV1A_64 && cfg_kv_hash != WEIR_KV_HASH_MD5)
 		return kv_pass(WEIR_KV_STAT_PASS_HASH);
 	for (__u32 t = 1; t < WEIR_KV_MAX_TOKENS; t++) {
 		__u32 hash, srv = 0;
@@ -198,7 +220,7 @@ static __always_inline int kv_multi_get(struct xdp_md *ctx, struct packet *pkt,
 		if (kv_key_load(ctx, s, body_off + s->tok_start[t & KV_TOK_MASK],
 				s->tok_len[t & KV_TOK_MASK]) < 0)
 			return kv_pass(WEIR_KV_STAT_PASS_BAD_KEY);
-		hash = kv_fnv1a_64(&s->key);
+		hash = cfg_kv_hash == WEIR_KV_HASH_MD5 ? kv_md5(&s->key) : kv_fnv1a_64(&s->key);
 		if (kv_pick(hash, &srv) < 0)
 			return kv_pass(WEIR_KV_STAT_PASS_NO_SERVER);
 		kv_sample(s, srv, 0);

@@ -36,7 +36,7 @@
 
 /* Hash functions (twemproxy's names); what the switch itself computes. */
 #define WEIR_KV_HASH_FNV1A_64 0 /* twemproxy's fnv1a_64: 32-bit state, see memcached.h */
-#define WEIR_KV_HASH_MD5 1      /* not computed in XDP: requests go to the kernel */
+#define WEIR_KV_HASH_MD5 1      /* twemproxy's md5 (first digest word), see md5.h */
 #define WEIR_KV_HASH_OTHER 2    /* any other twemproxy hash: requests go to the kernel */
 
 /* Distributions. */
@@ -183,7 +183,7 @@ enum weir_kv_stat {
 	WEIR_KV_STAT_PASS_ORPHAN,        /* continuation datagram of an untracked request */
 	WEIR_KV_STAT_PASS_FLUSH,         /* flush_all: cache cleared, then to the kernel */
 	WEIR_KV_STAT_PASS_NO_SERVER,     /* no table, or the server slot is not live */
-	WEIR_KV_STAT_PASS_HASH,          /* pool hash not computed in XDP (md5, ...) */
+	WEIR_KV_STAT_PASS_HASH,          /* pool hash not computed in XDP (crc32, hash_tag, ...) */
 	WEIR_KV_STAT_TX,                 /* forwarded by XDP_TX */
 	WEIR_KV_STAT_REDIRECT,           /* forwarded by XDP_REDIRECT */
 	WEIR_KV_STAT_DROP_REDIRECT,      /* redirect target not in kv_tx_ports */

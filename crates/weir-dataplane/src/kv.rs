@@ -84,9 +84,9 @@ pub struct KvLoadOptions {
     pub port: u16,
     /// The VIP; `None` matches any destination address on `port`.
     pub vip: Option<IpAddr>,
-    /// The pool's hash. XDP computes fnv1a_64; with any other hash (or a
-    /// hash tag) requests go to the kernel, counted as `PASS_HASH`, while
-    /// cache hits and invalidation still work in XDP.
+    /// The pool's hash. XDP computes fnv1a_64 and md5; with any other hash
+    /// (or a hash tag) requests go to the kernel, counted as `PASS_HASH`,
+    /// while cache hits and invalidation still work in XDP.
     pub hash: HashKind,
     /// ketama or modula; random goes to the kernel like an unsupported hash.
     pub dist: DistKind,
@@ -609,7 +609,7 @@ fn configure(open: &mut OpenWeirKvSkel<'static>, opts: &KvLoadOptions) -> Result
     ro.cfg_kv_hash = match (opts.hash, opts.hash_tag, opts.dist) {
         (_, _, DistKind::Random) => WEIR_KV_HASH_OTHER,
         (HashKind::Fnv1a_64, None, _) => WEIR_KV_HASH_FNV1A_64,
-        (HashKind::Md5, _, _) => WEIR_KV_HASH_MD5,
+        (HashKind::Md5, None, _) => WEIR_KV_HASH_MD5,
         _ => WEIR_KV_HASH_OTHER,
     };
     ro.cfg_kv_dist = match opts.dist {

@@ -58,7 +58,7 @@ fn pool(n: usize, weights: &[u32]) -> Vec<Server> {
 fn setup(opts: KvLoadOptions, dist: DistKind, weights: &[u32]) -> Kv {
     let n = 3;
     let servers = pool(n, weights);
-    let d = Distribution::build(dist, HashKind::Fnv1a_64, &servers).unwrap();
+    let d = Distribution::build(dist, opts.hash, &servers).unwrap();
     let kv = kv::load(&KvLoadOptions { dist, ..opts }).expect("load weir_kv (root?)");
     let addrs: Vec<ServerAddr> = (0..n)
         .map(|i| {
@@ -730,10 +730,17 @@ fn parsing_and_routing_table() {
 }
 
 /// Every prefix of a valid request (with consistent IP/UDP lengths) is
-/// passed, and every cut frame (lengths no longer match) too.
+/// passed, and every cut frame (lengths no longer match) too; in an
+/// fnv1a_64 pool and in an md5 pool.
 #[test]
 fn truncated_at_every_length() {
-    let kv = standard();
+    for hash in [HashKind::Fnv1a_64, HashKind::Md5] {
+        truncated_at_every_length_with(hash);
+    }
+}
+
+fn truncated_at_every_length_with(hash: HashKind) {
+    let kv = setup(KvLoadOptions { hash, ..opts() }, DistKind::Ketama, &[]);
     let requests: Vec<Vec<u8>> = vec![
         b"get foo\r\n".to_vec(),
         b"gets foo bar\r\n".to_vec(),
@@ -769,46 +776,116 @@ fn truncated_at_every_length() {
             n += 1;
         }
     }
-    eprintln!("{n} truncated frames");
+    eprintln!("{hash}: {n} truncated frames");
 }
 
-/// BPF and weir_core pick the same server, for ketama (equal and unequal
-/// weights) and modula, on random keys including bytes >= 0x80.
+/// BPF and weir_core pick the same server, for fnv1a_64 and md5 pools,
+/// ketama (equal and unequal weights) and modula, on random keys of every
+/// length (1..=250, so 1 to 5 md5 blocks) including bytes >= 0x80.
 #[test]
 fn routing_matches_weir_core() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
-    for (dist, weights) in [
-        (DistKind::Ketama, vec![]),
-        (DistKind::Ketama, vec![1, 3, 2]),
-        (DistKind::Modula, vec![]),
-        (DistKind::Modula, vec![2, 1, 5]),
-    ] {
-        let kv = setup(opts(), dist, &weights);
-        let mut hits = vec![0usize; kv.n];
-        for i in 0..1500 {
-            let len = rng.gen_range(1..=250);
-            let key: Vec<u8> = (0..len)
-                .map(|_| loop {
-                    let b: u8 = rng.gen();
-                    if b != b' ' && b != b'\r' && b != b'\n' {
-                        break b;
-                    }
-                })
-                .collect();
-            let want = kv.dist.server_for_key(&key);
-            hits[want] += 1;
-            let body = if i % 2 == 0 {
-                [b"get ", &key[..], b"\r\n"].concat()
-            } else {
-                bin_req(0x00, &key, &[], &[], i)
-            };
-            let input = req(&body);
-            let (action, out) = run(&kv, &input);
-            assert_eq!(action, Tx, "{dist:?} key {key:02x?}");
-            assert_eq!(out, l2_out(Fam::V4, &payload_of(&input, Fam::V4), want));
+    for hash in [HashKind::Fnv1a_64, HashKind::Md5] {
+        for (dist, weights) in [
+            (DistKind::Ketama, vec![]),
+            (DistKind::Ketama, vec![1, 3, 2]),
+            (DistKind::Modula, vec![]),
+            (DistKind::Modula, vec![2, 1, 5]),
+        ] {
+            route_random_keys(&mut rng, hash, dist, &weights, 2000);
         }
-        assert!(hits.iter().all(|&h| h > 0), "{dist:?}: {hits:?}");
     }
+}
+
+fn random_key(rng: &mut impl Rng, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|_| loop {
+            let b: u8 = rng.gen();
+            if b != b' ' && b != b'\r' && b != b'\n' {
+                break b;
+            }
+        })
+        .collect()
+}
+
+/// `n` random keys (ASCII get, binary GET, ASCII write in turn) go to the
+/// server weir_core names; then multi-key gets of random keys go there too
+/// when all keys share a server, and to the kernel otherwise.
+fn route_random_keys(rng: &mut impl Rng, hash: HashKind, dist: DistKind, weights: &[u32], n: u32) {
+    let kv = setup(KvLoadOptions { hash, ..opts() }, dist, weights);
+    let before = stats(&kv);
+    let mut hits = vec![0usize; kv.n];
+    // every length at least once, then random lengths
+    let lens: Vec<usize> = (1..=250)
+        .chain((250..n as usize).map(|_| rng.gen_range(1..=250)))
+        .collect();
+    for (i, &len) in lens.iter().enumerate() {
+        let i = i as u32;
+        let key = random_key(rng, len);
+        let want = kv.dist.server_for_key(&key);
+        assert_eq!(
+            want,
+            kv.dist
+                .server_for_hash(weir_core::kv::hash::hash(hash, &key)),
+            "weir_core hashes with the pool's hash"
+        );
+        hits[want] += 1;
+        let body = match i % 3 {
+            0 => [b"get ", &key[..], b"\r\n"].concat(),
+            1 => bin_req(0x00, &key, &[], &[], i),
+            _ => [b"delete ", &key[..], b"\r\n"].concat(),
+        };
+        let input = req(&body);
+        let (action, out) = run(&kv, &input);
+        assert_eq!(action, Tx, "{hash} {dist:?} {weights:?} key {key:02x?}");
+        assert_eq!(
+            out,
+            l2_out(Fam::V4, &payload_of(&input, Fam::V4), want),
+            "{hash} {dist:?} {weights:?}: key of {len} bytes {key:02x?}"
+        );
+    }
+    assert!(
+        hits.iter().all(|&h| h > 0),
+        "{hash} {dist:?} {weights:?}: {hits:?}"
+    );
+    // multi-key gets: 2..=8 random keys
+    let (mut same, mut split) = (0, 0);
+    for _ in 0..200 {
+        let keys: Vec<Vec<u8>> = (0..rng.gen_range(2..=8))
+            .map(|_| {
+                let len = rng.gen_range(1..=100);
+                random_key(rng, len)
+            })
+            .collect();
+        let owners: Vec<usize> = keys.iter().map(|k| kv.dist.server_for_key(k)).collect();
+        let mut body = b"get".to_vec();
+        for k in &keys {
+            body.push(b' ');
+            body.extend_from_slice(k);
+        }
+        body.extend_from_slice(b"\r\n");
+        let want = if owners.iter().all(|&o| o == owners[0]) {
+            same += 1;
+            Want::Fwd(owners[0])
+        } else {
+            split += 1;
+            Want::Pass(WEIR_KV_STAT_PASS_MULTI_SERVER)
+        };
+        check(
+            &kv,
+            &case(format!("{hash} {dist:?} multi-get"), req(&body), want),
+        );
+    }
+    let d = delta(&before, &stats(&kv));
+    assert!(
+        !d.iter().any(|(i, _)| *i == WEIR_KV_STAT_PASS_HASH),
+        "{hash}: no pass_hash: {}",
+        show(&d)
+    );
+    eprintln!(
+        "{hash} {dist:?} {weights:?}: {} keys {hits:?}, multi-get same {same} split {split}",
+        lens.len()
+    );
 }
 
 /// L3 mode: destination address and port become the server's, the source
@@ -1365,7 +1442,7 @@ fn no_table_and_dead_servers_go_to_the_kernel() {
             Want::Pass(WEIR_KV_STAT_PASS_NO_SERVER),
         ),
     );
-    // md5 pool: routing goes to the kernel, but cache hits and invalidation stay in XDP
+    // md5 pool: routed in XDP like fnv1a_64, cache hits and invalidation too
     let kv = setup(
         KvLoadOptions {
             hash: HashKind::Md5,
@@ -1374,14 +1451,8 @@ fn no_table_and_dead_servers_go_to_the_kernel() {
         DistKind::Ketama,
         &[],
     );
-    check(
-        &kv,
-        &case(
-            "md5 get",
-            req(b"get foo\r\n"),
-            Want::Pass(WEIR_KV_STAT_PASS_HASH),
-        ),
-    );
+    let foo = kv.dist.server_for_key(b"foo");
+    check(&kv, &case("md5 get", req(b"get foo\r\n"), Want::Fwd(foo)));
     put(&kv, b"foo", 0, b"bar", None);
     check(
         &kv,
@@ -1397,29 +1468,92 @@ fn no_table_and_dead_servers_go_to_the_kernel() {
     );
     check(
         &kv,
-        &case(
-            "md5 delete",
-            req(b"delete foo\r\n"),
-            Want::Pass(WEIR_KV_STAT_PASS_HASH),
-        )
-        .ev(&[(WEIR_KV_STAT_INVALIDATE_HIT, 1)]),
+        &case("md5 delete", req(b"delete foo\r\n"), Want::Fwd(foo))
+            .ev(&[(WEIR_KV_STAT_INVALIDATE_HIT, 1)]),
     );
     check(
         &kv,
-        &case(
-            "md5 get after delete",
-            req(b"get foo\r\n"),
-            Want::Pass(WEIR_KV_STAT_PASS_HASH),
-        ),
+        &case("md5 get after delete", req(b"get foo\r\n"), Want::Fwd(foo)),
     );
+    // hashes XDP does not compute, and hash tags: routing goes to the kernel,
+    // but cache hits and invalidation stay in XDP
+    for (hash, tag) in [
+        (HashKind::Crc32a, None),
+        (HashKind::Murmur, None),
+        (HashKind::Md5, Some(*b"{}")),
+        (HashKind::Fnv1a_64, Some(*b"{}")),
+    ] {
+        let kv = setup(
+            KvLoadOptions {
+                hash,
+                hash_tag: tag,
+                ..opts()
+            },
+            DistKind::Ketama,
+            &[],
+        );
+        let name = format!("{hash} tag {tag:?}");
+        check(
+            &kv,
+            &case(
+                format!("{name} get"),
+                req(b"get foo\r\n"),
+                Want::Pass(WEIR_KV_STAT_PASS_HASH),
+            ),
+        );
+        check(
+            &kv,
+            &case(
+                format!("{name} multi-get"),
+                req(b"get foo bar\r\n"),
+                Want::Pass(WEIR_KV_STAT_PASS_HASH),
+            ),
+        );
+        put(&kv, b"foo", 0, b"bar", None);
+        check(
+            &kv,
+            &case(
+                format!("{name} cache hit"),
+                req(b"get foo\r\n"),
+                Want::Reply(reply_frame(
+                    Fam::V4,
+                    0x1234,
+                    &ascii_value(b"foo", 0, b"bar", None),
+                )),
+            ),
+        );
+        check(
+            &kv,
+            &case(
+                format!("{name} delete"),
+                req(b"delete foo\r\n"),
+                Want::Pass(WEIR_KV_STAT_PASS_HASH),
+            )
+            .ev(&[(WEIR_KV_STAT_INVALIDATE_HIT, 1)]),
+        );
+        check(
+            &kv,
+            &case(
+                format!("{name} get after delete"),
+                req(b"get foo\r\n"),
+                Want::Pass(WEIR_KV_STAT_PASS_HASH),
+            ),
+        );
+    }
 }
 
 /// 60k mutated requests: only documented verdicts, counters add up, and
 /// every TX frame is either the input with new MACs or a checksum-correct
-/// cache reply.
+/// cache reply; in an fnv1a_64 pool and in an md5 pool.
 #[test]
 fn fuzz_only_documented_actions() {
-    let kv = standard();
+    for hash in [HashKind::Fnv1a_64, HashKind::Md5] {
+        fuzz_with(hash);
+    }
+}
+
+fn fuzz_with(hash: HashKind) {
+    let kv = setup(KvLoadOptions { hash, ..opts() }, DistKind::Ketama, &[]);
     for k in ["foo", "bar", "k1", "hot"] {
         put(&kv, k.as_bytes(), 1, b"value", Some(9));
     }
@@ -1497,7 +1631,7 @@ fn fuzz_only_documented_actions() {
     let outcomes: u64 = kv::OUTCOMES.map(|i| after.get(i) - before.get(i)).sum();
     assert_eq!(rx, n as u64);
     assert_eq!(outcomes, rx, "every packet ends in exactly one outcome");
-    eprintln!("fuzz: {tally:?}; {}", show(&delta(&before, &after)));
+    eprintln!("fuzz {hash}: {tally:?}; {}", show(&delta(&before, &after)));
 }
 
 fn verify_udp_checksum(frame: &[u8], p: &etherparse::SlicedPacket<'_>) {
@@ -1525,35 +1659,80 @@ fn verify_udp_checksum(frame: &[u8], p: &etherparse::SlicedPacket<'_>) {
     assert_eq!(udp.checksum(), want, "UDP checksum of {frame:02x?}");
 }
 
+/// Median BPF run time of `pkt`: single runs (a repeated run would see its
+/// own output, the reply), 5001 of them.
+fn median_run_time(kv: &Kv, pkt: &[u8]) -> std::time::Duration {
+    let mut d: Vec<std::time::Duration> = (0..5001)
+        .map(|_| {
+            let mut out = vec![0u8; 4096];
+            kv.kv
+                .skel
+                .progs
+                .weir_kv
+                .test_run(ProgramInput {
+                    data_in: Some(pkt),
+                    data_out: Some(&mut out),
+                    repeat: 1,
+                    ..Default::default()
+                })
+                .unwrap()
+                .duration
+        })
+        .collect();
+    d.sort();
+    d[d.len() / 2]
+}
+
 /// BPF run time of a cache-hit reply and of a forwarded get (informational).
 #[test]
 fn cache_hit_run_time() {
     let kv = standard();
     put(&kv, b"hot", 0, &[b'v'; 32], None);
-    // Single runs (a repeated run would see its own output: the reply), median.
-    let time = |pkt: &[u8]| {
-        let mut d: Vec<std::time::Duration> = (0..5001)
-            .map(|_| {
-                let mut out = vec![0u8; 4096];
-                kv.kv
-                    .skel
-                    .progs
-                    .weir_kv
-                    .test_run(ProgramInput {
-                        data_in: Some(pkt),
-                        data_out: Some(&mut out),
-                        repeat: 1,
-                        ..Default::default()
-                    })
-                    .unwrap()
-                    .duration
-            })
-            .collect();
-        d.sort();
-        d[d.len() / 2]
-    };
-    let hit = time(&req(b"get hot\r\n"));
-    let fwd = time(&req(b"get cold\r\n"));
-    let set = time(&req(b"set cold 0 0 3\r\nabc\r\n"));
+    let hit = median_run_time(&kv, &req(b"get hot\r\n"));
+    let fwd = median_run_time(&kv, &req(b"get cold\r\n"));
+    let set = median_run_time(&kv, &req(b"set cold 0 0 3\r\nabc\r\n"));
     eprintln!("weir_kv BPF run time: cache hit (32 B) {hit:?}, forwarded get {fwd:?}, set {set:?}");
+}
+
+/// Instructions the verifier processed to load the program (bpf_prog_info).
+fn verified_insns(kv: &Kv) -> u32 {
+    use libbpf_rs::libbpf_sys as sys;
+    use std::os::fd::{AsFd, AsRawFd};
+    // SAFETY: bpf_prog_info is plain data; the kernel fills at most `len` bytes.
+    let mut info: sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<sys::bpf_prog_info>() as u32;
+    let fd = kv.kv.skel.progs.weir_kv.as_fd().as_raw_fd();
+    // SAFETY: a valid program fd, and info/len describe a live buffer.
+    let rc = unsafe { sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+    assert_eq!(rc, 0, "bpf_prog_get_info_by_fd");
+    info.verified_insns
+}
+
+/// The verifier's instruction count per pool hash (far below the 1M limit),
+/// and the BPF run time of a forwarded get in an fnv1a_64 pool and in an md5
+/// pool by key length (md5 blocks: 10 B 1, 60 B 2, 120 B 3, 250 B 5),
+/// informational.
+#[test]
+fn md5_run_time() {
+    let pools = [HashKind::Fnv1a_64, HashKind::Md5].map(|hash| {
+        (
+            hash,
+            setup(KvLoadOptions { hash, ..opts() }, DistKind::Ketama, &[]),
+        )
+    });
+    for (hash, kv) in &pools {
+        let n = verified_insns(kv);
+        eprintln!("weir_kv verified instructions, {hash} pool: {n}");
+        assert!(n < 250_000, "{hash}: {n} verified instructions");
+    }
+    let mut line = String::new();
+    for len in [10usize, 60, 120, 250] {
+        let key: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+        let pkt = req(&[b"get ", &key[..], b"\r\n"].concat());
+        for (hash, kv) in &pools {
+            assert_eq!(run(kv, &pkt).0, Tx, "{hash} forwards");
+            line += &format!(" {hash} {len} B {:?};", median_run_time(kv, &pkt));
+        }
+    }
+    eprintln!("weir_kv BPF run time, forwarded get:{line}");
 }
