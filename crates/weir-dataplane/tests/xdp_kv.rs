@@ -1659,41 +1659,6 @@ fn verify_udp_checksum(frame: &[u8], p: &etherparse::SlicedPacket<'_>) {
     assert_eq!(udp.checksum(), want, "UDP checksum of {frame:02x?}");
 }
 
-/// Median BPF run time of `pkt`: single runs (a repeated run would see its
-/// own output, the reply), 5001 of them.
-fn median_run_time(kv: &Kv, pkt: &[u8]) -> std::time::Duration {
-    let mut d: Vec<std::time::Duration> = (0..5001)
-        .map(|_| {
-            let mut out = vec![0u8; 4096];
-            kv.kv
-                .skel
-                .progs
-                .weir_kv
-                .test_run(ProgramInput {
-                    data_in: Some(pkt),
-                    data_out: Some(&mut out),
-                    repeat: 1,
-                    ..Default::default()
-                })
-                .unwrap()
-                .duration
-        })
-        .collect();
-    d.sort();
-    d[d.len() / 2]
-}
-
-/// BPF run time of a cache-hit reply and of a forwarded get (informational).
-#[test]
-fn cache_hit_run_time() {
-    let kv = standard();
-    put(&kv, b"hot", 0, &[b'v'; 32], None);
-    let hit = median_run_time(&kv, &req(b"get hot\r\n"));
-    let fwd = median_run_time(&kv, &req(b"get cold\r\n"));
-    let set = median_run_time(&kv, &req(b"set cold 0 0 3\r\nabc\r\n"));
-    eprintln!("weir_kv BPF run time: cache hit (32 B) {hit:?}, forwarded get {fwd:?}, set {set:?}");
-}
-
 /// Instructions the verifier processed to load the program (bpf_prog_info).
 fn verified_insns(kv: &Kv) -> u32 {
     use libbpf_rs::libbpf_sys as sys;
@@ -1708,12 +1673,11 @@ fn verified_insns(kv: &Kv) -> u32 {
     info.verified_insns
 }
 
-/// The verifier's instruction count per pool hash (far below the 1M limit),
-/// and the BPF run time of a forwarded get in an fnv1a_64 pool and in an md5
-/// pool by key length (md5 blocks: 10 B 1, 60 B 2, 120 B 3, 250 B 5),
-/// informational.
+/// Both pool hashes verify far below the 1M-instruction limit and forward a
+/// get of every md5 block count (10 B 1 block, 60 B 2, 120 B 3, 250 B 5).
+/// Their run time is `weir bench kv-bpf`'s business, not a test's.
 #[test]
-fn md5_run_time() {
+fn md5_pool_verifies_within_budget_and_forwards_every_key_length() {
     let pools = [HashKind::Fnv1a_64, HashKind::Md5].map(|hash| {
         (
             hash,
@@ -1722,17 +1686,16 @@ fn md5_run_time() {
     });
     for (hash, kv) in &pools {
         let n = verified_insns(kv);
-        eprintln!("weir_kv verified instructions, {hash} pool: {n}");
         assert!(n < 250_000, "{hash}: {n} verified instructions");
     }
-    let mut line = String::new();
     for len in [10usize, 60, 120, 250] {
         let key: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
         let pkt = req(&[b"get ", &key[..], b"\r\n"].concat());
         for (hash, kv) in &pools {
-            assert_eq!(run(kv, &pkt).0, Tx, "{hash} forwards");
-            line += &format!(" {hash} {len} B {:?};", median_run_time(kv, &pkt));
+            let (action, out) = run(kv, &pkt);
+            assert_eq!(action, Tx, "{hash} forwards a {len}-byte key");
+            let server = kv.dist.server_for_key(&key);
+            assert_eq!(out, l2_out(Fam::V4, &pkt[42..], server), "{hash}, {len} B");
         }
     }
-    eprintln!("weir_kv BPF run time, forwarded get:{line}");
 }

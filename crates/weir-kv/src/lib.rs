@@ -16,8 +16,11 @@
 //!   the end-to-end tests and `weir bench kv --udp`.
 //! - [`stats`]: counters shared by the workers, rendered for `weir kv status`
 //!   and Prometheus.
+//! - [`bench`], [`bench_udp`], [`bench_bpf`]: `weir bench kv` (TCP, and UDP
+//!   with `--udp`) and `weir bench kv-bpf` (BPF run time per switch path).
 
 pub mod bench;
+pub mod bench_bpf;
 pub mod bench_udp;
 pub mod cli;
 pub mod config;

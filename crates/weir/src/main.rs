@@ -111,6 +111,8 @@ enum BenchCommand {
     Sim(weir_sim::cli::BenchArgs),
     /// memcached GETs (Zipf): direct, nutcracker and weir's TCP proxy.
     Kv(weir_kv::bench::KvBenchArgs),
+    /// BPF run time of the XDP memcached switch per path (fnv1a_64 and md5 gets, set, cache hit).
+    KvBpf(weir_kv::bench_bpf::KvBpfBenchArgs),
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -167,6 +169,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
         Command::Bench(BenchCommand::Sim(args)) => weir_sim::cli::run_bench(&args),
         Command::Bench(BenchCommand::Kv(args)) => weir_kv::bench::run(&args),
+        Command::Bench(BenchCommand::KvBpf(args)) => weir_kv::bench_bpf::run(&args),
         Command::Kv(args) => weir_kv::cli::run(&args),
         Command::Sim(cmd) => weir_sim::cli::run(cmd),
         Command::Agent {
