@@ -26,7 +26,7 @@ use weir_lab::netns::{enter, ip_in, sysctl_in, veth, NamespaceSet};
 use weir_lab::topology::{attach_pass, ethtool_in};
 
 use crate::config::{parse_toml, KvConfig};
-use crate::testbed::Proc;
+use crate::testbed::{memcached_args, Proc};
 
 pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 78, 100, 1);
 pub const SWITCH_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);
@@ -150,22 +150,13 @@ impl KvLab {
     fn start_memcached(&mut self, i: usize, threads: u32) -> Result<()> {
         let ns = self.servers[i].clone();
         let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &ns, "memcached"]).args([
-            "-l",
-            &format!("{VIP},{}", server_ip(i)),
-            "-p",
-            &MC_PORT.to_string(),
-            "-U",
-            &MC_PORT.to_string(),
-            "-m",
-            "64",
-            "-t",
-            &threads.to_string(),
-            "-u",
-            "root",
-            "-c",
-            "4096",
-        ]);
+        cmd.args(["netns", "exec", &ns, "memcached"])
+            .args(memcached_args(
+                &format!("{VIP},{}", server_ip(i)),
+                MC_PORT,
+                true,
+                threads,
+            ));
         let mut p = Proc::spawn(cmd, format!("memcached in {ns}"))
             .context("starting memcached (apt-get install memcached)")?;
         let addr = SocketAddr::new(IpAddr::V4(server_ip(i)), MC_PORT);

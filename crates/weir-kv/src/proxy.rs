@@ -221,6 +221,37 @@ struct Pending {
     sent: Instant,
 }
 
+impl Pending {
+    /// A request of client `client` (generation `gen`), answer number `seq`.
+    fn new(client: u32, gen: u32, seq: u64, kind: RespKind) -> Pending {
+        Pending {
+            client,
+            gen,
+            seq,
+            kind,
+            frag: 0,
+            swallow: false,
+            inval_key: None,
+            sent: Instant::now(),
+        }
+    }
+
+    /// Part `frag` of a multi-key get split by server.
+    fn frag(self, frag: u16) -> Pending {
+        Pending { frag, ..self }
+    }
+
+    /// A noreply request: the server's answer is dropped.
+    fn swallowed(self, swallow: bool) -> Pending {
+        Pending { swallow, ..self }
+    }
+
+    /// A mutation of `key`, invalidated again when its reply arrives.
+    fn invalidating(self, inval_key: Option<Box<[u8]>>) -> Pending {
+        Pending { inval_key, ..self }
+    }
+}
+
 struct ServerConn {
     addr: SocketAddr,
     sock: Option<TcpStream>,
@@ -553,13 +584,7 @@ impl Worker {
                     self.send(
                         first,
                         req,
-                        idx,
-                        c.gen,
-                        seq,
-                        RespKind::Retrieval,
-                        0,
-                        false,
-                        None,
+                        Pending::new(idx, c.gen, seq, RespKind::Retrieval),
                     );
                     return;
                 }
@@ -598,17 +623,8 @@ impl Worker {
                         }
                     }
                     line.extend_from_slice(b"\r\n");
-                    self.send(
-                        srv,
-                        &line,
-                        idx,
-                        c.gen,
-                        seq,
-                        RespKind::Retrieval,
-                        g as u16,
-                        false,
-                        None,
-                    );
+                    let p = Pending::new(idx, c.gen, seq, RespKind::Retrieval).frag(g as u16);
+                    self.send(srv, &line, p);
                     self.scratch = line;
                 }
             }
@@ -636,17 +652,8 @@ impl Worker {
                     c.slots.push_back(s);
                 }
                 for srv in 0..n {
-                    self.send(
-                        srv,
-                        &line,
-                        idx,
-                        c.gen,
-                        seq,
-                        RespKind::Line,
-                        0,
-                        swallow,
-                        None,
-                    );
+                    let p = Pending::new(idx, c.gen, seq, RespKind::Line).swallowed(swallow);
+                    self.send(srv, &line, p);
                 }
             }
             _ => {
@@ -673,31 +680,13 @@ impl Worker {
                 if !swallow {
                     c.slots.push_back(Slot::new(1));
                 }
+                let p = Pending::new(idx, c.gen, seq, RespKind::Line)
+                    .swallowed(swallow)
+                    .invalidating(inval_key);
                 if swallow {
-                    let line = strip_noreply(req, r);
-                    self.send(
-                        srv,
-                        &line,
-                        idx,
-                        c.gen,
-                        seq,
-                        RespKind::Line,
-                        0,
-                        true,
-                        inval_key,
-                    );
+                    self.send(srv, &strip_noreply(req, r), p);
                 } else {
-                    self.send(
-                        srv,
-                        req,
-                        idx,
-                        c.gen,
-                        seq,
-                        RespKind::Line,
-                        0,
-                        false,
-                        inval_key,
-                    );
+                    self.send(srv, req, p);
                 }
             }
         }
@@ -723,30 +712,8 @@ impl Worker {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn send(
-        &mut self,
-        s: usize,
-        bytes: &[u8],
-        client: u32,
-        gen: u32,
-        seq: u64,
-        kind: RespKind,
-        frag: u16,
-        swallow: bool,
-        inval_key: Option<Box<[u8]>>,
-    ) {
+    fn send(&mut self, s: usize, bytes: &[u8], p: Pending) {
         inc(&self.stats.server_requests[s], 1);
-        let p = Pending {
-            client,
-            gen,
-            seq,
-            kind,
-            frag,
-            swallow,
-            inval_key,
-            sent: Instant::now(),
-        };
         if let Err(e) = self.ensure_server(s) {
             self.servers[s].inflight.push_back(p);
             self.fail_server(s, &errmsg(&e));

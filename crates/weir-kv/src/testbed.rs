@@ -64,26 +64,34 @@ pub fn wait_listening(addr: SocketAddr, proc_: &mut Proc) -> Result<()> {
     bail!("{} is not listening on {addr} after 5 s", proc_.what)
 }
 
+/// memcached's command-line arguments: listen on `listen` (one address or a
+/// comma-separated list), TCP `port`, UDP on the same port if `udp`.
+pub fn memcached_args(listen: &str, port: u16, udp: bool, threads: u32) -> Vec<String> {
+    let udp_port = if udp { port } else { 0 };
+    [
+        "-l",
+        listen,
+        "-p",
+        &port.to_string(),
+        "-U",
+        &udp_port.to_string(),
+        "-m",
+        "64",
+        "-t",
+        &threads.to_string(),
+        "-u",
+        "root",
+        "-c",
+        "4096",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// `memcached` on `ip:port` (TCP, and UDP on the same port if `udp`).
 pub fn memcached(ip: &str, port: u16, udp: bool, threads: u32) -> Result<Proc> {
-    let udp_port = if udp { port.to_string() } else { "0".into() };
     let child = Command::new("memcached")
-        .args([
-            "-l",
-            ip,
-            "-p",
-            &port.to_string(),
-            "-U",
-            &udp_port,
-            "-m",
-            "64",
-            "-t",
-            &threads.to_string(),
-            "-u",
-            "root",
-            "-c",
-            "4096",
-        ])
+        .args(memcached_args(ip, port, udp, threads))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
