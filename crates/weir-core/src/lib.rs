@@ -12,4 +12,5 @@ pub mod flow;
 pub mod hash;
 pub mod kv;
 pub mod maglev;
+pub mod splitmix;
 pub mod vectors;

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::awfd::DipId;
+use crate::splitmix::splitmix64;
 
 /// A prime comfortably above 100 x the DIPs of a large pool.
 pub const DEFAULT_TABLE_SIZE: usize = 65_537;
@@ -68,13 +69,6 @@ pub fn is_prime(n: usize) -> bool {
         d += 2;
     }
     true
-}
-
-fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 /// A filled Maglev lookup table.

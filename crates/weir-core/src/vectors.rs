@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::awfd::{AwfdTable, DipId, PriorityClass};
 use crate::flow::{FlowTuple, Proto};
 use crate::hash::{flow_hash, DEFAULT_SEED};
+use crate::splitmix::SplitMix;
 
 /// The description stored in the file's top-level `format` field.
 pub const FORMAT: &str =
@@ -86,24 +87,12 @@ impl VectorCase {
     }
 }
 
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
-    }
-}
-
 fn random_flow(rng: &mut SplitMix, v6: bool) -> FlowTuple {
-    let r = rng.next();
+    let r = rng.next_u64();
     let (src, dst): (IpAddr, IpAddr) = if v6 {
         let mut s = [0u8; 16];
         s[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
-        s[8..].copy_from_slice(&rng.next().to_be_bytes());
+        s[8..].copy_from_slice(&rng.next_u64().to_be_bytes());
         let mut d = [0u8; 16];
         d[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
         d[15] = 0x10;

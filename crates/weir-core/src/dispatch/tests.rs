@@ -3,17 +3,17 @@
 use super::awfd::table_weights;
 use super::*;
 use crate::awfd::weights_from_capacity;
+use crate::splitmix::SplitMix;
 
-/// A tiny deterministic generator for test inputs (splitmix64).
-struct Rng(u64);
+/// Test inputs drawn from a seeded SplitMix64.
+struct Rng(SplitMix);
 
 impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(SplitMix(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut x = self.0;
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
+        self.0.next_u64()
     }
     fn hash(&mut self) -> u32 {
         (self.next() >> 32) as u32
@@ -41,7 +41,7 @@ fn frequencies(d: &mut dyn Dispatcher, n: usize, draws: usize, rng: &mut Rng) ->
 
 #[test]
 fn awfd_frequencies_converge_to_weight_share() {
-    let mut rng = Rng(1);
+    let mut rng = Rng::new(1);
     for _ in 0..30 {
         let n = 1 + rng.below(24) as usize;
         let m = 1 + rng.below(16) as u32;
@@ -68,7 +68,7 @@ fn awfd_frequencies_converge_to_weight_share() {
 
 #[test]
 fn awfd_weights_follow_the_paper_formula() {
-    let mut rng = Rng(2);
+    let mut rng = Rng::new(2);
     for _ in 0..200 {
         let n = 1 + rng.below(30) as usize;
         let m = rng.below(17) as u32;
@@ -97,7 +97,7 @@ fn awfd_weights_follow_the_paper_formula() {
 
 #[test]
 fn awfd_class_zero_is_never_chosen() {
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     for _ in 0..50 {
         let n = 2 + rng.below(20) as usize;
         let m = 1 + rng.below(16) as u32;
@@ -116,7 +116,7 @@ fn awfd_class_zero_is_never_chosen() {
 
 #[test]
 fn awfd_m0_is_ecmp() {
-    let mut rng = Rng(4);
+    let mut rng = Rng::new(4);
     for _ in 0..10 {
         let n = 1 + rng.below(20) as usize;
         let avail: Vec<f64> = (0..n).map(|_| rng.available()).collect();
@@ -138,7 +138,7 @@ fn awfd_m0_is_ecmp() {
 
 #[test]
 fn awfd_m1_is_lcf() {
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     for _ in 0..200 {
         let n = 1 + rng.below(20) as usize;
         let avail: Vec<f64> = (0..n).map(|_| rng.available()).collect();
@@ -182,7 +182,7 @@ fn lcf_and_optimum_send_everything_to_the_largest() {
 
 #[test]
 fn weighted_frequencies_follow_available_capacity() {
-    let mut rng = Rng(6);
+    let mut rng = Rng::new(6);
     for _ in 0..20 {
         let n = 1 + rng.below(20) as usize;
         let mut avail: Vec<f64> = (0..n).map(|_| rng.available()).collect();

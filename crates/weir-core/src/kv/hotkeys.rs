@@ -11,6 +11,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::splitmix::splitmix64;
+
 /// Parameters of the detector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HotKeyConfig {
@@ -36,13 +38,6 @@ impl Default for HotKeyConfig {
             threshold: 8,
         }
     }
-}
-
-fn splitmix64(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 fn key_hash(key: &[u8]) -> u64 {

@@ -56,6 +56,7 @@ use serde::Serialize;
 use weir_abi::*;
 use weir_core::awfd::AwfdTable;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
+use weir_core::splitmix::SplitMix;
 use weir_dataplane::loader::{self, LoadOptions, LoadedLb};
 use weir_dataplane::maps::Maps;
 use weir_dataplane::minimal;

@@ -94,24 +94,6 @@ pub(super) fn csum(data: &[u8], mut sum: u32) -> u16 {
     !(sum as u16)
 }
 
-/// A small deterministic generator (SplitMix64) for choosing connections.
-pub(super) struct SplitMix(pub(super) u64);
-
-impl SplitMix {
-    pub(super) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, n).
-    pub(super) fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
