@@ -6,6 +6,7 @@
 //! they agree on which DIP a flow goes to.
 
 pub mod awfd;
+pub mod csum;
 pub mod dispatch;
 pub mod estimate;
 pub mod flow;

@@ -63,6 +63,7 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
 use weir_abi::*;
+use weir_core::csum::sum_be16;
 use weir_core::kv::{DistKind, Distribution, HashKind};
 
 use crate::skel::kv::{OpenWeirKvSkel, WeirKvSkel, WeirKvSkelBuilder};
@@ -366,16 +367,6 @@ pub fn cache_key(key: &[u8]) -> Result<weir_kv_key> {
     Ok(k)
 }
 
-/// One's-complement sum of big-endian 16-bit words (odd tail padded), unfolded.
-pub fn csum_partial(bytes: &[u8]) -> u32 {
-    let mut sum = 0u32;
-    for c in bytes.chunks(2) {
-        let w = (c[0] as u32) << 8 | c.get(1).copied().unwrap_or(0) as u32;
-        sum += w;
-    }
-    sum
-}
-
 /// Renders a cache entry: the reply lines, the value and their checksums.
 pub fn render_entry(
     key: &[u8],
@@ -408,10 +399,10 @@ pub fn render_entry(
     e.has_cas = u8::from(cas.is_some());
     let get: Vec<u8> = [&line[..], b"\r\n", &data].concat();
     let gets: Vec<u8> = [&line[..], cas_text.as_bytes(), b"\r\n", &data].concat();
-    e.sum_get = csum_partial(&get);
-    e.sum_gets = csum_partial(&gets);
-    e.sum_value = csum_partial(value);
-    e.sum_key = csum_partial(key);
+    e.sum_get = sum_be16(&get, 0);
+    e.sum_gets = sum_be16(&gets, 0);
+    e.sum_value = sum_be16(value, 0);
+    e.sum_key = sum_be16(key, 0);
     Ok(e)
 }
 

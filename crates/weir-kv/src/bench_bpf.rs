@@ -14,6 +14,7 @@ use anyhow::{ensure, Context, Result};
 use clap::Args;
 use libbpf_rs::ProgramInput;
 use serde::Serialize;
+use weir_core::csum::checksum;
 use weir_core::kv::{DistKind, Distribution, HashKind, Server};
 use weir_dataplane::kv::{self as xdp, KvLoadOptions, LoadedKv, ServerAddr};
 use weir_dataplane::testrun::XdpAction;
@@ -249,12 +250,7 @@ fn udp_frame(payload: &[u8]) -> Vec<u8> {
     ip[9] = 17;
     ip[12..16].copy_from_slice(&CLIENT.octets());
     ip[16..20].copy_from_slice(&VIP.octets());
-    let sum = ip
-        .chunks(2)
-        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum::<u32>();
-    let folded = (sum & 0xffff) + (sum >> 16);
-    let csum = !((folded & 0xffff) + (folded >> 16)) as u16;
+    let csum = checksum(&ip, 0);
     ip[10..12].copy_from_slice(&csum.to_be_bytes());
     f.extend_from_slice(&ip);
     f.extend_from_slice(&40000u16.to_be_bytes());

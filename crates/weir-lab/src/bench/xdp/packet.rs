@@ -51,7 +51,7 @@ pub(super) fn packet(i: u64, tcp_flags: u8) -> Vec<u8> {
         ip[9] = 6;
         ip[12..16].copy_from_slice(&src.octets());
         ip[16..20].copy_from_slice(&dst.octets());
-        let c = csum(ip, 0);
+        let c = checksum(ip, 0);
         ip[10..12].copy_from_slice(&c.to_be_bytes());
     }
     {
@@ -72,26 +72,10 @@ pub(super) fn packet(i: u64, tcp_flags: u8) -> Vec<u8> {
             pseudo += u32::from(u16::from_be_bytes([w[2], w[3]]));
         }
         pseudo += 6 + u32::from(tcp_len);
-        let c = csum(tcp, pseudo);
+        let c = checksum(tcp, pseudo);
         tcp[16..18].copy_from_slice(&c.to_be_bytes());
     }
     p
-}
-
-/// The Internet checksum of `data` plus a partial sum.
-pub(super) fn csum(data: &[u8], mut sum: u32) -> u16 {
-    for ch in data.chunks(2) {
-        let w = if ch.len() == 2 {
-            u16::from_be_bytes([ch[0], ch[1]])
-        } else {
-            u16::from_be_bytes([ch[0], 0])
-        };
-        sum += u32::from(w);
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
 }
 
 #[cfg(test)]
@@ -102,14 +86,14 @@ mod tests {
     pub(super) fn packets_have_valid_checksums() {
         let p = packet(123_456, TCP_ACK);
         assert_eq!(p.len(), FRAME_LEN);
-        assert_eq!(csum(&p[14..34], 0), 0, "IPv4 header checksum");
+        assert_eq!(checksum(&p[14..34], 0), 0, "IPv4 header checksum");
         let mut pseudo = 0u32;
         for w in [&p[26..30], &p[30..34]] {
             pseudo += u32::from(u16::from_be_bytes([w[0], w[1]]));
             pseudo += u32::from(u16::from_be_bytes([w[2], w[3]]));
         }
         pseudo += 6 + (FRAME_LEN as u32 - 34);
-        assert_eq!(csum(&p[34..], pseudo), 0, "TCP checksum");
+        assert_eq!(checksum(&p[34..], pseudo), 0, "TCP checksum");
     }
 
     #[test]
