@@ -3,7 +3,9 @@
  * parse.h - bounds-checked parsing of Ethernet, IPv4/IPv6 and TCP/UDP into a
  * struct packet. Every read is checked against data_end first; a packet
  * that is too short or whose length fields disagree with its size is
- * PARSE_MALFORMED, never read past.
+ * PARSE_MALFORMED, never read past. So is an IPv6 extension chain longer
+ * than the parser follows: its end, which may be a fragment header, is
+ * unknown.
  */
 #ifndef WEIR_PARSE_H
 #define WEIR_PARSE_H
@@ -19,7 +21,8 @@
 
 #define IP_MF 0x2000
 #define IP_OFFSET 0x1fff
-#define IPV6_EXT_MAX 4 /* extension headers skipped before giving up */
+/* Hop-by-hop, routing and destination-options headers followed. */
+#define IPV6_EXT_MAX 4
 /* Packet offsets are masked with this before use so the verifier can bound
  * them; parsing refuses anything that would not fit. */
 #define PKT_OFF_MASK 0x3fff
@@ -30,7 +33,7 @@ enum parse_result {
 	PARSE_ICMP,
 	PARSE_FRAGMENT,
 	PARSE_OTHER_L4, /* IP but neither TCP, UDP nor ICMP: not balanced */
-	PARSE_MALFORMED,
+	PARSE_MALFORMED, /* also an IPv6 extension chain longer than IPV6_EXT_MAX */
 };
 
 struct packet {
@@ -130,8 +133,6 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct packet 
 	for (int i = 0; i < IPV6_EXT_MAX; i++) {
 		struct ipv6_opt_hdr *opt;
 
-		if (nexthdr == IPPROTO_FRAGMENT)
-			return PARSE_FRAGMENT;
 		if (nexthdr != IPPROTO_HOPOPTS && nexthdr != IPPROTO_ROUTING &&
 		    nexthdr != IPPROTO_DSTOPTS)
 			break;
@@ -143,6 +144,13 @@ static __always_inline int parse_ipv6(void *data, void *data_end, struct packet 
 		if (off > pkt->l3_off + pkt->l3_len || off > PKT_OFF_MASK)
 			return PARSE_MALFORMED;
 	}
+	if (nexthdr == IPPROTO_FRAGMENT)
+		return PARSE_FRAGMENT;
+	/* Still in the chain after IPV6_EXT_MAX headers: what follows may be a
+	 * fragment header, so this must not pass as a non-VIP packet. */
+	if (nexthdr == IPPROTO_HOPOPTS || nexthdr == IPPROTO_ROUTING ||
+	    nexthdr == IPPROTO_DSTOPTS)
+		return PARSE_MALFORMED;
 	pkt->key.proto = nexthdr;
 	pkt->l4_off = off;
 	if (nexthdr == IPPROTO_ICMPV6)

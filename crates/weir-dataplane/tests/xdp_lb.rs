@@ -779,6 +779,75 @@ fn forwarding_and_classification_table() {
     eprintln!("forwarding_and_classification_table: {n} cases");
 }
 
+/// IPv6 extension chains at and past the parser's depth (4 headers): a chain
+/// it cannot finish follows the `malformed` action, so a fragment header
+/// hidden behind it cannot slip past `fragments = "drop"` as a non-VIP.
+#[test]
+fn ipv6_extension_chains_past_the_parsed_depth_are_malformed() {
+    let hop = || (0u8, padn());
+    let dst = || (60u8, padn());
+    let rt = || (43u8, vec![0, 0, 0, 0, 0, 0]); // type 0, 0 segments left
+    let frag = || (44u8, vec![0, 1, 0, 0, 0x56, 0x78]); // offset 0, M=1
+    let depth = |n: usize| -> Vec<(u8, Vec<u8>)> {
+        std::iter::once(hop())
+            .chain([dst(), rt()].into_iter().cycle().take(n - 1))
+            .collect()
+    };
+    let with_frag = |n: usize| {
+        let mut c = depth(n);
+        c.push(frag());
+        c
+    };
+    for malformed_action in [Action::Drop, Action::Pass] {
+        let opts = weir_dataplane::loader::LoadOptions {
+            fragments: Action::Drop,
+            malformed: malformed_action,
+            ..test_options()
+        };
+        let h = Harness::new(&opts);
+        let (verdict, stat) = match malformed_action {
+            Action::Drop => (Drop, WEIR_STAT_DROP_MALFORMED),
+            Action::Pass => (Pass, WEIR_STAT_PASS_MALFORMED),
+        };
+        let syn = |sport| tcp("2001:db8:c::80", sport, "2001:db8::100", 80, TcpFlags::SYN);
+        let at_depth = syn(40080);
+        let dip = h.fx.predict(4, &at_depth.tuple()).unwrap().clone();
+        let mut cases = vec![
+            Case::new(
+                "v6 tcp SYN after 4 extension headers (the parsed depth) is balanced",
+                ipv6_with_exts(&at_depth, &depth(4)),
+                Tx,
+                WEIR_STAT_TX,
+            )
+            .raw_output(ipv6_with_exts(&nat_out(&at_depth, &dip), &depth(4)))
+            .events(MISS_NEW)
+            .after(conn_is(at_depth.tuple(), dip.id, 1, 1)),
+            drop(
+                "v6 fragment header after 3 extension headers is a fragment",
+                ipv6_with_exts(&syn(40081), &with_frag(3)),
+                WEIR_STAT_DROP_FRAGMENT,
+            ),
+            drop(
+                "v6 fragment header after 4 extension headers is a fragment",
+                ipv6_with_exts(&syn(40082), &with_frag(4)),
+                WEIR_STAT_DROP_FRAGMENT,
+            ),
+        ];
+        for (name, chain) in [
+            ("v6 tcp SYN after 5 extension headers", depth(5)),
+            ("v6 fragment header after 5 extension headers", with_frag(5)),
+            ("v6 fragment header after 8 extension headers", with_frag(8)),
+        ] {
+            let f = syn(40083);
+            cases.push(
+                Case::new(name, ipv6_with_exts(&f, &chain), verdict, stat)
+                    .after(no_conn(f.tuple())),
+            );
+        }
+        run_cases(&h, cases);
+    }
+}
+
 fn conn_is_pre(t: FlowTuple, dip: u32) -> impl Fn(&Harness) {
     move |h: &Harness| {
         let c = h.maps.conn(&t.key()).unwrap().expect("conn kept");
