@@ -152,7 +152,16 @@ pub struct Config {
     pub metrics: Option<MetricsCfg>,
     #[serde(default, rename = "vip")]
     pub vips: Vec<Vip>,
+    /// What is legal but odd (say a VIP with no DIPs), found at load; the
+    /// caller shows them (`weir check`, `weir serve`'s log).
+    #[serde(skip)]
+    pub warnings: Vec<ConfigWarning>,
 }
+
+/// A located remark about a configuration that loads but is probably not
+/// what the operator meant; same shape and `file:line: field: message`
+/// format as an error.
+pub type ConfigWarning = ConfigError;
 
 /// `[controller] policy`: how weights are computed from the estimates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -359,24 +368,34 @@ impl Config {
             file: file.to_string(),
             src,
         };
-        let cfg: Config = toml::from_str(src).map_err(|e| {
+        let mut cfg: Config = toml::from_str(src).map_err(|e| {
             let msg = e.message().trim().to_string();
             let field = e
                 .span()
                 .map_or("(syntax)".into(), |s| key_at(src, line_of(src, s.start)));
             ck.err(e.span(), field, msg)
         })?;
-        cfg.validate(&ck)?;
+        cfg.warnings = cfg.validate(&ck)?;
         Ok(cfg)
     }
 
-    fn validate(&self, ck: &Checker<'_>) -> Result<(), ConfigError> {
+    /// Refuses what can never work; returns warnings for what is legal but odd.
+    fn validate(&self, ck: &Checker<'_>) -> Result<Vec<ConfigWarning>, ConfigError> {
+        let mut warnings = Vec::new();
         let dp = &self.dataplane;
         if dp.interfaces.get_ref().is_empty() {
             return Err(ck.err(
                 Some(dp.interfaces.span()),
                 "dataplane.interfaces",
                 "list at least one interface to attach to, e.g. [\"eth0\"]",
+            ));
+        }
+        let mut ifaces = HashSet::new();
+        if let Some(twice) = dp.interfaces.get_ref().iter().find(|n| !ifaces.insert(*n)) {
+            return Err(ck.err(
+                Some(dp.interfaces.span()),
+                "dataplane.interfaces",
+                format!("`{twice}` is listed twice; list each interface once"),
             ));
         }
         for (field, v, min) in [
@@ -402,6 +421,11 @@ impl Config {
         let mut names = HashSet::new();
         let mut keys = HashSet::new();
         let mut total_dips = 0usize;
+        let vip_addrs: Vec<(IpAddr, &str)> = self
+            .vips
+            .iter()
+            .map(|v| (*v.address.get_ref(), v.name.get_ref().as_str()))
+            .collect();
         for (i, vip) in self.vips.iter().enumerate() {
             let at = |f: &str| format!("vip[{i}].{f}");
             if vip.name.get_ref().is_empty() || !names.insert(vip.name.get_ref().clone()) {
@@ -425,6 +449,13 @@ impl Config {
                     "port 0 is not a service port",
                 ));
             }
+            if let Some(why) = not_unicast(vip.address.get_ref()) {
+                return Err(ck.err(
+                    Some(vip.address.span()),
+                    at("address"),
+                    format!("{why}; a VIP must be a unicast address that clients can reach"),
+                ));
+            }
             let mut seen = HashSet::new();
             let mut distinct = HashSet::new();
             for (j, dip) in vip.dips.iter().enumerate() {
@@ -435,6 +466,27 @@ impl Config {
                         Some(dip.address.span()),
                         at("address"),
                         "DIP and VIP must be of the same address family (IPv4 or IPv6)",
+                    ));
+                }
+                if let Some(why) = not_unicast(a) {
+                    return Err(ck.err(
+                        Some(dip.address.span()),
+                        at("address"),
+                        format!("{why}; a DIP must be the unicast address of a backend"),
+                    ));
+                }
+                if a == va {
+                    return Err(ck.err(
+                        Some(dip.address.span()),
+                        at("address"),
+                        "the DIP is the VIP's own address, so its traffic would come back to weir; give the backend's address",
+                    ));
+                }
+                if let Some((_, other)) = vip_addrs.iter().find(|(v, _)| v == a) {
+                    warnings.push(ck.err(
+                        Some(dip.address.span()),
+                        at("address"),
+                        format!("{a} is also the address of VIP `{other}`: this DIP's traffic goes to that VIP, not to a backend"),
                     ));
                 }
                 if let (Mode::Dsr, Some(p)) = (vip.mode, &dip.port) {
@@ -481,6 +533,21 @@ impl Config {
                     }
                 }
             }
+            // Legal, because an operator may stage a VIP before its backends
+            // or drain all of them, but new connections are then dropped.
+            if vip.dips.is_empty() {
+                warnings.push(ck.err(
+                    Some(vip.name.span()),
+                    at("dip"),
+                    "no DIPs: new connections to this VIP are dropped (drop_no_backend) until a [[vip.dip]] is added",
+                ));
+            } else if distinct.is_empty() {
+                warnings.push(ck.err(
+                    Some(vip.name.span()),
+                    at("dip"),
+                    "every DIP has weight 0 (draining): new connections to this VIP are dropped (drop_no_backend)",
+                ));
+            }
             if distinct.len() > weir_abi::WEIR_MAX_CLASSES as usize {
                 return Err(ck.err(
                     Some(vip.name.span()),
@@ -505,8 +572,35 @@ impl Config {
                 ),
             ));
         }
-        Ok(())
+        Ok(warnings)
     }
+}
+
+/// Why `a` can never be a VIP or a DIP (packets are never sent to it as a
+/// unicast destination), or None.
+fn not_unicast(a: &IpAddr) -> Option<String> {
+    let why = match a {
+        IpAddr::V4(v) if v.is_unspecified() => "the unspecified address",
+        IpAddr::V4(v) if v.octets()[0] == 0 => {
+            "in 0.0.0.0/8 (\"this network\", never a destination)"
+        }
+        IpAddr::V4(v) if v.is_broadcast() => "the broadcast address",
+        IpAddr::V4(v) if v.is_multicast() => "a multicast address",
+        IpAddr::V4(v) if v.is_loopback() => "a loopback address (it never arrives on an interface)",
+        IpAddr::V6(v) if v.is_unspecified() => "the unspecified address",
+        IpAddr::V6(v) if v.is_multicast() => "a multicast address",
+        IpAddr::V6(v) if v.is_loopback() => {
+            "the loopback address (it never arrives on an interface)"
+        }
+        IpAddr::V6(v) => {
+            let v4 = v.to_ipv4_mapped()?;
+            return Some(format!(
+                "{a} is an IPv4-mapped IPv6 address, which never appears on the wire; write {v4}"
+            ));
+        }
+        IpAddr::V4(_) => return None,
+    };
+    Some(format!("{a} is {why}"))
 }
 
 impl Config {
@@ -711,6 +805,103 @@ mode = "nat"
         assert_eq!(err_of(&no_if).field, "dataplane.interfaces");
         let bad_mac = GOOD.replace("weight = 2", "mac = \"zz\"");
         assert_eq!(err_of(&bad_mac).field, "vip[0].dip[1].mac");
+    }
+
+    /// GOOD with its VIP and DIPs in IPv6.
+    fn good6() -> String {
+        GOOD.replace("10.0.0.100", "2001:db8::100")
+            .replace("10.1.0.", "2001:db8:1::")
+    }
+
+    #[test]
+    fn addresses_that_can_never_work_are_refused() {
+        let v4 = |vip: &str| GOOD.replace("\"10.0.0.100\"", &format!("\"{vip}\""));
+        let v6 = |vip: &str| good6().replace("\"2001:db8::100\"", &format!("\"{vip}\""));
+        let dip = |d: &str| GOOD.replace("\"10.1.0.2\"", &format!("\"{d}\""));
+        let cases = [
+            (v4("0.0.0.0"), "vip[0].address", 7, "unspecified"),
+            (v4("0.1.2.3"), "vip[0].address", 7, "0.0.0.0/8"),
+            (v4("255.255.255.255"), "vip[0].address", 7, "broadcast"),
+            (v4("239.1.2.3"), "vip[0].address", 7, "multicast"),
+            (v4("127.0.0.1"), "vip[0].address", 7, "loopback"),
+            (v6("::"), "vip[0].address", 7, "unspecified"),
+            (v6("ff02::1"), "vip[0].address", 7, "multicast"),
+            (v6("::1"), "vip[0].address", 7, "loopback"),
+            (
+                v6("::ffff:10.0.0.100"),
+                "vip[0].address",
+                7,
+                "write 10.0.0.100",
+            ),
+            (dip("10.0.0.100"), "vip[0].dip[1].address", 17, "VIP's own"),
+            (
+                dip("255.255.255.255"),
+                "vip[0].dip[1].address",
+                17,
+                "broadcast",
+            ),
+            (dip("224.0.0.1"), "vip[0].dip[1].address", 17, "multicast"),
+            (dip("0.0.0.0"), "vip[0].dip[1].address", 17, "unspecified"),
+            (
+                good6().replace("\"2001:db8:1::2\"", "\"2001:db8::100\""),
+                "vip[0].dip[1].address",
+                17,
+                "VIP's own",
+            ),
+        ];
+        for (src, field, line, what) in cases {
+            let e = err_of(&src);
+            assert_eq!((e.field.as_str(), e.line), (field, Some(line)), "{e}");
+            assert!(e.message.contains(what), "{e}");
+        }
+        // The VIP's address with another port is still the VIP's address.
+        let e = err_of(&dip("10.0.0.100\"\n  port = 9090\n  #\""));
+        assert!(e.message.contains("VIP's own"), "{e}");
+        Config::parse("t.toml", &good6()).unwrap();
+    }
+
+    #[test]
+    fn an_interface_listed_twice_is_refused() {
+        let e = err_of(&GOOD.replace("[\"veth0\"]", "[\"veth0\", \"veth1\", \"veth0\"]"));
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("dataplane.interfaces", Some(3))
+        );
+        assert!(e.message.contains("`veth0` is listed twice"), "{e}");
+    }
+
+    #[test]
+    fn legal_but_odd_files_load_with_warnings() {
+        let warned = |src: &str| Config::parse("t.toml", src).unwrap().warnings;
+        assert!(warned(GOOD).is_empty());
+        // No DIPs (staged, or every backend removed): it loads, and says so.
+        let no_dips = &GOOD[..GOOD.find("  [[vip.dip]]").unwrap()];
+        let w = warned(no_dips);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].to_string()
+                .starts_with("t.toml:6: vip[0].dip: no DIPs: new connections"),
+            "{}",
+            w[0]
+        );
+        let drained = GOOD
+            .replace("port = 8080", "port = 8080\n  weight = 0")
+            .replace("weight = 2", "weight = 0");
+        let w = warned(&drained);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!((w[0].field.as_str(), w[0].line), ("vip[0].dip", Some(6)));
+        assert!(w[0].message.contains("weight 0"), "{}", w[0]);
+        // A DIP at another VIP's address.
+        let chained = format!(
+            "{GOOD}\n[[vip]]\nname = \"api\"\naddress = \"10.1.0.2\"\nport = 443\nprotocol = \"tcp\"\nmode = \"nat\"\n\n  [[vip.dip]]\n  address = \"10.1.0.9\"\n"
+        );
+        let w = warned(&chained);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(
+            (w[0].field.as_str(), w[0].line),
+            ("vip[0].dip[1].address", Some(17))
+        );
+        assert!(w[0].message.contains("VIP `api`"), "{}", w[0]);
     }
 
     const CONTROLLED: &str = r#"

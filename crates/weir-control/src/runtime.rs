@@ -90,6 +90,7 @@ pub fn preflight(opts: &ServeOptions) -> Result<(Config, Vec<Iface>, Option<RunR
         );
     }
     let cfg = Config::load(&opts.config)?;
+    log_warnings(&cfg);
     let ifaces = cfg
         .dataplane
         .interfaces
@@ -229,6 +230,13 @@ fn prime_neighbours(cfg: &Config) {
 
 fn log(msg: impl AsRef<str>) {
     eprintln!("weir: {}", msg.as_ref());
+}
+
+/// What the file has that is legal but odd (a VIP with no DIPs, ...).
+fn log_warnings(cfg: &Config) {
+    for w in &cfg.warnings {
+        log(format!("warning: {w}"));
+    }
 }
 
 /// Runs the daemon until SIGINT or SIGTERM.
@@ -412,6 +420,7 @@ fn reload(maps: &Maps, path: &Path, running: Config) -> Config {
             return running;
         }
     };
+    log_warnings(&next);
     let (a, b) = (&running.dataplane, &next.dataplane);
     if a.interfaces.get_ref() != b.interfaces.get_ref()
         || a.conn_table_size != b.conn_table_size

@@ -135,7 +135,15 @@ fn run(cli: Cli) -> Result<()> {
         }),
         Command::Check { config } => {
             let cfg = Config::load(&config)?;
-            println!("{}: ok ({} VIPs)", config.display(), cfg.vips.len());
+            for w in &cfg.warnings {
+                eprintln!("warning: {w}");
+            }
+            println!(
+                "{}: ok ({} VIPs, {} warnings)",
+                config.display(),
+                cfg.vips.len(),
+                cfg.warnings.len()
+            );
             Ok(())
         }
         Command::Status {

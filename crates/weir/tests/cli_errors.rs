@@ -100,6 +100,38 @@ fn unknown_interface_is_named() {
 }
 
 #[test]
+fn weir_check_refuses_a_repeated_interface_and_warns_about_odd_files() {
+    let s = Scratch::new("chk");
+    let cfg = s.config(&format!(
+        "[dataplane]\ninterfaces = [\"lo\", \"lo\"]\n{VIP}"
+    ));
+    for o in [
+        weir(&["check", "--config", cfg.to_str().unwrap()]),
+        serve(&cfg, &s.dir),
+    ] {
+        assert!(!o.status.success());
+        let e = stderr(&o);
+        assert!(
+            e.contains("dataplane.interfaces: `lo` is listed twice"),
+            "{e}"
+        );
+        assert!(!e.contains("native"), "{e}");
+    }
+    // A VIP with no DIPs loads, with a warning that names it.
+    let no_dips = &VIP[..VIP.find("[[vip.dip]]").unwrap()];
+    let cfg = s.config(&format!("[dataplane]\ninterfaces = [\"lo\"]\n{no_dips}"));
+    let o = weir(&["check", "--config", cfg.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("warning: ") && stderr(&o).contains("vip[0].dip: no DIPs"),
+        "{}",
+        stderr(&o)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("ok (1 VIPs, 1 warnings)"), "{out}");
+}
+
+#[test]
 fn not_root_is_refused() {
     let s = Scratch::new("root");
     let cfg = s.config(&format!("[dataplane]\ninterfaces = [\"lo\"]\n{VIP}"));
