@@ -117,8 +117,9 @@ pub enum Parsed {
     /// Need more bytes.
     Incomplete,
     Request(Request),
-    /// A bad request: answer `reply`, drop `skip` bytes, and close the
-    /// connection if `close`.
+    /// A bad request: answer `reply` (empty when the request said
+    /// `noreply` and memcached would stay silent), drop `skip` bytes, and
+    /// close the connection if `close`.
     Bad {
         skip: usize,
         reply: &'static [u8],
@@ -328,7 +329,43 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
             }
             req(cmd, vec![], line_len, noreply)
         }
-        Cmd::Version | Cmd::Quit | Cmd::Verbosity => req(cmd, vec![], line_len, None),
+        Cmd::Verbosity => {
+            // As memcached 1.6: `verbosity <level> [<anything>]`, where a last
+            // `noreply` silences the answer, an error's too.
+            if args.is_empty() || args.len() > 2 {
+                return bad(ERROR);
+            }
+            if last_is_noreply {
+                noreply = nr(args);
+            }
+            if !strtoul_ok(&line[args[0].0..args[0].1]) {
+                return bad(if noreply.is_some() { b"" } else { BAD_FORMAT });
+            }
+            req(cmd, vec![], line_len, noreply)
+        }
+        Cmd::Version | Cmd::Quit => req(cmd, vec![], line_len, None),
+    }
+}
+
+/// Whether memcached's `safe_strtoul` takes `tok`: C's `strtoul` in base 10
+/// (leading white space, a sign, at least one digit, no overflow of 64
+/// bits) followed by the end or white space, and a '-' only where the
+/// wrapped value stays below 2^63.
+fn strtoul_ok(tok: &[u8]) -> bool {
+    let space = |c: &u8| c.is_ascii_whitespace() || *c == 0x0b;
+    let tok = &tok[tok.iter().take_while(|c| space(c)).count()..];
+    let (neg, rest) = match tok.first() {
+        Some(b'-') => (true, &tok[1..]),
+        Some(b'+') => (false, &tok[1..]),
+        _ => (false, tok),
+    };
+    let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    if digits == 0 || rest.get(digits).is_some_and(|c| !space(c)) {
+        return false;
+    }
+    match num::<u64>(&rest[..digits]) {
+        None => false,
+        Some(v) => !neg || (v.wrapping_neg() as i64) >= 0,
     }
 }
 
@@ -521,6 +558,44 @@ mod tests {
         match parse_request(&vec![b'a'; MAX_LINE + 1]) {
             Parsed::Bad { close, .. } => assert!(close),
             o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn verbosity_is_framed_as_memcached_does() {
+        // What memcached 1.6.18 answers, checked against the binary in
+        // tests/proxy_e2e.rs: (request, Some(reply) or None for a request).
+        let silent: &[u8] = b"";
+        for (line, want) in [
+            (&b"verbosity\r\n"[..], Some(ERROR)),
+            (b"verbosity 1 2 3\r\n", Some(ERROR)),
+            (b"verbosity 1 2 noreply\r\n", Some(ERROR)),
+            (b"verbosity junk\r\n", Some(BAD_FORMAT)),
+            (b"verbosity -1\r\n", Some(BAD_FORMAT)),
+            (b"verbosity 0x1\r\n", Some(BAD_FORMAT)),
+            (b"verbosity +\r\n", Some(BAD_FORMAT)),
+            (b"verbosity 99999999999999999999\r\n", Some(BAD_FORMAT)),
+            (b"verbosity junk noreply\r\n", Some(silent)),
+            (b"verbosity noreply\r\n", Some(silent)),
+            (b"verbosity 1\r\n", None),
+            (b"verbosity +2 junk\r\n", None),
+            (b"verbosity -0\r\n", None),
+            (b"verbosity 4294967296\r\n", None),
+            (b"verbosity 1 noreply\r\n", None),
+        ] {
+            let what = String::from_utf8_lossy(line);
+            match (parse_request(line), want) {
+                (Parsed::Bad { reply, skip, close }, Some(w)) => {
+                    assert_eq!((reply, skip, close), (w, line.len(), false), "{what}")
+                }
+                (Parsed::Request(r), None) => {
+                    assert_eq!((r.cmd, r.len), (Cmd::Verbosity, line.len()), "{what}");
+                    let nr = r.noreply.map(|(s, e)| &line[s..e]);
+                    let want_nr = what.contains("noreply").then_some(&b" noreply"[..]);
+                    assert_eq!(nr, want_nr, "{what}");
+                }
+                (got, want) => panic!("{what}: {got:?}, want {want:?}"),
+            }
         }
     }
 

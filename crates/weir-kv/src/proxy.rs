@@ -530,7 +530,9 @@ impl Worker {
                 Parsed::Incomplete => break,
                 Parsed::Bad { skip, reply, close } => {
                     inc(&self.stats.client_errors, 1);
-                    push_local(&mut c, reply);
+                    if !reply.is_empty() {
+                        push_local(&mut c, reply);
+                    }
                     pos += skip;
                     if close {
                         c.closing = true;
@@ -558,7 +560,9 @@ impl Worker {
         let seq = c.head_seq + c.slots.len() as u64;
         match r.cmd {
             Cmd::Version => push_local(c, VERSION_REPLY),
-            Cmd::Verbosity => push_local(c, b"OK\r\n"),
+            // weir has no verbosity of its own to set; the answer is memcached's.
+            Cmd::Verbosity if r.noreply.is_none() => push_local(c, b"OK\r\n"),
+            Cmd::Verbosity => {}
             Cmd::Quit => {
                 let mut s = Slot::local(b"");
                 s.close_after = true;

@@ -219,6 +219,56 @@ fn bad_requests_get_memcached_errors() {
     assert!(l.proxy.stats().binary_refused >= 1);
 }
 
+/// What a server answers to `req` in a pipeline: everything before the
+/// `END` of a `get` of a missing key sent right behind it.
+fn answer_to(c: &mut McClient, req: &str) -> String {
+    c.send(format!("{req}get weir:absent\r\n").as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    loop {
+        let l = c.line().unwrap();
+        if l == "END\r\n" {
+            return out;
+        }
+        out.push_str(&l);
+    }
+}
+
+#[test]
+fn verbosity_is_answered_as_memcached_answers_it() {
+    let l = lab("fnv1a_64", "ketama");
+    let (mut weir, mut mc) = (l.client(), l.direct(0));
+    for req in [
+        "verbosity\r\n",
+        "verbosity 1 2 3\r\n",
+        "verbosity 1 2 noreply\r\n",
+        "verbosity junk\r\n",
+        "verbosity -1\r\n",
+        "verbosity 0x1\r\n",
+        "verbosity +\r\n",
+        "verbosity 99999999999999999999\r\n",
+        "verbosity junk noreply\r\n",
+        "verbosity noreply\r\n",
+        "verbosity 1 noreply\r\n",
+        "verbosity +2 junk\r\n",
+        "verbosity -0\r\n",
+        "verbosity -18446744073709551615\r\n",
+        "verbosity 4294967296\r\n",
+        "verbosity 0\r\n",
+    ] {
+        let want = answer_to(&mut mc, req);
+        assert_eq!(answer_to(&mut weir, req), want, "{req:?}");
+    }
+    // What the issue asked for, whatever the installed memcached says.
+    assert_eq!(answer_to(&mut weir, "verbosity\r\n"), "ERROR\r\n");
+    assert_eq!(
+        answer_to(&mut weir, "verbosity x\r\n"),
+        "CLIENT_ERROR bad command line format\r\n"
+    );
+    assert_eq!(answer_to(&mut weir, "verbosity 1 noreply\r\n"), "");
+    assert_eq!(answer_to(&mut weir, "verbosity x noreply\r\n"), "");
+}
+
 #[test]
 fn a_server_going_away_gives_server_error_and_others_keep_working() {
     let mut l = lab("fnv1a_64", "ketama");
