@@ -1,17 +1,18 @@
 //! `weir kv`: run the memcached switch (TCP proxy, metrics), check a
 //! configuration, or show a running switch's statistics.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use weir_control::http::{Response, Server};
+use weir_control::signals::SignalSet;
 
-use crate::config::{KvConfig, UdpConfig};
+use crate::config::{parse_metrics, KvConfig, UdpConfig};
 use crate::invalidate::Invalidation;
 use crate::proxy::Proxy;
 use crate::stats::Snapshot;
@@ -52,6 +53,19 @@ pub struct KvArgs {
     /// (defaults of [cache]).
     #[arg(long, requires = "udp_interface")]
     pub cache: bool,
+    /// Where /metrics and /status answer, over the file's setting (default
+    /// 127.0.0.1:9122); `off` or `0` serves neither. Each instance on a host
+    /// needs its own.
+    #[arg(long, value_name = "ADDR|off", value_parser = metrics_flag)]
+    pub metrics: Option<MetricsFlag>,
+}
+
+/// `--metrics`: the endpoint's address, or None for off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetricsFlag(pub Option<SocketAddr>);
+
+fn metrics_flag(v: &str) -> Result<MetricsFlag, String> {
+    parse_metrics(v).map(MetricsFlag)
 }
 
 #[derive(Subcommand, Debug)]
@@ -66,7 +80,8 @@ pub enum KvCmd {
     },
 }
 
-fn load(args: &KvArgs) -> Result<KvConfig> {
+/// The configuration `args` name, with the command line's overrides.
+pub fn load(args: &KvArgs) -> Result<KvConfig> {
     let mut cfg = match (&args.nutcracker, &args.config) {
         (Some(p), _) => KvConfig::load_nutcracker(p, args.pool.as_deref())?,
         (None, Some(p)) => KvConfig::load_toml(p)?,
@@ -101,6 +116,9 @@ fn load(args: &KvArgs) -> Result<KvConfig> {
             cfg.cache.enabled = true;
         }
     }
+    if let Some(MetricsFlag(m)) = args.metrics {
+        cfg.metrics = m;
+    }
     Ok(cfg)
 }
 
@@ -127,8 +145,9 @@ pub fn run(args: &KvArgs) -> Result<()> {
             ),
             None => String::new(),
         };
+        let metrics = cfg.metrics.map_or("off".into(), |m| m.to_string());
         println!(
-            "{}: ok (pool {}, {} servers, {} / {}{udp})",
+            "{}: ok (pool {}, {} servers, {} / {}{udp}; metrics {metrics})",
             cfg.file.display(),
             cfg.pool,
             cfg.servers.len(),
@@ -137,11 +156,60 @@ pub fn run(args: &KvArgs) -> Result<()> {
         );
         return Ok(());
     }
+    // Blocked before any thread starts, so that only the wait below takes them.
+    let signals = SignalSet::block(&[libc::SIGINT, libc::SIGTERM]);
+    let running = start(&cfg)?;
+    signals.wait();
+    eprintln!("weir kv: stopping");
+    running.stop();
+    Ok(())
+}
+
+/// A started switch: the TCP proxy, its metrics endpoint and, with `[udp]`,
+/// the XDP path.
+pub struct Running {
+    proxy: Arc<Proxy>,
+    metrics: Option<Server>,
+    switch: Option<UdpSwitch>,
+}
+
+impl Running {
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.proxy.local_addr()
+    }
+
+    /// Where /metrics and /status answer, if they do.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr)
+    }
+
+    /// Stops the metrics endpoint, detaches the XDP path and stops the proxy.
+    pub fn stop(self) {
+        drop(self.metrics);
+        if let Some(sw) = self.switch {
+            sw.stop();
+        }
+        drop(self.proxy);
+    }
+}
+
+/// Starts what `cfg` describes; an error leaves nothing running or attached.
+pub fn start(cfg: &KvConfig) -> Result<Running> {
+    // Bound first, so that a taken address fails before anything is attached.
+    let listener = match cfg.metrics {
+        Some(m) => Some(TcpListener::bind(m).with_context(|| {
+            format!(
+                "metrics on {m}: is another weir kv running there? give this one its own \
+                 address with --metrics ADDR (or `metrics` in the TOML), or --metrics off"
+            )
+        })?),
+        None => None,
+    };
     // The XDP switch first: the TCP proxy's writes must invalidate its cache
     // from the first one on.
     let switch = match &cfg.udp {
         Some(u) => {
-            let sw = UdpSwitch::start(&cfg)?;
+            let sw = UdpSwitch::start(cfg)?;
             eprintln!(
                 "weir kv: XDP switch on {} (udp port {}, {}, cache {})",
                 u.interfaces.join(","),
@@ -159,7 +227,7 @@ pub fn run(args: &KvArgs) -> Result<()> {
         .map(|sw| Invalidation::new(Arc::new(XdpInvalidator(sw.cache()))));
     let udp_status = switch.as_ref().map(|s| s.status_handle());
     let dist = Arc::new(cfg.distribution());
-    let proxy = Arc::new(Proxy::start(&cfg, dist, inval)?);
+    let proxy = Arc::new(Proxy::start(cfg, dist, inval)?);
     eprintln!(
         "weir kv: pool {} on {} ({} servers, {}/{}, {} workers)",
         cfg.pool,
@@ -169,43 +237,22 @@ pub fn run(args: &KvArgs) -> Result<()> {
         cfg.distribution,
         cfg.workers
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    install_stop(&stop);
-    if let Some(m) = cfg.metrics {
-        let l = TcpListener::bind(m).with_context(|| format!("metrics on {m}"))?;
-        eprintln!("weir kv: metrics on http://{m}/metrics");
-        let (proxy, cfg, udp) = (proxy.clone(), cfg.clone(), udp_status.clone());
-        std::thread::spawn(move || serve_metrics(l, proxy, cfg, udp));
-    }
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    eprintln!("weir kv: stopping");
-    if let Some(sw) = switch {
-        sw.stop(); // detaches
-    }
-    Ok(())
-}
-
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-fn install_stop(stop: &Arc<AtomicBool>) {
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
-    let s = stop.clone();
-    std::thread::spawn(move || loop {
-        if STOP.load(Ordering::SeqCst) {
-            s.store(true, Ordering::SeqCst);
-            return;
+    let metrics = match listener {
+        Some(l) => {
+            let (proxy, cfg) = (proxy.clone(), cfg.clone());
+            let srv = Server::on(l, move |path| {
+                metrics_page(path, &status_of(&proxy, &cfg, udp_status.as_ref()))
+            })?;
+            eprintln!("weir kv: metrics on http://{}/metrics", srv.addr);
+            Some(srv)
         }
-        std::thread::sleep(Duration::from_millis(50));
-    });
+        None => None,
+    };
+    Ok(Running {
+        proxy,
+        metrics,
+        switch,
+    })
 }
 
 /// What `/status` returns.
@@ -438,48 +485,33 @@ pub fn prometheus(st: &Status) -> String {
     o
 }
 
-fn serve_metrics(l: TcpListener, proxy: Arc<Proxy>, cfg: KvConfig, udp: Option<StatusHandle>) {
-    for conn in l.incoming() {
-        let Ok(mut conn) = conn else { continue };
-        let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-        let mut line = String::new();
-        let mut r = BufReader::new(match conn.try_clone() {
-            Ok(c) => c,
-            Err(_) => continue,
-        });
-        if r.read_line(&mut line).is_err() {
-            continue;
-        }
-        let path = line.split_whitespace().nth(1).unwrap_or("/");
-        let st = status_of(&proxy, &cfg, udp.as_ref());
-        let (code, ctype, body) = match path {
-            "/metrics" => ("200 OK", "text/plain; version=0.0.4", prometheus(&st)),
-            "/status" => (
-                "200 OK",
-                "application/json",
-                serde_json::to_string_pretty(&st).unwrap_or_default(),
-            ),
-            _ => (
-                "404 Not Found",
-                "text/plain",
-                "try /metrics or /status\n".into(),
-            ),
-        };
-        let _ = write!(
-            conn,
-            "HTTP/1.0 {code}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
+/// The metrics endpoint's answer to a GET of `path`.
+fn metrics_page(path: &str, st: &Status) -> Response {
+    match path {
+        "/metrics" => Response::new(200, "text/plain; version=0.0.4", prometheus(st)),
+        "/status" => Response::new(
+            200,
+            "application/json",
+            serde_json::to_string_pretty(st).unwrap_or_default(),
+        ),
+        _ => Response::new(404, "text/plain", "try /metrics or /status\n"),
     }
 }
 
-fn http_get(addr: SocketAddr, path: &str) -> Result<String> {
+/// GETs `path` from a running switch's metrics endpoint: the body of a 200.
+pub fn http_get(addr: SocketAddr, path: &str) -> Result<String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
         .with_context(|| format!("no weir kv answers on {addr} (is it running? --metrics ADDR)"))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .with_context(|| format!("asking {addr} for {path}"))?;
     let mut resp = String::new();
-    s.read_to_string(&mut resp)?;
-    let body = resp.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    s.read_to_string(&mut resp)
+        .with_context(|| format!("reading {path} from {addr}"))?;
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    let status = head.lines().next().unwrap_or("");
+    if status.split_whitespace().nth(1) != Some("200") {
+        bail!("{addr}{path} answered `{status}`: is this the metrics address of a weir kv?");
+    }
     Ok(body.to_string())
 }

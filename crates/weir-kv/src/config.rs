@@ -229,6 +229,17 @@ impl Err_<'_> {
     }
 }
 
+/// The metrics endpoint's address: `ip:port`, or `off`, `0` or `""` for none.
+pub fn parse_metrics(v: &str) -> Result<Option<SocketAddr>, String> {
+    match v.trim() {
+        "" | "0" | "off" => Ok(None),
+        a => a
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("`{a}` is not ip:port; give e.g. 127.0.0.1:9122, or off")),
+    }
+}
+
 /// Parse `host:port`.
 fn parse_listen(v: &str) -> Result<SocketAddr, String> {
     if v.starts_with('/') {
@@ -696,15 +707,8 @@ pub fn parse_toml(file: &str, src: &str) -> Result<KvConfig, ConfigError> {
         cfg.workers = *w.get_ref();
     }
     if let Some(m) = &p.metrics {
-        cfg.metrics = if m.get_ref().is_empty() {
-            None
-        } else {
-            Some(
-                m.get_ref()
-                    .parse()
-                    .map_err(|_| e.at(ln(&m.span()), "pool.metrics", "expected ip:port or \"\""))?,
-            )
-        };
+        cfg.metrics =
+            parse_metrics(m.get_ref()).map_err(|msg| e.at(ln(&m.span()), "pool.metrics", msg))?;
     }
     let sline = ln(&p.server.span());
     if p.server.get_ref().is_empty() {
@@ -987,6 +991,28 @@ top_k = 16
         )
         .unwrap_err();
         assert_eq!(e.field, "cache.max_value", "{e}");
+    }
+
+    #[test]
+    fn metrics_address_or_off() {
+        let with = |v: &str| {
+            parse_toml(
+                "kv.toml",
+                &TOML.replace("workers = 2", &format!("workers = 2\nmetrics = \"{v}\"")),
+            )
+        };
+        let default = parse_toml("kv.toml", TOML).unwrap().metrics;
+        assert_eq!(default, Some("127.0.0.1:9122".parse().unwrap()));
+        assert_eq!(
+            with("127.0.0.1:9200").unwrap().metrics,
+            Some("127.0.0.1:9200".parse().unwrap())
+        );
+        for off in ["off", "0", ""] {
+            assert_eq!(with(off).unwrap().metrics, None, "{off:?}");
+        }
+        let e = with("9200").unwrap_err();
+        assert_eq!((e.line, e.field.as_str()), (Some(7), "pool.metrics"), "{e}");
+        assert!(e.message.contains("or off"), "{e}");
     }
 
     #[test]

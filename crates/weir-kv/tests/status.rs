@@ -1,0 +1,134 @@
+//! `weir kv`'s metrics endpoint: `/status` answers every time, however the
+//! client writes its request (the server reads the whole head and never
+//! resets the connection), and two instances run side by side with their own
+//! `--metrics`, or with none (`off`).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use weir_kv::cli::{self, KvArgs, Running, Status};
+use weir_kv::testbed::free_port;
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    kv: KvArgs,
+}
+
+/// A nutcracker pool file in a private temp dir, removed on drop.
+struct Pool {
+    dir: PathBuf,
+    yml: PathBuf,
+}
+
+impl Pool {
+    fn new(tag: &str) -> Pool {
+        let dir = std::env::temp_dir().join(format!("weir-kv-status-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let yml = dir.join("nc.yml");
+        // No memcached is needed: the status does not touch the servers.
+        let src = format!(
+            "{tag}:\n  listen: 127.0.0.1:{}\n  servers:\n   - 127.0.0.1:{}:1\n",
+            free_port(),
+            free_port()
+        );
+        std::fs::write(&yml, src).unwrap();
+        Pool { dir, yml }
+    }
+
+    /// `weir kv --nutcracker <file> <extra...>` as the CLI parses it.
+    fn args(&self, extra: &[&str]) -> KvArgs {
+        let yml = self.yml.to_str().unwrap();
+        Cli::try_parse_from(["weir-kv", "--nutcracker", yml].iter().chain(extra))
+            .unwrap()
+            .kv
+    }
+
+    fn start(&self, extra: &[&str]) -> anyhow::Result<Running> {
+        cli::start(&cli::load(&self.args(extra))?)
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn status(addr: SocketAddr) -> Status {
+    serde_json::from_str(&cli::http_get(addr, "/status").unwrap()).unwrap()
+}
+
+/// A GET written in pieces (request line, header, blank line), each its own
+/// segment, as a client formatting straight into the socket sends it.
+fn get_in_pieces(addr: SocketAddr) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    for piece in ["GET /status HTTP/1.0\r\n", "Host: weir\r\n", "\r\n"] {
+        s.write_all(piece.as_bytes())?;
+    }
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+#[test]
+fn status_answers_every_time() {
+    let pool = Pool::new("again");
+    let kv = pool.start(&["--metrics", "127.0.0.1:0"]).unwrap();
+    let addr = kv.metrics_addr().expect("metrics on");
+    for i in 0..200 {
+        let st = status(addr);
+        assert_eq!(st.listen, kv.proxy_addr().to_string(), "request {i}");
+        let raw = get_in_pieces(addr).unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert!(raw.starts_with("HTTP/1.1 200 OK\r\n"), "request {i}: {raw}");
+        let body = raw.split_once("\r\n\r\n").unwrap().1;
+        serde_json::from_str::<Status>(body).unwrap_or_else(|e| panic!("request {i}: {e}"));
+    }
+    kv.stop();
+}
+
+#[test]
+fn two_instances_side_by_side_each_with_its_metrics() {
+    let (p1, p2, p3) = (Pool::new("one"), Pool::new("two"), Pool::new("three"));
+    let (m1, m2) = (free_port(), free_port());
+    let a = p1
+        .start(&["--metrics", &format!("127.0.0.1:{m1}")])
+        .unwrap();
+    let b = p2
+        .start(&["--metrics", &format!("127.0.0.1:{m2}")])
+        .unwrap();
+    for (kv, pool, m) in [(&a, "one", m1), (&b, "two", m2)] {
+        let addr = SocketAddr::from(([127, 0, 0, 1], m));
+        assert_eq!(kv.metrics_addr(), Some(addr));
+        let st = status(addr);
+        assert_eq!(
+            (st.pool.as_str(), st.listen),
+            (pool, kv.proxy_addr().to_string())
+        );
+        assert!(cli::http_get(addr, "/metrics")
+            .unwrap()
+            .contains("weir_kv_requests_total"));
+    }
+    // A taken address is refused with what to do.
+    let e = p3
+        .start(&["--metrics", &format!("127.0.0.1:{m1}")])
+        .err()
+        .unwrap();
+    assert!(format!("{e:#}").contains("--metrics off"), "{e:#}");
+    // Off, by name or as 0; the default stays 127.0.0.1:9122.
+    for off in ["off", "0"] {
+        let c = p3.start(&["--metrics", off]).unwrap();
+        assert_eq!(c.metrics_addr(), None, "{off}");
+        c.stop();
+    }
+    let default = cli::load(&p3.args(&[])).unwrap().metrics;
+    assert_eq!(default, Some(SocketAddr::from(([127, 0, 0, 1], 9122))));
+    assert!(Cli::try_parse_from(["weir-kv", "--metrics", "9122"]).is_err());
+    a.stop();
+    b.stop();
+}
