@@ -16,6 +16,7 @@ pub mod loader;
 pub mod maps;
 pub mod minimal;
 pub mod testrun;
+pub mod xsk_redirect;
 
 pub mod skel {
     //! Generated libbpf-rs skeletons of the programs under `bpf/`.
