@@ -16,6 +16,7 @@
 #include "lib/stats.h"
 #include "lib/hash.h"
 #include "lib/dispatch.h"
+#include "lib/conntrack.h"
 #include "lib/nat.h"
 #include "lib/forward.h"
 #include "lib/telemetry.h"
@@ -42,41 +43,117 @@ static __always_inline int verdict(__u32 action, __u32 pass_stat, __u32 drop_sta
 	return XDP_PASS;
 }
 
-static __always_inline void reverse_key(const struct packet *pkt, const struct weir_dip *dip,
-					struct weir_flow_key *rkey)
-{
-	__builtin_memcpy(rkey->src, dip->addr, sizeof(rkey->src));
-	__builtin_memcpy(rkey->dst, pkt->key.src, sizeof(rkey->dst));
-	rkey->sport = dip->port ? dip->port : pkt->key.dport;
-	rkey->dport = pkt->key.sport;
-	rkey->proto = pkt->key.proto;
-	rkey->family = pkt->key.family;
-}
-
 /* Make sure the reply of a nat connection finds its way back (the reverse
  * entry lives in its own LRU and may have been evicted independently). */
 static __always_inline void ensure_reverse(struct xdp_md *ctx, const struct packet *pkt,
 					   const struct weir_dip *dip, __u32 vip_id)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
 	struct weir_flow_key rkey = {};
-	struct weir_rev_nat rev = {};
-	struct ethhdr *eth = data;
 
-	if ((void *)(eth + 1) > data_end)
-		return;
 	reverse_key(pkt, dip, &rkey);
-	if (bpf_map_lookup_elem(&rev_nat, &rkey))
-		return;
-	__builtin_memcpy(rev.vip, pkt->key.dst, sizeof(rev.vip));
-	rev.vport = pkt->key.dport;
-	rev.family = pkt->key.family;
-	rev.vip_id = vip_id;
-	rev.ifindex = ctx->ingress_ifindex;
-	__builtin_memcpy(rev.client_mac, eth->h_source, ETH_ALEN);
-	__builtin_memcpy(rev.lb_mac, eth->h_dest, ETH_ALEN);
-	bpf_map_update_elem(&rev_nat, &rkey, &rev, BPF_ANY);
+	if (!bpf_map_lookup_elem(&rev_nat, &rkey))
+		install_reverse(ctx, &rev_nat, pkt, dip, vip_id);
+}
+
+/* Picks a DIP for a new connection from the VIP's current table and fills
+ * `entry` for it; NULL when the VIP has no available DIP. Not inlined: the
+ * unrolled hash's spills would count against the caller's frame. */
+static __noinline struct weir_dip *dispatch(const struct packet *pkt,
+						 const struct weir_vip *vip,
+						 struct weir_conn *entry, __u32 now)
+{
+	__u32 dip_id, version, hash = weir_flow_hash(&pkt->key, cfg_hash_seed);
+	struct weir_dip *dip;
+
+	if (awfd_select(vip->vip_id, hash, &dip_id, &version) < 0)
+		return NULL;
+	dip = bpf_map_lookup_elem(&dips, &dip_id);
+	if (!dip || !(dip->flags & WEIR_DIP_F_LIVE) || dip->family != pkt->key.family)
+		return NULL;
+	entry->dip_id = dip_id;
+	entry->dip_gen = dip->gen;
+	entry->table_version = version;
+	entry->created_ns = bpf_ktime_get_ns();
+	entry->atime = now;
+	return dip;
+}
+
+/* What the handshake step decided, besides the DIP. */
+struct handshake {
+	__u32 now;
+	__u32 syn;
+	__u32 dip_id;
+	__u32 new_conn;  /* an entry was promoted to `conns` */
+	__u32 drop_stat; /* with no DIP: the counter of the drop */
+};
+
+/* A TCP packet with no established entry. A SYN is dispatched by the
+ * current table into the half-open table (a retransmitted SYN keeps the DIP
+ * its first one got); the client's next packet promotes the entry to
+ * `conns`. A non-SYN packet with no entry at all (a table lost across a
+ * restart, a flow moved here) is dispatched as configured and goes through
+ * the same half-open step. Returns the DIP, or NULL with `hs->drop_stat`
+ * set. */
+static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const struct packet *pkt,
+					     const struct weir_vip *vip, struct handshake *hs)
+{
+	int nat = vip->mode == WEIR_MODE_NAT;
+	struct weir_conn *half, entry = {};
+	struct weir_dip *dip = NULL;
+	__u32 now = hs->now;
+
+	half = bpf_map_lookup_elem(&half_open, &pkt->key);
+	if (half && !half_open_expired(half, now))
+		dip = conn_dip(half);
+	if (dip && hs->syn) {
+		stat_inc(WEIR_STAT_SYN_RETRANSMIT);
+		hs->dip_id = half->dip_id;
+		return dip;
+	}
+	if (dip) {
+		entry = *half;
+		entry.atime = now;
+		conn_note_close(&entry, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
+		if (cfg_passive_telemetry && nat)
+			telemetry_request(&entry, pkt, entry.dip_id);
+		if (bpf_map_update_elem(&conns, &pkt->key, &entry, BPF_ANY) == 0) {
+			stat_inc(WEIR_STAT_CONN_NEW);
+			hs->new_conn = 1;
+		} else {
+			stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
+		}
+		if (nat) {
+			struct weir_flow_key rkey = {};
+
+			install_reverse(ctx, &rev_nat, pkt, dip, vip->vip_id);
+			reverse_key(pkt, dip, &rkey);
+			bpf_map_delete_elem(&half_open_rev, &rkey);
+		}
+		bpf_map_delete_elem(&half_open, &pkt->key);
+		hs->dip_id = entry.dip_id;
+		return dip;
+	}
+
+	if (!hs->syn) {
+		stat_inc(WEIR_STAT_NONSYN_MISS);
+		if (cfg_nonsyn_miss == WEIR_NONSYN_DROP) {
+			hs->drop_stat = WEIR_STAT_DROP_NONSYN_MISS;
+			return NULL;
+		}
+	}
+	dip = dispatch(pkt, vip, &entry, now);
+	if (!dip) {
+		hs->drop_stat = WEIR_STAT_DROP_NO_BACKEND;
+		return NULL;
+	}
+	if (bpf_map_update_elem(&half_open, &pkt->key, &entry, BPF_ANY) == 0)
+		stat_inc(WEIR_STAT_HALF_OPEN_NEW);
+	else
+		stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
+	if (nat)
+		install_reverse(ctx, &half_open_rev, pkt, dip, vip->vip_id);
+	hs->dip_id = entry.dip_id;
+	return dip;
 }
 
 static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
@@ -85,67 +162,83 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
-	struct weir_conn *conn, fresh = {};
+	int tcp = pkt->key.proto == IPPROTO_TCP;
+	int syn = tcp && (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+	int nat = vip->mode == WEIR_MODE_NAT;
+	__u32 now = now_ticks(), dip_id = 0;
+	struct weir_conn *conn, entry = {};
 	struct weir_dip *dip = NULL;
-	__u32 dip_id, version, hash;
-	int new_conn = 0;
+	int new_conn = 0, stale = 0;
 
 	conn = bpf_map_lookup_elem(&conns, &pkt->key);
 	if (conn) {
-		dip_id = conn->dip_id;
-		dip = bpf_map_lookup_elem(&dips, &dip_id);
-		if (dip && (dip->flags & WEIR_DIP_F_LIVE) && dip->gen == conn->dip_gen) {
-			stat_inc(WEIR_STAT_CONN_HIT);
-			if (cfg_passive_telemetry && vip->mode == WEIR_MODE_NAT)
-				telemetry_request(conn, pkt, dip_id);
-		} else {
+		dip = conn_dip(conn);
+		if (syn) {
+			/* A SYN opens a new connection that reuses the 5-tuple: the
+			 * old one is over, the current table decides. */
+			stat_inc(WEIR_STAT_CONN_REUSED);
+			conn_forget(pkt, dip, nat);
+			conn = NULL;
+		} else if (conn_expired(conn, pkt->key.proto, now)) {
+			stat_inc(WEIR_STAT_CONN_EXPIRED);
+			conn_forget(pkt, dip, nat);
+			conn = NULL;
+		} else if (!dip) {
 			/* Its DIP was removed: the connection is lost anyway, start anew. */
 			stat_inc(WEIR_STAT_CONN_STALE);
-			dip = NULL;
-		}
-	} else {
-		stat_inc(WEIR_STAT_CONN_MISS);
-		if (pkt->key.proto == IPPROTO_TCP && !(pkt->tcp_flags & TCP_FLAG_SYN)) {
-			stat_inc(WEIR_STAT_NONSYN_MISS);
-			if (cfg_nonsyn_miss == WEIR_NONSYN_DROP) {
-				stat_inc(WEIR_STAT_DROP_NONSYN_MISS);
-				return XDP_DROP;
-			}
+			stale = 1;
+		} else {
+			stat_inc(WEIR_STAT_CONN_HIT);
+			dip_id = conn->dip_id;
+			conn_touch(conn, now);
+			if (tcp)
+				conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
+			if (cfg_passive_telemetry && nat)
+				telemetry_request(conn, pkt, dip_id);
 		}
 	}
 
-	if (!dip) {
-		hash = weir_flow_hash(&pkt->key, cfg_hash_seed);
-		if (awfd_select(vip->vip_id, hash, &dip_id, &version) < 0) {
+	if (!conn) {
+		stat_inc(WEIR_STAT_CONN_MISS);
+		dip = NULL;
+	}
+	if (!conn && tcp) {
+		struct handshake hs = { .now = now, .syn = syn };
+
+		dip = handshake(ctx, pkt, vip, &hs);
+		if (!dip) {
+			stat_inc(hs.drop_stat);
+			return XDP_DROP;
+		}
+		dip_id = hs.dip_id;
+		new_conn = hs.new_conn;
+	} else if (!conn || stale) {
+		/* UDP (no handshake to wait for), or an entry whose DIP is gone. */
+		dip = dispatch(pkt, vip, &entry, now);
+		if (!dip) {
 			stat_inc(WEIR_STAT_DROP_NO_BACKEND);
 			return XDP_DROP;
 		}
-		dip = bpf_map_lookup_elem(&dips, &dip_id);
-		if (!dip || !(dip->flags & WEIR_DIP_F_LIVE) || dip->family != pkt->key.family) {
-			stat_inc(WEIR_STAT_DROP_NO_BACKEND);
-			return XDP_DROP;
-		}
-		fresh.dip_id = dip_id;
-		fresh.dip_gen = dip->gen;
-		fresh.table_version = version;
-		fresh.created_ns = bpf_ktime_get_ns();
-		if (cfg_passive_telemetry && vip->mode == WEIR_MODE_NAT)
-			telemetry_request(&fresh, pkt, dip_id);
-		if (bpf_map_update_elem(&conns, &pkt->key, &fresh, BPF_ANY) == 0)
+		dip_id = entry.dip_id;
+		if (cfg_passive_telemetry && nat)
+			telemetry_request(&entry, pkt, dip_id);
+		if (bpf_map_update_elem(&conns, &pkt->key, &entry, BPF_ANY) == 0)
 			stat_inc(WEIR_STAT_CONN_NEW);
 		else
 			stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
+		if (nat)
+			install_reverse(ctx, &rev_nat, pkt, dip, vip->vip_id);
 		new_conn = 1;
 	}
 
 	traffic_add(&vip_traffic, vip->vip_id, bytes, new_conn);
 	traffic_add(&dip_traffic, dip_id, bytes, new_conn);
 
-	if (vip->mode == WEIR_MODE_NAT) {
+	if (nat) {
 		/* Replies keep the reverse entry fresh in its LRU, so an established
 		 * connection only re-checks it now and then (the lookup is a third
 		 * of the nat hit path's cost). */
-		if (new_conn || (bpf_get_prandom_u32() & REV_CHECK_MASK) == 0)
+		if (conn && !stale && (bpf_get_prandom_u32() & REV_CHECK_MASK) == 0)
 			ensure_reverse(ctx, pkt, dip, vip->vip_id);
 		if (rewrite_endpoint(data, data_end, pkt, 1, dip->addr, dip->port) < 0) {
 			stat_inc(WEIR_STAT_DROP_MALFORMED);
@@ -163,6 +256,7 @@ static __always_inline int reverse_nat(struct xdp_md *ctx, struct packet *pkt,
 	struct weir_rev_nat r = *rev; /* the map value may change under us */
 
 	stat_inc(WEIR_STAT_REV_NAT);
+	conn_note_server_close(pkt, &r);
 	traffic_add(&vip_traffic, r.vip_id, data_end - data, 0);
 	if (cfg_passive_telemetry)
 		telemetry_reply(pkt, &r);
@@ -171,6 +265,45 @@ static __always_inline int reverse_nat(struct xdp_md *ctx, struct packet *pkt,
 		return XDP_DROP;
 	}
 	return send_out(ctx, r.ifindex, r.client_mac, r.lb_mac);
+}
+
+/* A packet from a nat DIP's service endpoint that matches no reverse entry. */
+static __always_inline int from_nat_dip(const struct packet *pkt)
+{
+	struct weir_endpoint ep = {};
+
+	__builtin_memcpy(ep.addr, pkt->key.src, sizeof(ep.addr));
+	ep.port = pkt->key.sport;
+	ep.proto = pkt->key.proto;
+	ep.family = pkt->key.family;
+	return bpf_map_lookup_elem(&nat_endpoints, &ep) != NULL;
+}
+
+/* Such a packet is a reply whose connection weir no longer knows (or never
+ * did): forwarded by the kernel it would reach the client with the DIP's
+ * address, so it is dropped when the FIB says the kernel would forward it.
+ * Anything else goes to the kernel: replies addressed to this host (health
+ * checks, the operator's own connections to the DIP), and packets the
+ * kernel will not forward anyway. Not inlined: its FIB query would count
+ * against the main frame's stack. */
+static __noinline int reply_without_state(struct xdp_md *ctx, const struct packet *pkt)
+{
+	struct bpf_fib_lookup fib = {};
+	long rc;
+
+	fib.family = pkt->key.family == WEIR_AF_INET6 ? AF_INET6 : AF_INET;
+	fib.ifindex = ctx->ingress_ifindex;
+	if (pkt->key.family == WEIR_AF_INET6)
+		__builtin_memcpy(fib.ipv6_dst, pkt->key.dst, 16);
+	else
+		fib.ipv4_dst = pkt->key.dst[0];
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		stat_inc(WEIR_STAT_DROP_REPLY_NO_STATE);
+		return XDP_DROP;
+	}
+	stat_inc(WEIR_STAT_PASS_NOT_VIP);
+	return XDP_PASS;
 }
 
 SEC("xdp")
@@ -212,8 +345,12 @@ int weir_lb(struct xdp_md *ctx)
 		return balance(ctx, &pkt, vip);
 
 	rev = bpf_map_lookup_elem(&rev_nat, &pkt.key);
+	if (!rev)
+		rev = bpf_map_lookup_elem(&half_open_rev, &pkt.key);
 	if (rev)
 		return reverse_nat(ctx, &pkt, rev);
+	if (from_nat_dip(&pkt))
+		return reply_without_state(ctx, &pkt);
 
 	return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP, WEIR_STAT_DROP_NOT_VIP);
 }

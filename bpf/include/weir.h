@@ -59,8 +59,20 @@ struct weir_flow_key {
 };
 _Static_assert(sizeof(struct weir_flow_key) == 40, "weir_flow_key size");
 
+/* How a TCP connection is closing (weir_conn.close_flags). Closing
+ * connections age out faster than established ones (conntrack.h). */
+#define WEIR_CONN_F_FIN_CLIENT (1U << 0) /* the client sent a FIN */
+#define WEIR_CONN_F_FIN_SERVER (1U << 1) /* the DIP sent a FIN (nat: replies pass weir) */
+#define WEIR_CONN_F_RST (1U << 2)        /* either side sent a RST */
+
+/* Entry ages are kept in ticks of 2^20 ns (about 1.05 ms) of the coarse
+ * monotonic clock, truncated to 32 bits (wraps after about 52 days). */
+#define WEIR_TICK_SHIFT 20
+
 /* Connection table value: which DIP slot (and which incarnation of that
- * slot) a connection was dispatched to. */
+ * slot) a connection was dispatched to, and when it was last used. The
+ * half-open table (connections that have not completed their handshake)
+ * holds the same value. */
 struct weir_conn {
 	__u32 dip_id;
 	__u32 dip_gen;     /* must equal dips[dip_id].gen, else the DIP was removed */
@@ -69,8 +81,33 @@ struct weir_conn {
 			    * microseconds of bpf_ktime_get_ns() truncated to 32 bits
 			    * (never 0); 0 = no request outstanding */
 	__u64 created_ns;  /* bpf_ktime_get_ns() at install */
+	__u32 atime;       /* last use, in WEIR_TICK_SHIFT ticks of the coarse clock;
+			    * refreshed at most once per conntrack.h ATIME_REFRESH */
+	__u8 close_flags;  /* WEIR_CONN_F_* */
+	__u8 pad[3];
 };
-_Static_assert(sizeof(struct weir_conn) == 24, "weir_conn size");
+_Static_assert(sizeof(struct weir_conn) == 32, "weir_conn size");
+
+/* Idle timeouts by connection state, in ticks (rodata of weir_lb; the
+ * loader converts the configured seconds). */
+struct weir_conn_timeouts {
+	__u32 tcp_half_open;  /* SYN seen, handshake not complete */
+	__u32 tcp_established;
+	__u32 tcp_closing;    /* a FIN seen in one direction */
+	__u32 tcp_closed;     /* FINs both ways, or a RST: the grace period */
+	__u32 udp;
+};
+_Static_assert(sizeof(struct weir_conn_timeouts) == 20, "weir_conn_timeouts size");
+
+/* A nat DIP endpoint (address, port, protocol): replies from it that have
+ * no reverse entry are dropped, never sent out with the DIP's address. */
+struct weir_endpoint {
+	__be32 addr[4];
+	__be16 port;
+	__u8 proto;
+	__u8 family;
+};
+_Static_assert(sizeof(struct weir_endpoint) == 20, "weir_endpoint size");
 
 /* Reverse NAT value: the VIP a reply's source must be rewritten back to,
  * and the L2 path the connection's first packet arrived by, which the reply
@@ -171,15 +208,21 @@ enum weir_stat {
 	WEIR_STAT_TX,               /* XDP_TX */
 	WEIR_STAT_REDIRECT,         /* XDP_REDIRECT via devmap */
 	WEIR_STAT_DROP_REDIRECT,    /* redirect target not in tx_ports */
+	WEIR_STAT_DROP_REPLY_NO_STATE, /* a nat DIP's reply with no reverse entry */
 	/* events */
 	WEIR_STAT_CONN_HIT,
 	WEIR_STAT_CONN_MISS,
-	WEIR_STAT_CONN_NEW,         /* installed */
+	WEIR_STAT_CONN_NEW,         /* established entry installed (TCP: handshake done) */
 	WEIR_STAT_CONN_INSTALL_FAIL,
 	WEIR_STAT_CONN_STALE,       /* hit on a removed DIP: redispatched */
 	WEIR_STAT_NONSYN_MISS,
 	WEIR_STAT_REV_NAT,          /* reply rewritten back to the VIP */
 	WEIR_STAT_MAC_FALLBACK,     /* configured DIP MAC used, fib had no neighbour */
+	WEIR_STAT_HALF_OPEN_NEW,    /* SYN dispatched into the half-open table */
+	WEIR_STAT_SYN_RETRANSMIT,   /* SYN that found its half-open entry: same DIP */
+	WEIR_STAT_CONN_REUSED,      /* SYN on an established 5-tuple: dispatched anew */
+	WEIR_STAT_CONN_EXPIRED,     /* entry found past its idle timeout: a miss */
+	WEIR_STAT_CONN_CLOSING,     /* first FIN or RST of a connection */
 	WEIR_STAT_MAX,
 };
 

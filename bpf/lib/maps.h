@@ -12,10 +12,13 @@
 #include "weir.h"
 
 #define WEIR_DEFAULT_CONNS (1 << 20)
+#define WEIR_DEFAULT_HALF_OPEN (1 << 18)
 #define WEIR_DEFAULT_VIPS 256
 #define WEIR_DEFAULT_DIPS 4096
 
-/* 5-tuple of a client's packets -> the DIP its connection is pinned to. */
+/* 5-tuple of a client's packets -> the DIP its connection is pinned to.
+ * Only confirmed connections live here (TCP: the client's first packet after
+ * its SYN), so a flood of SYNs cannot push them out. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, WEIR_DEFAULT_CONNS);
@@ -30,6 +33,32 @@ struct {
 	__type(key, struct weir_flow_key);
 	__type(value, struct weir_rev_nat);
 } rev_nat SEC(".maps");
+
+/* Connections that have not completed their handshake (a SYN, or a first
+ * non-SYN packet with no entry), bounded apart from `conns`: the client's
+ * next packet promotes the entry to `conns`. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, WEIR_DEFAULT_HALF_OPEN);
+	__type(key, struct weir_flow_key);
+	__type(value, struct weir_conn);
+} half_open SEC(".maps");
+
+/* Reverse entries of half-open nat connections (the SYN-ACK's way back). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, WEIR_DEFAULT_HALF_OPEN);
+	__type(key, struct weir_flow_key);
+	__type(value, struct weir_rev_nat);
+} half_open_rev SEC(".maps");
+
+/* Endpoints of nat DIPs: a reply from one with no reverse entry is dropped. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WEIR_DEFAULT_DIPS);
+	__type(key, struct weir_endpoint);
+	__type(value, __u32);
+} nat_endpoints SEC(".maps");
 
 /* (address, port, protocol) -> VIP id and forwarding mode. */
 struct {

@@ -45,6 +45,7 @@ struct packet {
 	__u8 tcp_flags;
 };
 
+#define TCP_FLAG_FIN 0x01
 #define TCP_FLAG_SYN 0x02
 #define TCP_FLAG_ACK 0x10
 #define TCP_FLAG_RST 0x04

@@ -15,8 +15,7 @@
 #ifndef WEIR_TELEMETRY_H
 #define WEIR_TELEMETRY_H
 
-#include "maps.h"
-#include "parse.h"
+#include "conntrack.h"
 
 /* Delays above this (in us) are not samples but idle gaps or a lost reply. */
 #define WEIR_TELEMETRY_MAX_US (60U * 1000 * 1000)
@@ -52,12 +51,7 @@ static __always_inline void telemetry_reply(const struct packet *pkt, const stru
 
 	if (!pkt->payload_len)
 		return;
-	__builtin_memcpy(fkey.src, pkt->key.dst, sizeof(fkey.src));
-	__builtin_memcpy(fkey.dst, rev->vip, sizeof(fkey.dst));
-	fkey.sport = pkt->key.dport;
-	fkey.dport = rev->vport;
-	fkey.proto = pkt->key.proto;
-	fkey.family = pkt->key.family;
+	forward_key_of_reply(pkt, rev, &fkey);
 	conn = bpf_map_lookup_elem(&conns, &fkey);
 	if (!conn)
 		return;

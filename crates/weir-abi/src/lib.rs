@@ -49,6 +49,8 @@ macro_rules! pod {
 pod!(
     weir_flow_key,
     weir_conn,
+    weir_conn_timeouts,
+    weir_endpoint,
     weir_rev_nat,
     weir_vip_key,
     weir_vip,
@@ -78,7 +80,9 @@ mod tests {
     #[test]
     fn sizes_match_the_header_assertions() {
         assert_eq!(std::mem::size_of::<weir_flow_key>(), 40);
-        assert_eq!(std::mem::size_of::<weir_conn>(), 24);
+        assert_eq!(std::mem::size_of::<weir_conn>(), 32);
+        assert_eq!(std::mem::size_of::<weir_conn_timeouts>(), 20);
+        assert_eq!(std::mem::size_of::<weir_endpoint>(), 20);
         assert_eq!(std::mem::size_of::<weir_rev_nat>(), 40);
         assert_eq!(std::mem::size_of::<weir_dip>(), 44);
         assert_eq!(std::mem::size_of::<weir_class_ranges>(), 136);

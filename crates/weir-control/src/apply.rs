@@ -7,7 +7,7 @@
 //! tables first and only then loses its LIVE flag (which is what makes its
 //! connections move: they have nowhere to go).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use anyhow::{bail, Context, Result};
 use weir_abi::*;
@@ -161,6 +161,8 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
         }
     }
 
+    maps.sync_nat_endpoints(&nat_endpoints(cfg))?;
+
     // VIPs that left the configuration: stop matching them, then retire
     // their DIPs and empty their tables.
     let keep: HashMap<weir_vip_key, u32> = wanted.into_iter().collect();
@@ -183,6 +185,27 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
         report.vips_removed += 1;
     }
     Ok(report)
+}
+
+/// The service endpoints of every nat DIP: replies from them must match a
+/// reverse entry, or the data plane drops them.
+fn nat_endpoints(cfg: &Config) -> HashSet<weir_endpoint> {
+    cfg.vips
+        .iter()
+        .filter(|v| v.mode == Mode::Nat)
+        .flat_map(|v| {
+            v.dips.iter().map(move |d| {
+                let (addr, family) = addr_words(*d.address.get_ref());
+                let port = d.port.as_ref().unwrap_or(&v.port);
+                weir_endpoint {
+                    addr,
+                    port: port.get_ref().to_be(),
+                    proto: v.protocol.number(),
+                    family,
+                }
+            })
+        })
+        .collect()
 }
 
 fn retire(maps: &Maps, slots: &mut BTreeMap<u32, weir_dip>, id: u32) -> Result<()> {

@@ -88,6 +88,11 @@ pub struct Dataplane {
     pub xdp_mode: XdpModeCfg,
     #[serde(default = "default_conn_table")]
     pub conn_table_size: u32,
+    /// Entries for TCP connections whose handshake is not done; default a
+    /// quarter of `conn_table_size`.
+    pub half_open_table_size: Option<u32>,
+    #[serde(default)]
+    pub timeouts: Timeouts,
     #[serde(default = "default_max_vips")]
     pub max_vips: u32,
     #[serde(default = "default_max_dips")]
@@ -108,6 +113,67 @@ pub struct Dataplane {
     pub pin_dir: PathBuf,
     #[serde(default = "seed")]
     pub hash_seed: u32,
+}
+
+/// `[dataplane.timeouts]`: idle timeouts of connection entries, in seconds,
+/// by state (defaults as IPVS's).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// A SYN seen, the handshake not done: a retransmitted SYN keeps its DIP.
+    pub tcp_half_open_s: Spanned<u64>,
+    pub tcp_established_s: Spanned<u64>,
+    /// A FIN seen in one direction.
+    pub tcp_closing_s: Spanned<u64>,
+    /// FINs both ways or a RST: the grace period before the entry goes.
+    pub tcp_closed_s: Spanned<u64>,
+    pub udp_s: Spanned<u64>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        let d = weir_dataplane::loader::ConnTimeouts::default();
+        let s = |v: std::time::Duration| Spanned::new(0..0, v.as_secs());
+        Timeouts {
+            tcp_half_open_s: s(d.tcp_half_open),
+            tcp_established_s: s(d.tcp_established),
+            tcp_closing_s: s(d.tcp_closing),
+            tcp_closed_s: s(d.tcp_closed),
+            udp_s: s(d.udp),
+        }
+    }
+}
+
+impl Timeouts {
+    fn fields(&self) -> [(&'static str, &Spanned<u64>); 5] {
+        [
+            ("tcp_half_open_s", &self.tcp_half_open_s),
+            ("tcp_established_s", &self.tcp_established_s),
+            ("tcp_closing_s", &self.tcp_closing_s),
+            ("tcp_closed_s", &self.tcp_closed_s),
+            ("udp_s", &self.udp_s),
+        ]
+    }
+
+    /// As the loader takes them.
+    pub fn to_conn_timeouts(&self) -> weir_dataplane::loader::ConnTimeouts {
+        let d = |v: &Spanned<u64>| std::time::Duration::from_secs(*v.get_ref());
+        weir_dataplane::loader::ConnTimeouts {
+            tcp_half_open: d(&self.tcp_half_open_s),
+            tcp_established: d(&self.tcp_established_s),
+            tcp_closing: d(&self.tcp_closing_s),
+            tcp_closed: d(&self.tcp_closed_s),
+            udp: d(&self.udp_s),
+        }
+    }
+}
+
+impl Dataplane {
+    /// `half_open_table_size`, or its default.
+    pub fn half_open_size(&self) -> u32 {
+        self.half_open_table_size
+            .unwrap_or((self.conn_table_size / 4).max(1))
+    }
 }
 
 /// `[[vip.dip]]`: one backend.
@@ -405,6 +471,27 @@ impl Config {
         ] {
             if v < min {
                 return Err(ck.err(None, field, "must be at least 1"));
+            }
+        }
+        if dp.half_open_size() == 0 || dp.half_open_size() > dp.conn_table_size {
+            return Err(ck.err(
+                None,
+                "dataplane.half_open_table_size",
+                format!(
+                    "must be between 1 and conn_table_size ({}); it holds only TCP connections \
+                     whose handshake is not done",
+                    dp.conn_table_size
+                ),
+            ));
+        }
+        let max_s = weir_dataplane::loader::ConnTimeouts::MAX.as_secs();
+        for (name, v) in dp.timeouts.fields() {
+            if !(1..=max_s).contains(v.get_ref()) {
+                return Err(ck.err(
+                    Some(v.span()),
+                    format!("dataplane.timeouts.{name}"),
+                    format!("must be between 1 and {max_s} seconds (7 days)"),
+                ));
             }
         }
         if self.vips.len() > dp.max_vips as usize {

@@ -14,4 +14,5 @@ pub mod metrics;
 pub mod runtime;
 pub mod signals;
 pub mod status;
+pub mod sweeper;
 pub mod telemetry;

@@ -151,6 +151,8 @@ fn mount_bpffs() -> Result<()> {
     let target = std::ffi::CString::new(BPFFS).unwrap();
     let kind = std::ffi::CString::new("bpf").unwrap();
     let opts = std::ffi::CString::new("mode=0700").unwrap();
+        half_open_capacity: dp.half_open_size(),
+        timeouts: dp.timeouts.to_conn_timeouts(),
     // SAFETY: mount(2) with valid NUL-terminated strings.
     let rc = unsafe {
         libc::mount(
@@ -303,6 +305,10 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         pin_dir: pin_dir.clone(),
         interfaces: pairs.iter().map(|(n, _)| n.clone()).collect(),
     };
+    let timeouts = cfg.dataplane.timeouts.to_conn_timeouts();
+    let _sweeper = crate::sweeper::Sweeper::start(&pin_dir, timeouts)
+        .map_err(|e| log(format!("connection sweeper not started: {e:#}")))
+        .ok();
     fs::write(
         RunRecord::path(&opts.run_dir),
         serde_json::to_vec_pretty(&record)?,

@@ -31,6 +31,7 @@ pub const STAT_NAMES: [&str; WEIR_STAT_MAX as usize] = [
     "tx",
     "redirect",
     "drop_redirect",
+    "drop_reply_no_state",
     "conn_hit",
     "conn_miss",
     "conn_new",
@@ -39,12 +40,17 @@ pub const STAT_NAMES: [&str; WEIR_STAT_MAX as usize] = [
     "nonsyn_miss",
     "rev_nat",
     "mac_fallback",
+    "half_open_new",
+    "syn_retransmit",
+    "conn_reused",
+    "conn_expired",
+    "conn_closing",
 ];
 
 /// The outcome counters: every packet ends in exactly one of them, so
 /// their sum equals `rx`.
 pub fn outcome_names() -> &'static [&'static str] {
-    &STAT_NAMES[1..=WEIR_STAT_DROP_REDIRECT as usize]
+    &STAT_NAMES[1..=WEIR_STAT_DROP_REPLY_NO_STATE as usize]
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -76,7 +82,11 @@ pub struct VipStatus {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
+    /// Entries in the connection table: confirmed connections, expired
+    /// ones included until the next sweep (`sweeper::SWEEP_INTERVAL`).
     pub connections: usize,
+    /// TCP connections whose handshake is not done (the half-open table).
+    pub half_open: usize,
     pub vips: Vec<VipStatus>,
     pub counters: Vec<(String, u64)>,
     /// The controller's view (estimates, weights, health, agent errors),
@@ -156,6 +166,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>) -> Result<Status> {
         .collect();
     Ok(Status {
         connections: maps.conn_count(),
+        half_open: maps.half_open_count(),
         vips,
         counters,
         controller: None,
@@ -236,7 +247,11 @@ fn render_controller(o: &mut String, c: &crate::controller::Snapshot) {
 /// The human table.
 pub fn render(s: &Status) -> String {
     let mut o = String::new();
-    let _ = writeln!(o, "connections: {}", s.connections);
+    let _ = writeln!(
+        o,
+        "connections: {} (half-open: {})",
+        s.connections, s.half_open
+    );
     for v in &s.vips {
         let _ = writeln!(
             o,
@@ -313,6 +328,7 @@ mod tests {
         };
         let st = Status {
             connections: 3,
+            half_open: 1,
             vips: Vec::new(),
             counters: vec![("rx".into(), 9)],
             controller: Some(Snapshot {

@@ -5,6 +5,8 @@
 //! - [`maps`] is typed access to every map, from a loaded program or from
 //!   the pins of a running one (what `weir status` reads).
 //! - [`attach`] attaches and detaches XDP on interfaces.
+//! - [`conntrack`] ages connection entries: the data plane's clock and
+//!   expiry rule in user space, and the sweep that deletes expired entries.
 //! - [`testrun`] runs a program on a packet through BPF_PROG_TEST_RUN.
 //! - [`kv`] loads the memcached switch `weir_kv` and manages its tables,
 //!   cache and counters.
@@ -12,6 +14,7 @@
 pub mod attach;
 pub mod iface;
 pub mod kv;
+pub mod conntrack;
 pub mod loader;
 pub mod maps;
 pub mod minimal;

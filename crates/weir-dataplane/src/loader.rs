@@ -6,10 +6,11 @@ use std::fs;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapHandle, OpenObject};
+use libbpf_rs::{AsRawLibbpf, MapCore, MapHandle, OpenObject};
 
 use crate::skel::lb::{OpenWeirLbSkel, WeirLbSkel, WeirLbSkelBuilder};
 
@@ -37,11 +38,59 @@ pub enum NonSynMiss {
     Drop,
 }
 
+/// Idle timeouts of connection entries, by state (conntrack.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnTimeouts {
+    /// A SYN seen, the handshake not complete.
+    pub tcp_half_open: Duration,
+    pub tcp_established: Duration,
+    /// A FIN seen in one direction.
+    pub tcp_closing: Duration,
+    /// FINs in both directions, or a RST: the grace period before the entry goes.
+    pub tcp_closed: Duration,
+    pub udp: Duration,
+}
+
+impl Default for ConnTimeouts {
+    /// IPVS's defaults: 15 min established, 2 min closing, 5 min UDP.
+    fn default() -> Self {
+        ConnTimeouts {
+            tcp_half_open: Duration::from_secs(30),
+            tcp_established: Duration::from_secs(900),
+            tcp_closing: Duration::from_secs(120),
+            tcp_closed: Duration::from_secs(10),
+            udp: Duration::from_secs(300),
+        }
+    }
+}
+
+impl ConnTimeouts {
+    /// The longest timeout the data plane's 32-bit tick clock can hold with
+    /// room to spare (ticks wrap after about 52 days).
+    pub const MAX: Duration = Duration::from_secs(7 * 24 * 3600);
+
+    /// In the data plane's units (conntrack.h).
+    pub fn ticks(&self) -> weir_abi::weir_conn_timeouts {
+        weir_abi::weir_conn_timeouts {
+            tcp_half_open: crate::conntrack::ticks(self.tcp_half_open),
+            tcp_established: crate::conntrack::ticks(self.tcp_established),
+            tcp_closing: crate::conntrack::ticks(self.tcp_closing),
+            tcp_closed: crate::conntrack::ticks(self.tcp_closed),
+            udp: crate::conntrack::ticks(self.udp),
+        }
+    }
+}
+
 /// Load-time parameters of the data plane.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
     /// Entries of the connection table (and of the reverse-NAT table).
     pub conn_capacity: u32,
+    /// Entries of the half-open table (and of its reverse-NAT table): TCP
+    /// connections whose handshake is not done yet.
+    pub half_open_capacity: u32,
+    /// Idle timeouts of connection entries by state.
+    pub timeouts: ConnTimeouts,
     pub max_vips: u32,
     pub max_dips: u32,
     pub not_vip: Action,
@@ -62,6 +111,8 @@ impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             conn_capacity: 1 << 20,
+            half_open_capacity: 1 << 18,
+            timeouts: ConnTimeouts::default(),
             max_vips: 256,
             max_dips: 4096,
             not_vip: Action::Pass,
@@ -81,6 +132,9 @@ impl Default for LoadOptions {
 pub const PINNED_MAPS: &[&str] = &[
     "conns",
     "rev_nat",
+    "half_open",
+    "half_open_rev",
+    "nat_endpoints",
     "vips",
     "dips",
     "table_version",
@@ -113,11 +167,14 @@ impl LoadedLb {
     }
 }
 
-fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 8] {
+fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 11] {
     let slots = weir_abi::WEIR_TABLE_SLOTS;
     [
         ("conns", opts.conn_capacity),
         ("rev_nat", opts.conn_capacity),
+        ("half_open", opts.half_open_capacity),
+        ("half_open_rev", opts.half_open_capacity),
+        ("nat_endpoints", opts.max_dips),
         ("vips", opts.max_vips),
         ("dips", opts.max_dips),
         ("table_version", opts.max_vips),
@@ -147,6 +204,12 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     ro.cfg_hash_seed = opts.hash_seed;
     ro.cfg_fib_lookup = u32::from(opts.fib_lookup);
     ro.cfg_passive_telemetry = u32::from(opts.passive_telemetry);
+    let t = opts.timeouts.ticks();
+    ro.cfg_timeouts.tcp_half_open = t.tcp_half_open;
+    ro.cfg_timeouts.tcp_established = t.tcp_established;
+    ro.cfg_timeouts.tcp_closing = t.tcp_closing;
+    ro.cfg_timeouts.tcp_closed = t.tcp_closed;
+    ro.cfg_timeouts.udp = t.udp;
 
     let want: Vec<(&str, u32)> = sizes(opts)
         .into_iter()
@@ -189,6 +252,26 @@ fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Vec<Pa
         if path.exists() {
             let pinned = MapHandle::from_pinned_path(&path)
                 .with_context(|| format!("opening pinned map {}", path.display()))?;
+            let raw = map.as_libbpf_object().as_ptr();
+            // SAFETY: `raw` is the open map this loop borrows.
+            let (key_size, value_size) = unsafe {
+                (
+                    libbpf_rs::libbpf_sys::bpf_map__key_size(raw),
+                    libbpf_rs::libbpf_sys::bpf_map__value_size(raw),
+                )
+            };
+            if pinned.key_size() != key_size || pinned.value_size() != value_size {
+                bail!(
+                    "pinned map {} was made by an incompatible weir version (key/value of {}/{} \
+                     bytes, this one needs {}/{}); drop the saved state with \
+                     `weir serve --reset-state` (this drops established connections)",
+                    path.display(),
+                    pinned.key_size(),
+                    pinned.value_size(),
+                    key_size,
+                    value_size
+                );
+            }
             if pinned.max_entries() != map.max_entries() || pinned.map_type() != map.map_type() {
                 bail!(
                     "pinned map {} has {} entries but the configuration asks for {}; \
@@ -236,4 +319,26 @@ pub fn load(opts: &LoadOptions) -> Result<LoadedLb> {
         skel,
         created_pins: created,
     })
+}
+
+/// The kernel's name of the program [`load`] loads (its function's name):
+/// how an XDP program found on an interface is recognised as weir's.
+pub const PROG_NAME: &str = "weir_lb";
+
+/// The maps pinned in `dir` under the names of [`PINNED_MAPS`] with their
+/// kernel ids (missing pins are left out): to tell whether a program found
+/// attached really uses these pins.
+pub fn pinned_map_ids(dir: &Path) -> Result<Vec<(&'static str, u32)>> {
+    let mut ids = Vec::new();
+    for name in PINNED_MAPS {
+        let path = dir.join(name);
+        if !path.exists() {
+            continue;
+        }
+        let info = MapHandle::from_pinned_path(&path)
+            .and_then(|m| m.info())
+            .with_context(|| format!("reading pinned map {}", path.display()))?;
+        ids.push((*name, info.info.id));
+    }
+    Ok(ids)
 }

@@ -1,6 +1,7 @@
 //! Typed access to the maps of `weir_lb`, from a loaded program or from the
 //! pins of a running one. Values go in and out as the `weir-abi` structs.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -15,6 +16,9 @@ use crate::skel::lb::WeirLbSkel;
 pub struct Maps {
     pub conns: MapHandle,
     pub rev_nat: MapHandle,
+    pub half_open: MapHandle,
+    pub half_open_rev: MapHandle,
+    pub nat_endpoints: MapHandle,
     pub vips: MapHandle,
     pub dips: MapHandle,
     pub table_version: MapHandle,
@@ -82,6 +86,9 @@ impl Maps {
         Ok(Maps {
             conns: handle(&m.conns)?,
             rev_nat: handle(&m.rev_nat)?,
+            half_open: handle(&m.half_open)?,
+            half_open_rev: handle(&m.half_open_rev)?,
+            nat_endpoints: handle(&m.nat_endpoints)?,
             vips: handle(&m.vips)?,
             dips: handle(&m.dips)?,
             table_version: handle(&m.table_version)?,
@@ -109,6 +116,9 @@ impl Maps {
         Ok(Maps {
             conns: open("conns")?,
             rev_nat: open("rev_nat")?,
+            half_open: open("half_open")?,
+            half_open_rev: open("half_open_rev")?,
+            nat_endpoints: open("nat_endpoints")?,
             vips: open("vips")?,
             dips: open("dips")?,
             table_version: open("table_version")?,
@@ -317,6 +327,42 @@ impl Maps {
 
     pub fn rev_nat(&self, key: &weir_flow_key) -> Result<Option<weir_rev_nat>> {
         get(&self.rev_nat, key.as_bytes())
+    }
+
+    /// Entries in the half-open table (walks it: O(n)).
+    pub fn half_open_count(&self) -> usize {
+        self.half_open.keys().count()
+    }
+
+    pub fn half_open(&self, key: &weir_flow_key) -> Result<Option<weir_conn>> {
+        get(&self.half_open, key.as_bytes())
+    }
+
+    pub fn put_half_open(&self, key: &weir_flow_key, conn: &weir_conn) -> Result<()> {
+        self.half_open
+            .update(key.as_bytes(), conn.as_bytes(), MapFlags::ANY)
+            .context("writing a half-open connection")
+    }
+
+    /// Makes `nat_endpoints` hold exactly `wanted` (endpoints of nat DIPs,
+    /// whose replies must never leave without their reverse entry).
+    pub fn sync_nat_endpoints(&self, wanted: &HashSet<weir_endpoint>) -> Result<()> {
+        let present: Vec<weir_endpoint> = self
+            .nat_endpoints
+            .keys()
+            .filter_map(|k| weir_endpoint::from_bytes(&k))
+            .collect();
+        for ep in wanted.iter().filter(|ep| !present.contains(ep)) {
+            self.nat_endpoints
+                .update(ep.as_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
+                .context("writing a nat endpoint (raise dataplane.max_dips)")?;
+        }
+        for ep in present.iter().filter(|ep| !wanted.contains(ep)) {
+            self.nat_endpoints
+                .delete(ep.as_bytes())
+                .context("deleting a nat endpoint")?;
+        }
+        Ok(())
     }
 }
 

@@ -20,6 +20,7 @@ use weir_abi::*;
 use weir_core::awfd::AwfdTable;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
 use weir_core::hash::{flow_hash, DEFAULT_SEED};
+use weir_dataplane::conntrack::now_ticks;
 use weir_dataplane::loader::{Action, NonSynMiss};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Pass, Tx};
 
@@ -103,30 +104,87 @@ fn no_conn(t: FlowTuple) -> impl Fn(&Harness) {
     }
 }
 
+fn half_open_is(t: FlowTuple, dip: u32, gen: u32, version: u32) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        let c = h
+            .maps
+            .half_open(&t.key())
+            .unwrap()
+            .unwrap_or_else(|| panic!("no half-open entry for {t:?}"));
+        assert_eq!(
+            (c.dip_id, c.dip_gen, c.table_version),
+            (dip, gen, version),
+            "half-open entry of {t:?}"
+        );
+        assert!(
+            h.maps.conn(&t.key()).unwrap().is_none(),
+            "a half-open connection must not be in conns: {t:?}"
+        );
+    }
+}
+
+fn no_half_open(t: FlowTuple) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        assert!(
+            h.maps.half_open(&t.key()).unwrap().is_none(),
+            "unexpected half-open entry for {t:?}"
+        );
+    }
+}
+
+/// The reply tuple of a nat connection `t` to `dip`.
+fn rev_key_of(t: &FlowTuple, dip: &Dip) -> weir_flow_key {
+    FlowTuple {
+        src: dip.addr,
+        dst: t.src,
+        sport: dip_port(dip, t.dport),
+        dport: t.sport,
+        proto: t.proto,
+    }
+    .key()
+}
+
+/// The reverse entry of a half-open nat connection (where its SYN-ACK
+/// finds the VIP), and none yet in `rev_nat`.
+fn half_rev_is(t: FlowTuple, dip: Dip, vip_id: u32) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        let rkey = rev_key_of(&t, &dip);
+        let r = get_rev(&h.maps.half_open_rev, &rkey)
+            .unwrap_or_else(|| panic!("no half-open reverse entry for {t:?}"));
+        check_rev(&r, &t, vip_id);
+        assert!(
+            h.maps.rev_nat(&rkey).unwrap().is_none(),
+            "a half-open connection must not be in rev_nat: {t:?}"
+        );
+    }
+}
+
+fn get_rev(map: &libbpf_rs::MapHandle, key: &weir_flow_key) -> Option<weir_rev_nat> {
+    map.lookup(key.as_bytes(), libbpf_rs::MapFlags::ANY)
+        .unwrap()
+        .and_then(|v| weir_rev_nat::from_bytes(&v))
+}
+
+fn check_rev(r: &weir_rev_nat, t: &FlowTuple, vip_id: u32) {
+    let (vip, family) = addr_words(t.dst);
+    assert_eq!(r.vip, vip);
+    assert_eq!(u16::from_be(r.vport), t.dport);
+    assert_eq!(r.family, family);
+    assert_eq!(r.vip_id, vip_id);
+    assert_eq!(r.ifindex, TEST_IFINDEX);
+    assert_eq!(r.client_mac, CLIENT_MAC);
+    assert_eq!(r.lb_mac, VIP_MAC);
+}
+
 /// The reverse entry of a nat connection `t` to `dip` on VIP `vip_id`.
 fn rev_is(t: FlowTuple, dip: Dip, vip_id: u32) -> impl Fn(&Harness) {
     move |h: &Harness| {
-        let rkey = FlowTuple {
-            src: dip.addr,
-            dst: t.src,
-            sport: dip_port(&dip, t.dport),
-            dport: t.sport,
-            proto: t.proto,
-        }
-        .key();
         let r = h
             .maps
-            .rev_nat(&rkey)
+            .rev_nat(&rev_key_of(&t, &dip))
             .unwrap()
             .unwrap_or_else(|| panic!("no reverse entry for {t:?}"));
-        let (vip, family) = addr_words(t.dst);
-        assert_eq!(r.vip, vip);
-        assert_eq!(u16::from_be(r.vport), t.dport);
-        assert_eq!(r.family, family);
-        assert_eq!(r.vip_id, vip_id);
-        assert_eq!(r.ifindex, TEST_IFINDEX);
-        assert_eq!(r.client_mac, CLIENT_MAC);
-        assert_eq!(r.lb_mac, VIP_MAC);
+        check_rev(&r, &t, vip_id);
     }
 }
 
@@ -176,9 +234,29 @@ fn set16(f: &mut [u8], off: usize, v: u16) {
     f[off..off + 2].copy_from_slice(&v.to_be_bytes());
 }
 
+/// Whether `f` is a TCP SYN without ACK: what opens a connection.
+fn is_syn(f: &Frame) -> bool {
+    matches!(f.l4, L4::Tcp(fl) if fl.syn && !fl.ack)
+}
+
+/// The events of the first packet of a flow with no entry: TCP goes to the
+/// half-open table (a non-SYN counted as such), UDP straight to `conns`.
+fn miss_events(f: &Frame) -> Vec<u32> {
+    match f.proto() {
+        Proto::Tcp if is_syn(f) => vec![WEIR_STAT_CONN_MISS, WEIR_STAT_HALF_OPEN_NEW],
+        Proto::Tcp => vec![
+            WEIR_STAT_CONN_MISS,
+            WEIR_STAT_NONSYN_MISS,
+            WEIR_STAT_HALF_OPEN_NEW,
+        ],
+        Proto::Udp => vec![WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW],
+    }
+}
+
 /// A nat or dsr forwarding case for a new flow `f` to VIP `vip`, with the
-/// DIP predicted by weir-core and the connection (and reverse) entry checked.
-fn new_flow(h: &Harness, name: &str, f: &Frame, vip: u32, events: &[u32]) -> Case {
+/// DIP predicted by weir-core and the entries it leaves checked: a TCP
+/// flow's in the half-open tables, a UDP flow's in `conns` and `rev_nat`.
+fn new_flow(h: &Harness, name: &str, f: &Frame, vip: u32) -> Case {
     let v = h.fx.vip(vip);
     let dip = h.fx.predict(vip, &f.tuple()).expect("VIP has DIPs").clone();
     let out = if v.mode == NAT {
@@ -191,10 +269,15 @@ fn new_flow(h: &Harness, name: &str, f: &Frame, vip: u32, events: &[u32]) -> Cas
         assert_eq!(out.bytes()[ETH_HLEN..], f.bytes()[ETH_HLEN..]);
     }
     let t = f.tuple();
-    let after: Box<dyn Fn(&Harness)> = if v.mode == NAT {
-        Box::new(both(conn_is(t, dip.id, 1, 1), rev_is(t, dip.clone(), vip)))
-    } else {
-        Box::new(both(conn_is(t, dip.id, 1, 1), no_rev_for(t.src)))
+    let nat = v.mode == NAT;
+    let after: Box<dyn Fn(&Harness)> = match (f.proto(), nat) {
+        (Proto::Tcp, true) => Box::new(both(
+            half_open_is(t, dip.id, 1, 1),
+            half_rev_is(t, dip.clone(), vip),
+        )),
+        (Proto::Tcp, false) => Box::new(both(half_open_is(t, dip.id, 1, 1), no_rev_for(t.src))),
+        (Proto::Udp, true) => Box::new(both(conn_is(t, dip.id, 1, 1), rev_is(t, dip.clone(), vip))),
+        (Proto::Udp, false) => Box::new(both(conn_is(t, dip.id, 1, 1), no_rev_for(t.src))),
     };
     Case::new(
         format!("{name} -> DIP {}", dip.id),
@@ -203,11 +286,35 @@ fn new_flow(h: &Harness, name: &str, f: &Frame, vip: u32, events: &[u32]) -> Cas
         WEIR_STAT_TX,
     )
     .output(out.bytes())
-    .events(events)
+    .events(&miss_events(f))
     .after(after)
 }
 
+/// The client's packet after its SYN (`f`, an ACK) completes the handshake:
+/// the half-open entry for `dip` moves to `conns` (and its reverse entry to
+/// `rev_nat`).
+fn promote(name: &str, f: &Frame, dip: &Dip, vip: u32, mode: u32) -> Case {
+    let out = if mode == NAT {
+        nat_out(f, dip)
+    } else {
+        dsr_out(f, dip)
+    };
+    let t = f.tuple();
+    let (id, rev_dip) = (dip.id, dip.clone());
+    Case::new(name, f.bytes(), Tx, WEIR_STAT_TX)
+        .output(out.bytes())
+        .events(&[WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW])
+        .after(move |h| {
+            conn_is(t, id, 1, 1)(h);
+            no_half_open(t)(h);
+            if mode == NAT {
+                rev_is(t, rev_dip.clone(), vip)(h);
+            }
+        })
+}
+
 const MISS_NEW: &[u32] = &[WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW];
+const MISS_HALF_OPEN: &[u32] = &[WEIR_STAT_CONN_MISS, WEIR_STAT_HALF_OPEN_NEW];
 const HIT: &[u32] = &[WEIR_STAT_CONN_HIT];
 const REV: &[u32] = &[WEIR_STAT_REV_NAT];
 
@@ -261,20 +368,27 @@ fn forwarding_and_classification_table() {
     // --- IPv4 TCP, nat ---------------------------------------------------
     let c1 = tcp("192.0.2.1", 40001, "10.0.0.100", 80, TcpFlags::SYN);
     let d1 = fx.predict(0, &c1.tuple()).unwrap().clone();
-    cases.push(new_flow(&h, "v4 tcp SYN miss, nat", &c1, 0, MISS_NEW));
+    cases.push(new_flow(&h, "v4 tcp SYN miss, nat", &c1, 0));
+    cases.push(rev_case(
+        "v4 tcp SYN-ACK reply finds the half-open reverse entry",
+        &c1,
+        &d1,
+        L4::Tcp(TcpFlags::SYN_ACK),
+    ));
     let c1_data = c1.clone();
     let c1_data = Frame {
         l4: L4::Tcp(TcpFlags::PSH_ACK),
         ..c1_data
     }
     .payload(PAYLOAD);
-    cases.push(hit("v4 tcp data on the installed conn", &c1_data, &d1, NAT));
-    cases.push(rev_case(
-        "v4 tcp SYN-ACK reply, reverse nat",
-        &c1,
+    cases.push(promote(
+        "v4 tcp first data completes the handshake",
+        &c1_data,
         &d1,
-        L4::Tcp(TcpFlags::SYN_ACK),
+        0,
+        NAT,
     ));
+    cases.push(hit("v4 tcp data on the installed conn", &c1_data, &d1, NAT));
     cases.push(rev_case(
         "v4 tcp data reply, reverse nat",
         &c1,
@@ -283,13 +397,13 @@ fn forwarding_and_classification_table() {
     ));
 
     // A pre-installed entry wins over the table (PCC).
-    let c2 = tcp("192.0.2.2", 40002, "10.0.0.100", 80, TcpFlags::SYN);
+    let c2 = tcp("192.0.2.2", 40002, "10.0.0.100", 80, TcpFlags::ACK);
     let predicted = fx.predict(0, &c2.tuple()).unwrap().id;
     let other = [1, 2, 3].into_iter().find(|d| *d != predicted).unwrap();
     let (t2, other_dip) = (c2.tuple(), fx.dip(other).clone());
     cases.push(
         hit(
-            "v4 tcp SYN hits a pre-installed conn, not the table",
+            "v4 tcp ACK hits a pre-installed conn, not the table",
             &c2,
             &other_dip,
             NAT,
@@ -303,6 +417,7 @@ fn forwarding_and_classification_table() {
                         dip_gen: 1,
                         table_version: 1,
                         created_ns: 1,
+                        atime: now_ticks(),
                         ..Default::default()
                     },
                 )
@@ -318,7 +433,6 @@ fn forwarding_and_classification_table() {
         "v4 tcp SYN miss, nat with port rewrite",
         &c3,
         11,
-        MISS_NEW,
     ));
     cases.push(rev_case(
         "v4 tcp reply from the rewritten port",
@@ -338,28 +452,26 @@ fn forwarding_and_classification_table() {
     cases.push(
         Case::new("v4 tcp SYN with Ethernet padding", in4, Tx, WEIR_STAT_TX)
             .output(out4)
-            .events(MISS_NEW)
-            .after(conn_is(c4.tuple(), d4.id, 1, 1)),
+            .events(MISS_HALF_OPEN)
+            .after(half_open_is(c4.tuple(), d4.id, 1, 1)),
     );
 
-    // Non-SYN miss: dispatched and installed by default.
+    // Non-SYN miss: dispatched by default, into the half-open table; the
+    // next packet confirms it.
     let c5 = tcp("192.0.2.5", 40005, "10.0.0.100", 80, TcpFlags::ACK);
+    let d5 = fx.predict(0, &c5.tuple()).unwrap().clone();
     cases.push(new_flow(
         &h,
         "v4 tcp ACK miss is dispatched (default)",
         &c5,
         0,
-        &[
-            WEIR_STAT_CONN_MISS,
-            WEIR_STAT_NONSYN_MISS,
-            WEIR_STAT_CONN_NEW,
-        ],
     ));
+    cases.push(promote("v4 tcp second ACK confirms it", &c5, &d5, 0, NAT));
 
     // --- IPv4 UDP, nat ---------------------------------------------------
     let u1 = udp("192.0.2.1", 5353, "10.0.0.100", 53);
     let du1 = fx.predict(1, &u1.tuple()).unwrap().clone();
-    cases.push(new_flow(&h, "v4 udp miss, nat", &u1, 1, MISS_NEW));
+    cases.push(new_flow(&h, "v4 udp miss, nat", &u1, 1));
     cases.push(hit("v4 udp second datagram hits", &u1, &du1, NAT));
     cases.push(rev_case(
         "v4 udp reply, reverse nat",
@@ -368,13 +480,7 @@ fn forwarding_and_classification_table() {
         L4::Udp { zero_csum: false },
     ));
     let u2 = udp("192.0.2.2", 5354, "10.0.0.100", 53).zero_udp_csum();
-    cases.push(new_flow(
-        &h,
-        "v4 udp checksum 0 stays 0, nat",
-        &u2,
-        1,
-        MISS_NEW,
-    ));
+    cases.push(new_flow(&h, "v4 udp checksum 0 stays 0, nat", &u2, 1));
     let du2 = fx.predict(1, &u2.tuple()).unwrap().clone();
     cases.push(rev_case(
         "v4 udp reply with checksum 0 stays 0",
@@ -393,7 +499,7 @@ fn forwarding_and_classification_table() {
             .map(|w| base.clone().payload(&w.to_be_bytes()))
             .find(|f| want(&f.bytes()[c..c + 2], &nat_out(f, &d).bytes()[c..c + 2]))
             .expect("no payload gives that checksum");
-        new_flow(&h, name, &f, vip, MISS_NEW)
+        new_flow(&h, name, &f, vip)
     };
     cases.push(edge(
         "v4 udp rewritten checksum 0 is sent as 0xffff",
@@ -435,27 +541,47 @@ fn forwarding_and_classification_table() {
     // --- IPv4 dsr --------------------------------------------------------
     let s1 = tcp("192.0.2.10", 41000, "10.0.0.101", 80, TcpFlags::SYN);
     let ds1 = fx.predict(2, &s1.tuple()).unwrap().clone();
-    cases.push(new_flow(&h, "v4 tcp SYN miss, dsr", &s1, 2, MISS_NEW));
+    cases.push(new_flow(&h, "v4 tcp SYN miss, dsr", &s1, 2));
     let s1_data = Frame {
         l4: L4::Tcp(TcpFlags::PSH_ACK),
         ..s1.clone()
     }
     .payload(PAYLOAD);
+    cases.push(promote(
+        "v4 tcp first data completes the handshake, dsr",
+        &s1_data,
+        &ds1,
+        2,
+        DSR,
+    ));
     cases.push(hit("v4 tcp data, dsr hit", &s1_data, &ds1, DSR));
     let s2 = udp("192.0.2.11", 41001, "10.0.0.101", 53);
-    cases.push(new_flow(&h, "v4 udp miss, dsr", &s2, 3, MISS_NEW));
+    cases.push(new_flow(&h, "v4 udp miss, dsr", &s2, 3));
     let s3 = udp("192.0.2.12", 41002, "10.0.0.101", 53).zero_udp_csum();
-    cases.push(new_flow(&h, "v4 udp checksum 0, dsr", &s3, 3, MISS_NEW));
+    cases.push(new_flow(&h, "v4 udp checksum 0, dsr", &s3, 3));
 
     // --- IPv6 nat --------------------------------------------------------
     let v1 = tcp("2001:db8:c::1", 40001, "2001:db8::100", 80, TcpFlags::SYN);
     let dv1 = fx.predict(4, &v1.tuple()).unwrap().clone();
-    cases.push(new_flow(&h, "v6 tcp SYN miss, nat", &v1, 4, MISS_NEW));
+    cases.push(new_flow(&h, "v6 tcp SYN miss, nat", &v1, 4));
     let v1_data = Frame {
         l4: L4::Tcp(TcpFlags::PSH_ACK),
         ..v1.clone()
     }
     .payload(PAYLOAD);
+    cases.push(rev_case(
+        "v6 tcp SYN-ACK, reverse nat from the half-open entry",
+        &v1,
+        &dv1,
+        L4::Tcp(TcpFlags::SYN_ACK),
+    ));
+    cases.push(promote(
+        "v6 tcp first data completes the handshake",
+        &v1_data,
+        &dv1,
+        4,
+        NAT,
+    ));
     cases.push(hit(
         "v6 tcp data on the installed conn",
         &v1_data,
@@ -466,11 +592,11 @@ fn forwarding_and_classification_table() {
         "v6 tcp reply, reverse nat",
         &v1,
         &dv1,
-        L4::Tcp(TcpFlags::SYN_ACK),
+        L4::Tcp(TcpFlags::PSH_ACK),
     ));
     let v2 = udp("2001:db8:c::2", 5353, "2001:db8::100", 53);
     let dv2 = fx.predict(5, &v2.tuple()).unwrap().clone();
-    cases.push(new_flow(&h, "v6 udp miss, nat", &v2, 5, MISS_NEW));
+    cases.push(new_flow(&h, "v6 udp miss, nat", &v2, 5));
     cases.push(rev_case(
         "v6 udp reply, reverse nat",
         &v2,
@@ -491,13 +617,7 @@ fn forwarding_and_classification_table() {
             })
             .find(|f| fx.predict(4, &f.tuple()).unwrap().id == want)
             .unwrap();
-        cases.push(new_flow(
-            &h,
-            &format!("v6 tcp SYN to DIP #{i}"),
-            &f,
-            4,
-            MISS_NEW,
-        ));
+        cases.push(new_flow(&h, &format!("v6 tcp SYN to DIP #{i}"), &f, 4));
         let d = fx.dip(want);
         cases.push(rev_case(
             &format!("v6 tcp reply from DIP #{i}"),
@@ -519,15 +639,15 @@ fn forwarding_and_classification_table() {
             WEIR_STAT_TX,
         )
         .raw_output(ipv6_with_exts(&nat_out(&v3, &dv3), &exts))
-        .events(MISS_NEW)
-        .after(conn_is(v3.tuple(), dv3.id, 1, 1)),
+        .events(MISS_HALF_OPEN)
+        .after(half_open_is(v3.tuple(), dv3.id, 1, 1)),
     );
 
     // --- IPv6 dsr --------------------------------------------------------
     let w1 = tcp("2001:db8:c::10", 41000, "2001:db8::101", 80, TcpFlags::SYN);
-    cases.push(new_flow(&h, "v6 tcp SYN miss, dsr", &w1, 6, MISS_NEW));
+    cases.push(new_flow(&h, "v6 tcp SYN miss, dsr", &w1, 6));
     let w2 = udp("2001:db8:c::11", 41001, "2001:db8::101", 53);
-    cases.push(new_flow(&h, "v6 udp miss, dsr", &w2, 7, MISS_NEW));
+    cases.push(new_flow(&h, "v6 udp miss, dsr", &w2, 7));
 
     // --- not balanced: passed --------------------------------------------
     let nv = tcp("192.0.2.1", 40001, "10.0.0.200", 80, TcpFlags::SYN);
@@ -770,12 +890,11 @@ fn forwarding_and_classification_table() {
     );
 
     let n = run_cases(&h, cases);
-    // Per-VIP traffic: only c1, c4, c5 and the two TCP checksum edges were new on VIP 0.
+    // Per-VIP traffic: a TCP connection is new once its handshake is done,
+    // which only c1 and c5 did on VIP 0 (c2 was pre-installed; c4 and the
+    // checksum edges sent a SYN only).
     let vt = h.maps.vip_traffic(0).unwrap();
-    assert_eq!(
-        vt.new_conns, 5,
-        "VIP 0 new conns (c1, c4, c5, 2 checksum edges; c2 was pre-installed)"
-    );
+    assert_eq!(vt.new_conns, 2, "VIP 0 new conns (c1, c5)");
     eprintln!("forwarding_and_classification_table: {n} cases");
 }
 
@@ -820,8 +939,8 @@ fn ipv6_extension_chains_past_the_parsed_depth_are_malformed() {
                 WEIR_STAT_TX,
             )
             .raw_output(ipv6_with_exts(&nat_out(&at_depth, &dip), &depth(4)))
-            .events(MISS_NEW)
-            .after(conn_is(at_depth.tuple(), dip.id, 1, 1)),
+            .events(MISS_HALF_OPEN)
+            .after(half_open_is(at_depth.tuple(), dip.id, 1, 1)),
             drop(
                 "v6 fragment header after 3 extension headers is a fragment",
                 ipv6_with_exts(&syn(40081), &with_frag(3)),
@@ -924,7 +1043,7 @@ fn configured_actions_change_the_verdict() {
         ),
     ];
     let mut cases = cases;
-    cases.push(new_flow(&h, "VIP traffic still balanced", &f, 0, MISS_NEW));
+    cases.push(new_flow(&h, "VIP traffic still balanced", &f, 0));
     run_cases(&h, cases);
 }
 
@@ -968,9 +1087,16 @@ fn nonsyn_miss_drop() {
         )
         .events(&nonsyn)
         .after(no_conn(ack6.tuple())),
-        new_flow(&h, "SYN still dispatched", &syn, 0, MISS_NEW),
-        hit("ACK after the SYN hits", &syn_ack, &d, NAT),
-        new_flow(&h, "UDP has no SYN: dispatched", &u, 1, MISS_NEW),
+        new_flow(&h, "SYN still dispatched", &syn, 0),
+        promote(
+            "ACK after the SYN completes the handshake",
+            &syn_ack,
+            &d,
+            0,
+            NAT,
+        ),
+        hit("the next ACK hits", &syn_ack, &d, NAT),
+        new_flow(&h, "UDP has no SYN: dispatched", &u, 1),
     ];
     run_cases(&h, cases);
 }
@@ -1019,9 +1145,12 @@ fn removed_dip_redispatches_and_pcc_holds() {
     let ta = a.tuple();
     let dip1 = fx.dip(1).clone();
     let dip3 = fx.dip(3).clone();
+    let da = fx.dip(1).clone();
     let cases = vec![
-        new_flow(&h, "a: SYN to DIP 1", &a, 0, MISS_NEW),
-        new_flow(&h, "b: SYN", &b, 0, MISS_NEW),
+        new_flow(&h, "a: SYN to DIP 1", &a, 0),
+        promote("a: ACK completes the handshake", &a_ack, &da, 0, NAT),
+        new_flow(&h, "b: SYN", &b, 0),
+        promote("b: ACK completes the handshake", &b_ack, &db, 0, NAT),
         // Remove DIP 1 without a new table: a new flow hashing to it has no backend.
         drop(
             "c: new flow to a removed, still tabled DIP",
@@ -1058,8 +1187,18 @@ fn removed_dip_redispatches_and_pcc_holds() {
     // Slot 3 reassigned (generation bumped): connections on it are stale.
     let d = find_flow(|p| mk(p.wrapping_add(30000)), |f| pick2(f) == 3);
     let d_ack = to_ack(&d);
+    let td = d.tuple();
     let cases = vec![
         new_flow_v(&h, "d: SYN to DIP 3 under v2", &d, &dip3, 2),
+        Case::new(
+            "d: ACK completes the handshake",
+            d_ack.bytes(),
+            Tx,
+            WEIR_STAT_TX,
+        )
+        .output(nat_out(&d_ack, &dip3).bytes())
+        .events(MISS_NEW)
+        .after(conn_is(td, 3, 1, 2)),
         Case::new(
             "d: ACK after DIP 3's slot was reassigned",
             d_ack.bytes(),
@@ -1074,13 +1213,26 @@ fn removed_dip_redispatches_and_pcc_holds() {
     run_cases(&h, cases);
 }
 
-/// A nat new-flow case with a given DIP and table version.
+/// A nat SYN case with a given DIP and table version.
 fn new_flow_v(h: &Harness, name: &str, f: &Frame, dip: &Dip, version: u32) -> Case {
     let _ = h;
     Case::new(name, f.bytes(), Tx, WEIR_STAT_TX)
         .output(nat_out(f, dip).bytes())
-        .events(MISS_NEW)
-        .after(conn_is(f.tuple(), dip.id, 1, version))
+        .events(MISS_HALF_OPEN)
+        .after(half_open_is(f.tuple(), dip.id, 1, version))
+}
+
+/// A SYN again (a retransmission) while its first one is half-open: the
+/// same DIP, whatever the table says now.
+fn syn_again(name: &str, f: &Frame, dip: &Dip, mode: u32) -> Case {
+    let out = if mode == NAT {
+        nat_out(f, dip)
+    } else {
+        dsr_out(f, dip)
+    };
+    Case::new(name, f.bytes(), Tx, WEIR_STAT_TX)
+        .output(out.bytes())
+        .events(&[WEIR_STAT_CONN_MISS, WEIR_STAT_SYN_RETRANSMIT])
 }
 
 #[test]
@@ -1103,8 +1255,8 @@ fn next_hop_needs_the_ingress_interface_and_a_dip_mac() {
             WEIR_STAT_DROP_NO_ROUTE,
         )
         .output(f.clone().with_dst(d.addr, dip_port(&d, 80)).bytes())
-        .events(MISS_NEW),
-        hit("ifindex 1 registered: transmitted", &f, &d, NAT)
+        .events(MISS_HALF_OPEN),
+        syn_again("ifindex 1 registered: transmitted", &f, &d, NAT)
             .before(|h| h.maps.put_iface(TEST_IFINDEX, LB_IF_MAC).unwrap()),
         drop(
             "DIP without a MAC and no FIB: no route",
@@ -1112,13 +1264,13 @@ fn next_hop_needs_the_ingress_interface_and_a_dip_mac() {
             WEIR_STAT_DROP_NO_ROUTE,
         )
         .output(g.clone().with_dst(dg.addr, dip_port(&dg, 80)).bytes())
-        .events(MISS_NEW)
+        .events(MISS_HALF_OPEN)
         .before(move |h| {
             let mut x = dg.abi(1, true);
             x.mac_set = 0;
             h.maps.put_dip(dg.id, &x).unwrap()
         }),
-        hit("DIP MAC restored", &g, &dg2, NAT)
+        syn_again("DIP MAC restored", &g, &dg2, NAT)
             .before(move |h| h.maps.put_dip(dg2.id, &dg2.abi(1, true)).unwrap()),
     ];
     run_cases(&h, cases);
@@ -1304,11 +1456,27 @@ fn check_dispatch(
         assert_eq!((t.dst, t.dport), (vip_addr, vport));
         let r = h.run(&f.bytes());
         assert_eq!(r.action(), Some(Tx), "{t:?}");
-        let c = h.maps.conn(&t.key()).unwrap().expect("conn installed");
+        let c = dispatched_entry(h, t).expect("entry installed");
         assert_eq!(c.dip_id, *want, "flow {t:?} with weights {weights:?}");
         assert_eq!(c.table_version, version);
-        h.maps.conns.delete(t.key().as_bytes()).unwrap();
+        forget_entry(h, t);
     }
+}
+
+/// The entry a new flow's first packet left: a TCP SYN's in the half-open
+/// table, a UDP datagram's in `conns`.
+fn dispatched_entry(h: &Harness, t: &FlowTuple) -> Option<weir_conn> {
+    let key = t.key();
+    h.maps
+        .conn(&key)
+        .unwrap()
+        .or_else(|| h.maps.half_open(&key).unwrap())
+}
+
+fn forget_entry(h: &Harness, t: &FlowTuple) {
+    let key = t.key();
+    h.maps.conns.delete(key.as_bytes()).ok();
+    h.maps.half_open.delete(key.as_bytes()).ok();
 }
 
 /// A Harness whose VIP 0 is `vip:port/proto` (nat) and nothing else.
@@ -1501,7 +1669,7 @@ mod vectors {
                     );
                     let before = h.stats();
                     let r = h.run(&f.bytes());
-                    let conn = h.maps.conn(&t.key()).unwrap();
+                    let conn = dispatched_entry(&h, &t);
                     match fl["dip"].as_u64() {
                         Some(want) => {
                             assert_eq!(r.action(), Some(Tx), "{name}: {t:?}");
@@ -1517,7 +1685,7 @@ mod vectors {
                             assert_eq!(after[d] - before[d], 1, "{name}: no-backend count");
                         }
                     }
-                    h.maps.conns.delete(t.key().as_bytes()).ok();
+                    forget_entry(&h, &t);
                     checked += 1;
                 }
             }
@@ -1557,7 +1725,7 @@ fn telemetry_is(dip: u32, requests: u64, samples: u64) -> impl Fn(&Harness) {
 /// The outstanding-request stamp of connection `t` is set (or not).
 fn req_stamp(t: FlowTuple, set: bool) -> impl Fn(&Harness) {
     move |h: &Harness| {
-        let c = h.maps.conn(&t.key()).unwrap().expect("connection entry");
+        let c = dispatched_entry(h, &t).expect("connection entry");
         assert_eq!(c.req_us != 0, set, "req_us of {t:?} = {}", c.req_us);
     }
 }
@@ -1586,7 +1754,7 @@ fn passive_telemetry_times_request_to_first_reply() {
     };
     let id = d.id;
     let cases = vec![
-        new_flow(&h, "telemetry: SYN starts no request", &syn, 0, MISS_NEW)
+        new_flow(&h, "telemetry: SYN starts no request", &syn, 0)
             .after(both(telemetry_is(id, 0, 0), req_stamp(t, false))),
         rev_case(
             "telemetry: a reply with no request outstanding is no sample",
@@ -1595,7 +1763,7 @@ fn passive_telemetry_times_request_to_first_reply() {
             L4::Tcp(TcpFlags::SYN_ACK),
         )
         .after(telemetry_is(id, 0, 0)),
-        hit("telemetry: pure ACK starts no request", &ack, &d, NAT)
+        promote("telemetry: pure ACK starts no request", &ack, &d, 0, NAT)
             .after(both(telemetry_is(id, 0, 0), req_stamp(t, false))),
         hit("telemetry: request payload stamps the conn", &data, &d, NAT)
             .after(both(telemetry_is(id, 1, 0), req_stamp(t, true))),
@@ -1637,7 +1805,7 @@ fn passive_telemetry_times_request_to_first_reply() {
     let (uid, ut) = (du.id, u.tuple());
     let base = h.maps.dip_telemetry(uid).unwrap();
     let cases = vec![
-        new_flow(&h, "telemetry: udp datagram on a new flow", &u, 1, MISS_NEW).after(move |h| {
+        new_flow(&h, "telemetry: udp datagram on a new flow", &u, 1).after(move |h| {
             let now = h.maps.dip_telemetry(uid).unwrap();
             assert_eq!(now.requests, base.requests + 1, "{now:?}");
             req_stamp(ut, true)(h);
@@ -1667,8 +1835,8 @@ fn passive_telemetry_times_request_to_first_reply() {
     let (sid, st) = (ds.id, s.tuple());
     let before = h.maps.dip_telemetry(sid).unwrap();
     let cases = vec![
-        new_flow(&h, "telemetry: dsr SYN", &s, 2, MISS_NEW),
-        hit("telemetry: dsr data is not timed", &sdata, &ds, DSR).after(move |h| {
+        new_flow(&h, "telemetry: dsr SYN", &s, 2),
+        promote("telemetry: dsr data is not timed", &sdata, &ds, 2, DSR).after(move |h| {
             assert_eq!(h.maps.dip_telemetry(sid).unwrap(), before);
             req_stamp(st, false)(h);
         }),
@@ -1688,8 +1856,8 @@ fn without_passive_telemetry_nothing_is_timed() {
     .payload(PAYLOAD);
     let (id, t) = (d.id, syn.tuple());
     let cases = vec![
-        new_flow(&h, "off: SYN", &syn, 0, MISS_NEW),
-        hit("off: request", &data, &d, NAT)
+        new_flow(&h, "off: SYN", &syn, 0),
+        promote("off: request", &data, &d, 0, NAT)
             .after(both(telemetry_is(id, 0, 0), req_stamp(t, false))),
         rev_case("off: reply", &syn, &d, L4::Tcp(TcpFlags::PSH_ACK)).after(telemetry_is(id, 0, 0)),
     ];
@@ -1721,11 +1889,12 @@ fn an_evicted_connection_is_redispatched_by_the_current_table() {
     let (t, new_id) = (syn.tuple(), d_new.id);
     let key = t.key();
     let cases = vec![
-        new_flow(&h, "evicted: SYN under v1", &syn, 0, MISS_NEW),
-        hit(
-            "evicted: ACK under v2 while the entry lives",
+        new_flow(&h, "evicted: SYN under v1", &syn, 0),
+        promote(
+            "evicted: ACK under v2 while the half-open entry lives",
             &ack,
             &d1,
+            0,
             NAT,
         )
         .before(move |h| {
@@ -1744,10 +1913,10 @@ fn an_evicted_connection_is_redispatched_by_the_current_table() {
         .events(&[
             WEIR_STAT_CONN_MISS,
             WEIR_STAT_NONSYN_MISS,
-            WEIR_STAT_CONN_NEW,
+            WEIR_STAT_HALF_OPEN_NEW,
         ])
         .before(move |h| h.maps.conns.delete(key.as_bytes()).unwrap())
-        .after(conn_is(t, new_id, 1, 2)),
+        .after(half_open_is(t, new_id, 1, 2)),
     ];
     assert_ne!(d_new.id, 1);
     run_cases(&h, cases);
@@ -1846,17 +2015,14 @@ fn evicted_reverse_entry_is_restored_by_forward_traffic() {
         ..syn.clone()
     };
     assert_eq!(h.run(&syn.bytes()).action(), Some(Tx));
+    assert_eq!(h.run(&ack.bytes()).action(), Some(Tx));
     let t = syn.tuple();
     let dip = h.fx.predict(0, &t).unwrap().clone();
-    let rkey = FlowTuple {
-        src: dip.addr,
-        dst: t.src,
-        sport: dip_port(&dip, t.dport),
-        dport: t.sport,
-        proto: Proto::Tcp,
-    }
-    .key();
-    assert!(h.maps.rev_nat(&rkey).unwrap().is_some(), "SYN installs it");
+    let rkey = rev_key_of(&t, &dip);
+    assert!(
+        h.maps.rev_nat(&rkey).unwrap().is_some(),
+        "the handshake installs it"
+    );
     h.maps.rev_nat.delete(rkey.as_bytes()).unwrap();
     // (63/64)^2000 < 1e-13: the entry is back well before the bound.
     (1..=2000)
@@ -1867,4 +2033,267 @@ fn evicted_reverse_entry_is_restored_by_forward_traffic() {
         .expect("forward traffic never restored the reverse entry");
     rev_is(t, dip, 0)(&h);
     h.assert_balanced("reverse restore");
+}
+
+/// Writes `f` into the established entry of `t` (the test's way to age it).
+fn edit_conn(t: FlowTuple, f: impl Fn(&mut weir_conn)) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        let mut c = h.maps.conn(&t.key()).unwrap().expect("an entry to edit");
+        f(&mut c);
+        h.maps.put_conn(&t.key(), &c).unwrap();
+    }
+}
+
+fn close_flags_are(t: FlowTuple, flags: u32) -> impl Fn(&Harness) {
+    move |h: &Harness| {
+        let c = h.maps.conn(&t.key()).unwrap().expect("an entry");
+        assert_eq!(u32::from(c.close_flags), flags, "close flags of {t:?}");
+    }
+}
+
+fn ticks_ago(secs: u64) -> u32 {
+    now_ticks().wrapping_sub(weir_dataplane::conntrack::ticks(
+        std::time::Duration::from_secs(secs),
+    ))
+}
+
+/// A connection's life: SYN into the half-open table (retransmissions keep
+/// the DIP whatever the table says), SYN-ACK back through the half-open
+/// reverse entry, promotion, FINs both ways, a new SYN on the same 5-tuple
+/// (dispatched by the current table, never by the old entry), idle expiry
+/// by state, and RST.
+#[test]
+fn tcp_connection_life_cycle() {
+    let h = Harness::new(&test_options());
+    let fx = &h.fx;
+    let v2 = AwfdTable::from_weights(&[(2, 1), (3, 1)]).unwrap();
+    let pick_v2 = |f: &Frame| {
+        v2.select(flow_hash(&f.tuple().key(), DEFAULT_SEED))
+            .unwrap()
+    };
+    let syn = find_flow(
+        |p| tcp("192.0.2.90", p, "10.0.0.100", 80, TcpFlags::SYN),
+        |f| fx.predict(0, &f.tuple()).unwrap().id == 1,
+    );
+    let with = |fl: TcpFlags| Frame {
+        l4: L4::Tcp(fl),
+        ..syn.clone()
+    };
+    let (ack, fin, rst) = (
+        with(TcpFlags::ACK),
+        with(TcpFlags::FIN_ACK),
+        with(TcpFlags::RST),
+    );
+    let data = with(TcpFlags::PSH_ACK).payload(PAYLOAD);
+    let t = syn.tuple();
+    let (d1, d_v2) = (fx.dip(1).clone(), fx.dip(pick_v2(&syn)).clone());
+    assert_ne!(d_v2.id, 1);
+    let publish_v2 = |h: &Harness| {
+        h.maps
+            .publish_table(0, 2, &AwfdTable::from_weights(&[(2, 1), (3, 1)]).unwrap())
+            .unwrap();
+    };
+    let both_fins = WEIR_CONN_F_FIN_CLIENT | WEIR_CONN_F_FIN_SERVER;
+    let timeouts = test_options().timeouts;
+    let closed_s = timeouts.tcp_closed.as_secs();
+    let established_s = timeouts.tcp_established.as_secs();
+    let (d_v2a, d_v2b) = (d_v2.clone(), d_v2.clone());
+    let cases = vec![
+        new_flow(&h, "SYN under v1", &syn, 0),
+        syn_again("retransmitted SYN under v2 keeps its DIP", &syn, &d1, NAT).before(publish_v2),
+        rev_case("SYN-ACK", &syn, &d1, L4::Tcp(TcpFlags::SYN_ACK)),
+        promote("ACK completes the handshake on DIP 1", &ack, &d1, 0, NAT),
+        hit("data", &data, &d1, NAT),
+        Case::new("client FIN", fin.bytes(), Tx, WEIR_STAT_TX)
+            .output(nat_out(&fin, &d1).bytes())
+            .events(&[WEIR_STAT_CONN_HIT, WEIR_STAT_CONN_CLOSING])
+            .after(close_flags_are(t, WEIR_CONN_F_FIN_CLIENT)),
+        rev_case("server FIN", &syn, &d1, L4::Tcp(TcpFlags::FIN_ACK))
+            .after(close_flags_are(t, both_fins)),
+        hit("last ACK within the grace period", &ack, &d1, NAT)
+            .after(close_flags_are(t, both_fins)),
+        // The client reuses its port: the current table (v2) decides.
+        Case::new(
+            "new SYN on the closed 5-tuple",
+            syn.bytes(),
+            Tx,
+            WEIR_STAT_TX,
+        )
+        .output(nat_out(&syn, &d_v2).bytes())
+        .events(&[
+            WEIR_STAT_CONN_REUSED,
+            WEIR_STAT_CONN_MISS,
+            WEIR_STAT_HALF_OPEN_NEW,
+        ])
+        .after(move |h| {
+            no_conn(t)(h);
+            half_open_is(t, d_v2a.id, 1, 2)(h);
+            // The old connection's reverse entry went with it.
+            assert!(get_rev(&h.maps.rev_nat, &rev_key_of(&t, &d1)).is_none());
+        }),
+        Case::new("its ACK", ack.bytes(), Tx, WEIR_STAT_TX)
+            .output(nat_out(&ack, &d_v2).bytes())
+            .events(MISS_NEW)
+            .after(conn_is(t, d_v2.id, 1, 2)),
+        // Idle past the established timeout: gone, the ACK is a miss.
+        Case::new("ACK after the idle timeout", ack.bytes(), Tx, WEIR_STAT_TX)
+            .output(nat_out(&ack, &d_v2).bytes())
+            .events(&[
+                WEIR_STAT_CONN_EXPIRED,
+                WEIR_STAT_CONN_MISS,
+                WEIR_STAT_NONSYN_MISS,
+                WEIR_STAT_HALF_OPEN_NEW,
+            ])
+            .before(edit_conn(t, move |c| {
+                c.atime = ticks_ago(established_s + 2)
+            }))
+            .after(half_open_is(t, d_v2b.id, 1, 2)),
+        Case::new(
+            "the next ACK confirms it again",
+            ack.bytes(),
+            Tx,
+            WEIR_STAT_TX,
+        )
+        .output(nat_out(&ack, &d_v2).bytes())
+        .events(MISS_NEW)
+        .after(conn_is(t, d_v2.id, 1, 2)),
+        // Idle just under the timeout: still there.
+        hit("ACK idle just under the timeout", &ack, &d_v2, NAT).before(edit_conn(t, move |c| {
+            c.atime = ticks_ago(established_s - 2)
+        })),
+        Case::new("client RST", rst.bytes(), Tx, WEIR_STAT_TX)
+            .output(nat_out(&rst, &d_v2).bytes())
+            .events(&[WEIR_STAT_CONN_HIT, WEIR_STAT_CONN_CLOSING])
+            .after(close_flags_are(t, WEIR_CONN_F_RST)),
+        // A reset connection lasts only the grace period.
+        Case::new("ACK after the grace period", ack.bytes(), Tx, WEIR_STAT_TX)
+            .output(nat_out(&ack, &d_v2).bytes())
+            .events(&[
+                WEIR_STAT_CONN_EXPIRED,
+                WEIR_STAT_CONN_MISS,
+                WEIR_STAT_NONSYN_MISS,
+                WEIR_STAT_HALF_OPEN_NEW,
+            ])
+            .before(edit_conn(t, move |c| c.atime = ticks_ago(closed_s + 2))),
+    ];
+    run_cases(&h, cases);
+}
+
+/// A reply from a nat DIP's service endpoint that matches no reverse entry
+/// never leaves rewritten or forwarded as if weir knew it; one addressed to
+/// this host (a health check's answer) goes to the kernel. (Whether the
+/// kernel would forward one to a client depends on this host's routes, so
+/// the drop is proven end to end in e2e_conntrack.)
+#[test]
+fn a_reply_without_state_is_not_rewritten() {
+    let h = Harness::new(&test_options());
+    let d1 = h.fx.dip(1).clone();
+    let probe = Frame::tcp(ip("127.0.0.1"), 40100, ip("10.0.0.100"), 80, TcpFlags::SYN)
+        .macs(CLIENT_MAC, VIP_MAC);
+    let r = reply(&probe, &d1, L4::Tcp(TcpFlags::SYN_ACK));
+    let other_port = reply(&probe, &d1, L4::Tcp(TcpFlags::SYN_ACK)).with_src(d1.addr, 9999);
+    let cases = vec![
+        pass(
+            "health-check answer to this host",
+            r.bytes(),
+            WEIR_STAT_PASS_NOT_VIP,
+        ),
+        pass(
+            "a DIP's packet from another port is not a reply",
+            other_port.bytes(),
+            WEIR_STAT_PASS_NOT_VIP,
+        ),
+    ];
+    assert!(h.maps.nat_endpoints.keys().count() > 0);
+    run_cases(&h, cases);
+}
+
+/// A half-open entry older than its timeout is no retransmission: the SYN
+/// is dispatched by the current table.
+#[test]
+fn a_stale_half_open_entry_is_dispatched_anew() {
+    let h = Harness::new(&test_options());
+    let fx = &h.fx;
+    let v2 = AwfdTable::from_weights(&[(2, 1), (3, 1)]).unwrap();
+    let syn = find_flow(
+        |p| tcp("192.0.2.91", p, "10.0.0.100", 80, TcpFlags::SYN),
+        |f| fx.predict(0, &f.tuple()).unwrap().id == 1,
+    );
+    let t = syn.tuple();
+    let d_v2 = fx
+        .dip(v2.select(flow_hash(&t.key(), DEFAULT_SEED)).unwrap())
+        .clone();
+    let half_open_s = test_options().timeouts.tcp_half_open.as_secs();
+    let cases = vec![
+        new_flow(&h, "SYN under v1", &syn, 0),
+        Case::new(
+            "SYN after the half-open timeout, under v2",
+            syn.bytes(),
+            Tx,
+            WEIR_STAT_TX,
+        )
+        .output(nat_out(&syn, &d_v2).bytes())
+        .events(MISS_HALF_OPEN)
+        .before(move |h| {
+            h.maps
+                .publish_table(0, 2, &AwfdTable::from_weights(&[(2, 1), (3, 1)]).unwrap())
+                .unwrap();
+            let mut c = h.maps.half_open(&t.key()).unwrap().unwrap();
+            c.atime = ticks_ago(half_open_s + 2);
+            h.maps.put_half_open(&t.key(), &c).unwrap();
+        })
+        .after(half_open_is(t, d_v2.id, 1, 2)),
+    ];
+    run_cases(&h, cases);
+}
+
+/// SYNs, however many, land in the bounded half-open table and never push
+/// an established connection out of `conns`.
+#[test]
+fn a_syn_flood_cannot_evict_established_connections() {
+    let opts = weir_dataplane::loader::LoadOptions {
+        conn_capacity: 1024,
+        half_open_capacity: 256,
+        ..test_options()
+    };
+    let h = Harness::new(&opts);
+    let established: Vec<Frame> = (0..200)
+        .map(|i| tcp("192.0.2.100", 20000 + i, "10.0.0.100", 80, TcpFlags::ACK))
+        .collect();
+    for f in &established {
+        // Non-SYN misses enter the half-open table; the next packet confirms.
+        assert_eq!(h.run(&f.bytes()).action(), Some(Tx));
+        assert_eq!(h.run(&f.bytes()).action(), Some(Tx));
+        assert!(h.maps.conn(&f.tuple().key()).unwrap().is_some());
+    }
+    let before = h.stats();
+    let floods = 20_000u32;
+    for i in 0..floods {
+        let src = std::net::Ipv4Addr::from(0x0a40_0000 + i).to_string();
+        let f = tcp(
+            &src,
+            1024 + (i % 60000) as u16,
+            "10.0.0.100",
+            80,
+            TcpFlags::SYN,
+        );
+        assert_eq!(h.run(&f.bytes()).action(), Some(Tx));
+    }
+    let after = h.stats();
+    let delta = |s: u32| after[s as usize] - before[s as usize];
+    assert_eq!(delta(WEIR_STAT_HALF_OPEN_NEW), u64::from(floods));
+    assert_eq!(delta(WEIR_STAT_CONN_NEW), 0);
+    assert!(
+        h.maps.half_open_count() <= 256,
+        "the half-open table holds its bound"
+    );
+    for f in &established {
+        let want = h.maps.conn(&f.tuple().key()).unwrap();
+        assert!(want.is_some(), "{:?} was evicted by SYNs", f.tuple());
+        let r = h.run(&f.bytes());
+        assert_eq!(r.action(), Some(Tx));
+    }
+    let hits = h.stats()[WEIR_STAT_CONN_HIT as usize] - after[WEIR_STAT_CONN_HIT as usize];
+    assert_eq!(hits, established.len() as u64);
+    h.assert_balanced("syn flood");
 }

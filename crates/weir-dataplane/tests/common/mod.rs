@@ -34,7 +34,8 @@ pub fn dip_mac(id: u32) -> [u8; 6] {
 }
 
 /// Every outcome counter: each packet ends in exactly one of them.
-pub const OUTCOMES: std::ops::RangeInclusive<u32> = WEIR_STAT_PASS_NOT_IP..=WEIR_STAT_DROP_REDIRECT;
+pub const OUTCOMES: std::ops::RangeInclusive<u32> =
+    WEIR_STAT_PASS_NOT_IP..=WEIR_STAT_DROP_REPLY_NO_STATE;
 
 pub fn stat_name(i: u32) -> &'static str {
     const NAMES: [&str; WEIR_STAT_MAX as usize] = [
@@ -55,6 +56,7 @@ pub fn stat_name(i: u32) -> &'static str {
         "TX",
         "REDIRECT",
         "DROP_REDIRECT",
+        "DROP_REPLY_NO_STATE",
         "CONN_HIT",
         "CONN_MISS",
         "CONN_NEW",
@@ -63,6 +65,11 @@ pub fn stat_name(i: u32) -> &'static str {
         "NONSYN_MISS",
         "REV_NAT",
         "MAC_FALLBACK",
+        "HALF_OPEN_NEW",
+        "SYN_RETRANSMIT",
+        "CONN_REUSED",
+        "CONN_EXPIRED",
+        "CONN_CLOSING",
     ];
     NAMES[i as usize]
 }
@@ -211,6 +218,25 @@ impl Fixture {
         self.vips.iter().find(|v| v.id == id).unwrap()
     }
 
+    /// The service endpoints of the nat VIPs' DIPs (what `apply` writes).
+    pub fn nat_endpoints(&self) -> std::collections::HashSet<weir_endpoint> {
+        let mut out = std::collections::HashSet::new();
+        for v in self.vips.iter().filter(|v| v.mode == NAT) {
+            for (id, _) in v.weights.iter().flatten() {
+                let d = self.dip(*id);
+                let (addr, family) = addr_words(d.addr);
+                let port = if d.port == 0 { v.port } else { d.port };
+                out.insert(weir_endpoint {
+                    addr,
+                    port: port.to_be(),
+                    proto: v.proto.number(),
+                    family,
+                });
+            }
+        }
+        out
+    }
+
     /// The DIP weir-core predicts for a new flow to `vip`.
     pub fn predict(&self, vip: u32, tuple: &FlowTuple) -> Option<&Dip> {
         let h = flow_hash(&tuple.key(), DEFAULT_SEED);
@@ -253,6 +279,7 @@ impl Harness {
         for d in &h.fx.dips {
             h.maps.put_dip(d.id, &d.abi(1, true)).unwrap();
         }
+        h.maps.sync_nat_endpoints(&h.fx.nat_endpoints()).unwrap();
         for v in &h.fx.vips {
             h.maps
                 .put_vip(

@@ -52,6 +52,13 @@ impl TcpFlags {
         rst: false,
         psh: true,
     };
+    pub const FIN_ACK: TcpFlags = TcpFlags {
+        syn: false,
+        ack: true,
+        fin: true,
+        rst: false,
+        psh: false,
+    };
     pub const RST: TcpFlags = TcpFlags {
         syn: false,
         ack: false,

@@ -65,8 +65,8 @@ impl Inst {
     }
 
     /// Sends one NAT SYN of a new connection and reads the ingress ifindex
-    /// the program saw from the reverse entry it installed; removes both
-    /// entries again.
+    /// the program saw from the half-open reverse entry it installed;
+    /// removes both half-open entries again.
     pub(super) fn probe_ingress(&self) -> Result<u32> {
         self.set_mode(Mode::Nat)?;
         let idx = self.size + 500_000;
@@ -80,10 +80,12 @@ impl Inst {
         let rkey = reverse_key(&key);
         let rev = self
             .maps
-            .rev_nat(&rkey)?
-            .context("probe: no reverse-NAT entry installed")?;
-        self.maps.conns.delete(key.as_bytes())?;
-        self.maps.rev_nat.delete(rkey.as_bytes())?;
+            .half_open_rev
+            .lookup(rkey.as_bytes(), MapFlags::ANY)?
+            .and_then(|v| weir_rev_nat::from_bytes(&v))
+            .context("probe: no half-open reverse-NAT entry installed")?;
+        self.maps.half_open.delete(key.as_bytes())?;
+        self.maps.half_open_rev.delete(rkey.as_bytes())?;
         Ok(rev.ifindex)
     }
 
@@ -93,8 +95,10 @@ impl Inst {
             dip_id: 0,
             dip_gen: DIP_GEN,
             table_version: TABLE_VERSION,
-            req_us: 0,
             created_ns: 0,
+            // Fresh: the data plane ignores entries past their idle timeout.
+            atime: weir_dataplane::conntrack::now_ticks(),
+            ..Default::default()
         };
         let (vip, family) = addr_words(IpAddr::V4(VIP));
         let rev = weir_rev_nat {

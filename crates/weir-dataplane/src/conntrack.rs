@@ -1,0 +1,220 @@
+//! The user-space half of connection aging (bpf/lib/conntrack.h): the same
+//! clock, the same expiry rule, and a sweep that deletes what has expired.
+//!
+//! The data plane already treats an expired entry as absent, so the sweep
+//! changes no forwarding decision: it frees the slots (closed connections
+//! would otherwise compete with live idle ones for LRU space) and keeps
+//! `weir status` honest. It reads with the data plane's own clock
+//! (CLOCK_MONOTONIC_COARSE is `bpf_ktime_get_coarse_ns`), and the data plane
+//! never refreshes an entry once it has expired, so an entry seen expired
+//! here stays expired; each one is read again right before its deletion, and
+//! only an entry that is still the same one (same creation time) is removed.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+use weir_abi::*;
+
+use crate::loader::ConnTimeouts;
+use crate::maps::Maps;
+
+const TCP: u8 = 6;
+/// Entries read per batch syscall.
+const BATCH: u32 = 4096;
+
+/// `d` in the data plane's ticks of 2^WEIR_TICK_SHIFT ns.
+pub fn ticks(d: Duration) -> u32 {
+    let t = d.as_nanos() >> WEIR_TICK_SHIFT;
+    u32::try_from(t).unwrap_or(u32::MAX)
+}
+
+/// Now, in the data plane's ticks (the coarse monotonic clock).
+pub fn now_ticks() -> u32 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
+    (ns >> WEIR_TICK_SHIFT) as u32
+}
+
+/// The idle timeout of an established-table entry in its state, in ticks
+/// (the twin of `conn_timeout` in conntrack.h).
+pub fn timeout(conn: &weir_conn, proto: u8, t: &weir_conn_timeouts) -> u32 {
+    let both_fins = (WEIR_CONN_F_FIN_CLIENT | WEIR_CONN_F_FIN_SERVER) as u8;
+    let f = conn.close_flags;
+    if proto != TCP {
+        t.udp
+    } else if f & WEIR_CONN_F_RST as u8 != 0 || f & both_fins == both_fins {
+        t.tcp_closed
+    } else if f != 0 {
+        t.tcp_closing
+    } else {
+        t.tcp_established
+    }
+}
+
+/// Whether an entry with last use `atime` is idle past `limit` ticks at `now`
+/// (wrapping arithmetic, as the data plane does).
+pub fn idle_past(atime: u32, limit: u32, now: u32) -> bool {
+    now.wrapping_sub(atime) > limit
+}
+
+/// What one sweep found and removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub established: usize,
+    pub established_expired: usize,
+    pub half_open: usize,
+    pub half_open_expired: usize,
+}
+
+/// Deletes the expired entries of both connection tables (and their
+/// reverse entries in nat mode).
+pub fn sweep(maps: &Maps, timeouts: &ConnTimeouts) -> Result<SweepReport> {
+    let t = timeouts.ticks();
+    let dips = live_dips(maps)?;
+    let mut report = SweepReport::default();
+    let now = now_ticks();
+    let (n, expired) = sweep_table(&maps.conns, &maps.rev_nat, &dips, |key, c| {
+        idle_past(c.atime, timeout(c, key.proto, &t), now)
+    })?;
+    report.established = n;
+    report.established_expired = expired;
+    let (n, expired) = sweep_table(&maps.half_open, &maps.half_open_rev, &dips, |_, c| {
+        idle_past(c.atime, t.tcp_half_open, now)
+    })?;
+    report.half_open = n;
+    report.half_open_expired = expired;
+    Ok(report)
+}
+
+/// DIP slots by id, to find reverse keys.
+fn live_dips(maps: &Maps) -> Result<HashMap<u32, weir_dip>> {
+    let mut out = HashMap::new();
+    for id in 0..maps.dip_slots() {
+        if let Some(d) = maps.dip(id)? {
+            out.insert(id, d);
+        }
+    }
+    Ok(out)
+}
+
+fn sweep_table(
+    table: &MapHandle,
+    rev_table: &MapHandle,
+    dips: &HashMap<u32, weir_dip>,
+    expired: impl Fn(&weir_flow_key, &weir_conn) -> bool,
+) -> Result<(usize, usize)> {
+    let mut seen = 0;
+    let mut victims = Vec::new();
+    let entries = table
+        .lookup_batch(BATCH, MapFlags::ANY, MapFlags::ANY)
+        .context("reading a connection table")?;
+    for (k, v) in entries {
+        seen += 1;
+        if let (Some(key), Some(conn)) = (weir_flow_key::from_bytes(&k), weir_conn::from_bytes(&v))
+        {
+            if expired(&key, &conn) {
+                victims.push((key, conn));
+            }
+        }
+    }
+    let mut removed = 0;
+    for (key, seen_conn) in victims {
+        // Read again: only the same, still expired entry goes.
+        let Some(now) = table
+            .lookup(key.as_bytes(), MapFlags::ANY)?
+            .and_then(|v| weir_conn::from_bytes(&v))
+        else {
+            continue;
+        };
+        if now.created_ns != seen_conn.created_ns || !expired(&key, &now) {
+            continue;
+        }
+        if table.delete(key.as_bytes()).is_ok() {
+            removed += 1;
+        }
+        if let Some(dip) = dips.get(&now.dip_id).filter(|d| d.gen == now.dip_gen) {
+            // Absent in dsr mode; a failed delete is that.
+            let _ = rev_table.delete(reverse_key(&key, dip).as_bytes());
+        }
+    }
+    Ok((seen, removed))
+}
+
+/// The tuple of the DIP's replies to the client tuple `key` (the twin of
+/// `reverse_key` in conntrack.h).
+pub fn reverse_key(key: &weir_flow_key, dip: &weir_dip) -> weir_flow_key {
+    weir_flow_key {
+        src: dip.addr,
+        dst: key.src,
+        sport: if dip.port != 0 { dip.port } else { key.dport },
+        dport: key.sport,
+        proto: key.proto,
+        family: key.family,
+        pad: [0; 2],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn(flags: u32) -> weir_conn {
+        weir_conn {
+            close_flags: flags as u8,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn state_picks_the_timeout() {
+        let t = ConnTimeouts::default().ticks();
+        assert_eq!(timeout(&conn(0), TCP, &t), t.tcp_established);
+        assert_eq!(
+            timeout(&conn(WEIR_CONN_F_FIN_CLIENT), TCP, &t),
+            t.tcp_closing
+        );
+        assert_eq!(
+            timeout(&conn(WEIR_CONN_F_FIN_SERVER), TCP, &t),
+            t.tcp_closing
+        );
+        let both = WEIR_CONN_F_FIN_CLIENT | WEIR_CONN_F_FIN_SERVER;
+        assert_eq!(timeout(&conn(both), TCP, &t), t.tcp_closed);
+        assert_eq!(timeout(&conn(WEIR_CONN_F_RST), TCP, &t), t.tcp_closed);
+        assert_eq!(timeout(&conn(0), 17, &t), t.udp);
+    }
+
+    #[test]
+    fn ticks_are_about_a_millisecond_and_saturate() {
+        assert_eq!(ticks(Duration::from_secs(1)), 953);
+        assert_eq!(ticks(Duration::from_secs(900)), 858_306);
+        assert_eq!(ticks(Duration::from_secs(u64::MAX / 4)), u32::MAX);
+        assert!(ticks(ConnTimeouts::MAX) < u32::MAX / 2);
+    }
+
+    #[test]
+    fn idle_time_wraps() {
+        assert!(!idle_past(100, 50, 150));
+        assert!(idle_past(100, 50, 151));
+        // atime just before the 32-bit wrap, now just after it.
+        assert!(!idle_past(u32::MAX - 10, 50, 20));
+        assert!(idle_past(u32::MAX - 10, 20, 20));
+    }
+
+    #[test]
+    fn clock_moves_forward_in_ticks() {
+        let a = now_ticks();
+        std::thread::sleep(Duration::from_millis(30));
+        let b = now_ticks();
+        assert!(
+            b.wrapping_sub(a) >= 10 && b.wrapping_sub(a) < 10_000,
+            "{a} -> {b}"
+        );
+    }
+}
