@@ -4,7 +4,14 @@ use std::{env, path::PathBuf};
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: &[&str] = &["weir_lb", "minimal", "weir_kv", "weir_xsk_redirect"];
+const PROGRAMS: &[&str] = &[
+    "weir_lb",
+    "minimal",
+    "weir_kv",
+    "weir_xsk_redirect",
+    "weir_gen",
+    "weir_sink",
+];
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");

@@ -10,14 +10,18 @@
 //! - [`testrun`] runs a program on a packet through BPF_PROG_TEST_RUN.
 //! - [`kv`] loads the memcached switch `weir_kv` and manages its tables,
 //!   cache and counters.
+//! - [`gen`] and [`sink`]: the labs' packet generator (live BPF_PROG_TEST_RUN)
+//!   and the XDP sink that counts what arrives.
 
 pub mod attach;
+pub mod conntrack;
+pub mod gen;
 pub mod iface;
 pub mod kv;
-pub mod conntrack;
 pub mod loader;
 pub mod maps;
 pub mod minimal;
+pub mod sink;
 pub mod testrun;
 pub mod xsk_redirect;
 
@@ -32,6 +36,12 @@ pub mod skel {
     }
     pub mod kv {
         include!(concat!(env!("OUT_DIR"), "/weir_kv.skel.rs"));
+    }
+    pub mod gen {
+        include!(concat!(env!("OUT_DIR"), "/weir_gen.skel.rs"));
+    }
+    pub mod sink {
+        include!(concat!(env!("OUT_DIR"), "/weir_sink.skel.rs"));
     }
 }
 
