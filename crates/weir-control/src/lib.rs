@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod apply;
+pub mod bpffs;
 pub mod config;
 pub mod controller;
 pub mod diag;
@@ -15,4 +16,5 @@ pub mod runtime;
 pub mod signals;
 pub mod status;
 pub mod sweeper;
+pub mod takeover;
 pub mod telemetry;

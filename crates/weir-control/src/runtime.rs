@@ -13,15 +13,17 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use weir_dataplane::attach::{attach_all, ensure_free, take_over, XdpMode};
+use weir_dataplane::attach::{attach_all, take_over, XdpMode};
 use weir_dataplane::iface::Iface;
 use weir_dataplane::loader::{self, Action, LoadOptions};
 use weir_dataplane::maps::Maps;
 
 use crate::apply::apply;
+use crate::bpffs::{self, Persistence};
 use crate::config::{Config, Mode, NonSynMiss, Verdict, XdpModeCfg};
 use crate::controller::{Controller, Shared};
 use crate::signals::SignalSet;
+use crate::takeover::{self, Predecessor, Takeover};
 
 /// Where `weir serve` records itself for `weir status` and `weir reload`.
 pub const DEFAULT_RUN_DIR: &str = "/run/weir";
@@ -60,8 +62,12 @@ pub struct ServeOptions {
     pub xdp_mode: Option<XdpMode>,
     pub reset_state: bool,
     pub run_dir: PathBuf,
-    /// Replace the running daemon's programs atomically, then retire it.
+    /// Replace the running daemon's programs atomically, then retire it;
+    /// or adopt an orphaned weir program whose daemon died.
     pub takeover: bool,
+    /// Run even where the pinned state cannot outlive the process (a
+    /// private mount namespace, as under `ip netns exec`).
+    pub ephemeral_state: bool,
 }
 
 fn verdict(v: Verdict) -> Action {
@@ -76,9 +82,20 @@ fn is_alive(pid: u32) -> bool {
     unsafe { libc::kill(pid as i32, 0) == 0 }
 }
 
+/// What preflight found: everything `serve` needs before loading.
+pub struct Preflight {
+    pub cfg: Config,
+    pub ifaces: Vec<Iface>,
+    pub mode: XdpMode,
+    /// With --takeover: the checked programs to replace.
+    pub takeover: Option<Takeover>,
+    pub persistence: Persistence,
+}
+
 /// Checks that need no loading: privileges, kernel, config, interfaces,
-/// XDP slots, bpffs, another daemon.
-pub fn preflight(opts: &ServeOptions) -> Result<(Config, Vec<Iface>, Option<RunRecord>)> {
+/// XDP slots (or, with --takeover, the program to replace and its pins),
+/// bpffs and whether pins there persist, another daemon.
+pub fn preflight(opts: &ServeOptions) -> Result<Preflight> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!("weir serve must run as root (it loads BPF programs and attaches XDP); run it with sudo");
@@ -98,42 +115,22 @@ pub fn preflight(opts: &ServeOptions) -> Result<(Config, Vec<Iface>, Option<RunR
         .iter()
         .map(|n| Iface::by_name(n))
         .collect::<Result<Vec<_>>>()?;
-    let pairs: Vec<(String, u32)> = ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect();
-    let predecessor = RunRecord::read(&opts.run_dir)
+    let mode = opts.xdp_mode.unwrap_or(match cfg.dataplane.xdp_mode {
+        XdpModeCfg::Native => XdpMode::Native,
+        XdpModeCfg::Generic => XdpMode::Generic,
+    });
+    if !opts.takeover {
+        takeover::refuse_busy(&ifaces)?;
+    }
+    let persistence = bpffs::prepare(&cfg.dataplane.pin_dir, opts.ephemeral_state)?;
+    let takeover = match opts.takeover {
+        true => Some(takeover::check(&cfg, &ifaces, &opts.run_dir, mode)?),
+        false => None,
+    };
+    if let Some(rec) = RunRecord::read(&opts.run_dir)
         .ok()
-        .filter(|r| is_alive(r.pid));
-    if opts.takeover {
-        let Some(p) = &predecessor else {
-            bail!(
-                "--takeover needs a running weir serve recorded in {}; start without --takeover",
-                opts.run_dir.display()
-            );
-        };
-        if p.interfaces != *cfg.dataplane.interfaces.get_ref() || p.pin_dir != cfg.dataplane.pin_dir
-        {
-            bail!(
-                "--takeover needs the same interfaces and pin_dir as the running daemon (pid {})",
-                p.pid
-            );
-        }
-    } else {
-        ensure_free(&pairs)?;
-    }
-    let parent = cfg.dataplane.pin_dir.parent().unwrap_or(Path::new("/"));
-    if !is_bpffs(parent) && parent == Path::new(BPFFS) {
-        // What systemd does at boot; some minimal systems skip it.
-        mount_bpffs()?;
-        log(format!("mounted a BPF filesystem on {BPFFS}"));
-    }
-    if !is_bpffs(parent) {
-        bail!(
-            "{} is not a BPF filesystem, so weir cannot pin its state there; mount one with \
-             `mount -t bpf bpf {}` or set dataplane.pin_dir",
-            parent.display(),
-            parent.display()
-        );
-    }
-    if let (Some(rec), false) = (&predecessor, opts.takeover) {
+        .filter(|r| !opts.takeover && is_alive(r.pid))
+    {
         bail!(
             "another weir serve (pid {}) is running with {}; stop it first, restart with --takeover, \
              or use another --run-dir",
@@ -141,53 +138,21 @@ pub fn preflight(opts: &ServeOptions) -> Result<(Config, Vec<Iface>, Option<RunR
             rec.config.display()
         );
     }
-    Ok((cfg, ifaces, predecessor))
-}
-
-/// The conventional mount point of the BPF filesystem.
-const BPFFS: &str = "/sys/fs/bpf";
-
-fn mount_bpffs() -> Result<()> {
-    let target = std::ffi::CString::new(BPFFS).unwrap();
-    let kind = std::ffi::CString::new("bpf").unwrap();
-    let opts = std::ffi::CString::new("mode=0700").unwrap();
-        half_open_capacity: dp.half_open_size(),
-        timeouts: dp.timeouts.to_conn_timeouts(),
-    // SAFETY: mount(2) with valid NUL-terminated strings.
-    let rc = unsafe {
-        libc::mount(
-            kind.as_ptr(),
-            target.as_ptr(),
-            kind.as_ptr(),
-            0,
-            opts.as_ptr().cast(),
-        )
-    };
-    if rc != 0 {
-        bail!(
-            "{BPFFS} is not a BPF filesystem and mounting one failed: {}; mount it with \
-             `mount -t bpf bpf {BPFFS}`",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
-}
-
-fn is_bpffs(dir: &Path) -> bool {
-    const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs into a zeroed struct with a valid path.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    rc == 0 && st.f_type as i64 == BPF_FS_MAGIC
+    Ok(Preflight {
+        cfg,
+        ifaces,
+        mode,
+        takeover,
+        persistence,
+    })
 }
 
 fn load_options(cfg: &Config) -> LoadOptions {
     let dp = &cfg.dataplane;
     LoadOptions {
         conn_capacity: dp.conn_table_size,
+        half_open_capacity: dp.half_open_size(),
+        timeouts: dp.timeouts.to_conn_timeouts(),
         max_vips: dp.max_vips,
         max_dips: dp.max_dips,
         not_vip: verdict(dp.not_vip),
@@ -230,7 +195,7 @@ fn prime_neighbours(cfg: &Config) {
     }
 }
 
-fn log(msg: impl AsRef<str>) {
+pub(crate) fn log(msg: impl AsRef<str>) {
     eprintln!("weir: {}", msg.as_ref());
 }
 
@@ -246,7 +211,13 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     // Block the signals first, so no thread started below takes them.
     let signals = SignalSet::block(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1]);
 
-    let (cfg, ifaces, predecessor) = preflight(opts)?;
+    let Preflight {
+        cfg,
+        ifaces,
+        mode,
+        takeover,
+        persistence,
+    } = preflight(opts)?;
     let pin_dir = cfg.dataplane.pin_dir.clone();
     if opts.reset_state && pin_dir.exists() {
         fs::remove_dir_all(&pin_dir)
@@ -275,14 +246,10 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             return Err(e);
         }
     };
-    let mode = opts.xdp_mode.unwrap_or(match cfg.dataplane.xdp_mode {
-        XdpModeCfg::Native => XdpMode::Native,
-        XdpModeCfg::Generic => XdpMode::Generic,
-    });
     let pairs: Vec<(String, u32)> = ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect();
-    let attached = match &predecessor {
-        Some(_) if opts.takeover => take_over(lb.prog_fd(), &pairs, mode),
-        _ => attach_all(lb.prog_fd(), &pairs, mode),
+    let attached = match &takeover {
+        Some(t) => take_over(lb.prog_fd(), &t.held, mode),
+        None => attach_all(lb.prog_fd(), &pairs, mode),
     };
     let attachment = match attached {
         Ok(a) => a,
@@ -292,9 +259,20 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         }
     };
     prime_neighbours(&cfg);
-    if let (Some(p), true) = (&predecessor, opts.takeover) {
-        retire_predecessor(p.pid);
-        log(format!("took over from pid {}", p.pid));
+    match takeover.map(|t| (t.predecessor, t.held[0].prog_id)) {
+        Some((Predecessor::Live(p), _)) => {
+            retire_predecessor(p.pid);
+            log(format!("took over from pid {}", p.pid));
+        }
+        Some((Predecessor::Orphan(record), prog)) => log(format!(
+            "adopted the orphaned weir program (id {prog}) and its state in {}{}",
+            pin_dir.display(),
+            record.map_or(String::new(), |r| format!(
+                "; its daemon (pid {}) had died",
+                r.pid
+            ))
+        )),
+        None => {}
     }
 
     fs::create_dir_all(&opts.run_dir)
@@ -305,18 +283,21 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         pin_dir: pin_dir.clone(),
         interfaces: pairs.iter().map(|(n, _)| n.clone()).collect(),
     };
-    let timeouts = cfg.dataplane.timeouts.to_conn_timeouts();
-    let _sweeper = crate::sweeper::Sweeper::start(&pin_dir, timeouts)
-        .map_err(|e| log(format!("connection sweeper not started: {e:#}")))
-        .ok();
     fs::write(
         RunRecord::path(&opts.run_dir),
         serde_json::to_vec_pretty(&record)?,
     )?;
     log(format!(
-        "serving on {} ({mode:?} XDP), state pinned in {}",
+        "serving on {} ({mode} XDP), {}",
         record.interfaces.join(", "),
-        pin_dir.display()
+        match persistence {
+            Persistence::Persistent => format!("state pinned in {}", pin_dir.display()),
+            Persistence::Ephemeral => format!(
+                "state in {} is NOT persistent: it lives in this process's private mount \
+                 namespace and goes away when it exits",
+                pin_dir.display()
+            ),
+        }
     ));
 
     // The controller and the metrics endpoint start only now: after a
@@ -324,6 +305,10 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     // writes the tables.
     let shared = Arc::new(Shared::default());
     let mut controller = start_controller(&cfg, &shared, &opts.run_dir);
+    let timeouts = cfg.dataplane.timeouts.to_conn_timeouts();
+    let _sweeper = crate::sweeper::Sweeper::start(&pin_dir, timeouts)
+        .map_err(|e| log(format!("connection sweeper not started: {e:#}")))
+        .ok();
     let _metrics = cfg.metrics.as_ref().and_then(|m| {
         let addr = *m.listen.get_ref();
         match crate::metrics::serve(addr, shared.clone(), &pin_dir) {
@@ -372,7 +357,15 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     }
     drop(attachment);
     let _ = fs::remove_file(RunRecord::path(&opts.run_dir));
-    log("detached; connection state stays pinned for the next start");
+    log(match persistence {
+        Persistence::Persistent => format!(
+            "detached; connection state stays pinned in {} for the next start",
+            pin_dir.display()
+        ),
+        Persistence::Ephemeral => {
+            "detached; the connection state was not persistent and goes away now".to_string()
+        }
+    });
     Ok(())
 }
 

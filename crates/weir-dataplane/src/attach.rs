@@ -1,9 +1,13 @@
-//! Attaching XDP programs to interfaces, all or nothing.
+//! Attaching XDP programs to interfaces, all or nothing; what holds an
+//! interface already; taking over from a previous weir without a gap.
 
+use std::ffi::CStr;
+use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::{Program, Xdp, XdpFlags};
+use libbpf_rs::libbpf_sys::bpf_prog_info;
+use libbpf_rs::{MapCore, MapHandle, Program, Xdp, XdpFlags};
 
 /// Native (driver) XDP or the generic fallback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,6 +25,16 @@ impl XdpMode {
     }
 }
 
+impl fmt::Display for XdpMode {
+    /// As `--xdp-mode` spells it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            XdpMode::Native => "native",
+            XdpMode::Generic => "generic",
+        })
+    }
+}
+
 /// Programs attached by this process; detached on drop.
 pub struct Attachment<'a> {
     xdp: Xdp<'a>,
@@ -31,25 +45,115 @@ pub struct Attachment<'a> {
 
 /// The id of the XDP program on an interface, if any (any mode).
 pub fn attached_prog_id(ifindex: u32) -> Option<u32> {
-    for flags in [XdpFlags::DRV_MODE, XdpFlags::SKB_MODE] {
+    attached(ifindex).map(|(id, _)| id)
+}
+
+/// The id and mode of the XDP program on an interface, if any.
+fn attached(ifindex: u32) -> Option<(u32, XdpMode)> {
+    for mode in [XdpMode::Native, XdpMode::Generic] {
         let mut id = 0u32;
         // SAFETY: plain query into a local u32.
         let rc = unsafe {
-            libbpf_rs::libbpf_sys::bpf_xdp_query_id(ifindex as i32, flags.bits() as i32, &mut id)
+            libbpf_rs::libbpf_sys::bpf_xdp_query_id(
+                ifindex as i32,
+                mode.flags().bits() as i32,
+                &mut id,
+            )
         };
         if rc == 0 && id != 0 {
-            return Some(id);
+            return Some((id, mode));
         }
     }
     None
+}
+
+/// An XDP program found attached to an interface, and what it uses.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub iface: String,
+    pub ifindex: u32,
+    pub mode: XdpMode,
+    pub prog_id: u32,
+    /// The program's name as the kernel keeps it (its first 15 bytes).
+    pub prog_name: String,
+    /// The maps the program uses, as (name, id).
+    pub maps: Vec<(String, u32)>,
+}
+
+/// The program attached to an interface (native or generic), if any.
+pub fn held(iface: &str, ifindex: u32) -> Result<Option<Held>> {
+    let Some((prog_id, mode)) = attached(ifindex) else {
+        return Ok(None);
+    };
+    let (prog_name, map_ids) = prog_info(prog_id)
+        .with_context(|| format!("reading program {prog_id} attached to {iface}"))?;
+    let maps = map_ids
+        .into_iter()
+        .map(|id| {
+            let info = MapHandle::from_map_id(id)
+                .and_then(|m| m.info())
+                .with_context(|| format!("reading map {id} of program {prog_id}"))?;
+            Ok((info.name().unwrap_or("").to_string(), id))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(Held {
+        iface: iface.to_string(),
+        ifindex,
+        mode,
+        prog_id,
+        prog_name,
+        maps,
+    }))
+}
+
+/// A program's name and the ids of the maps it uses.
+fn prog_info(id: u32) -> Result<(String, Vec<u32>)> {
+    let fd = Program::fd_from_id(id)?;
+    let get = |info: &mut bpf_prog_info| -> Result<()> {
+        let mut len = std::mem::size_of::<bpf_prog_info>() as u32;
+        // SAFETY: a valid fd and an info struct of the size passed; the
+        // map_ids pointer, if set, has room for nr_map_ids entries.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_obj_get_info_by_fd(
+                fd.as_raw_fd(),
+                (info as *mut bpf_prog_info).cast(),
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            bail!(
+                "bpf_obj_get_info_by_fd: {}",
+                std::io::Error::from_raw_os_error(-rc)
+            );
+        }
+        Ok(())
+    };
+    // First ask how many maps there are, then for their ids.
+    let mut info = bpf_prog_info::default();
+    get(&mut info)?;
+    let mut ids = vec![0u32; info.nr_map_ids as usize];
+    let mut with_ids = bpf_prog_info {
+        nr_map_ids: info.nr_map_ids,
+        map_ids: ids.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    get(&mut with_ids)?;
+    ids.truncate(with_ids.nr_map_ids as usize);
+    // SAFETY: the kernel NUL-terminates the name within its 16 bytes.
+    let name = unsafe { CStr::from_ptr(info.name.as_ptr()) };
+    Ok((name.to_string_lossy().into_owned(), ids))
 }
 
 /// Refuses interfaces that already carry an XDP program.
 pub fn ensure_free(ifaces: &[(String, u32)]) -> Result<()> {
     for (name, idx) in ifaces {
         if let Some(id) = attached_prog_id(*idx) {
+            let prog = match held(name, *idx) {
+                Ok(Some(h)) => format!("id {id}, name {}", h.prog_name),
+                _ => format!("id {id}"),
+            };
             bail!(
-                "interface {name} already has an XDP program (id {id}); stop whatever attached it \
+                "interface {name} already has an XDP program ({prog}); stop whatever attached it \
                  (`ip link set dev {name} xdp off` if it is stale) and start weir again"
             );
         }
@@ -81,31 +185,39 @@ pub fn attach_all<'a>(
     Ok(att)
 }
 
-/// Atomically swaps the XDP program of a running weir for `fd` on every
-/// interface (no moment without a program: a restart without a gap). Each
-/// interface must carry a program; on failure the ones already swapped are
-/// swapped back.
-pub fn take_over<'a>(
-    fd: BorrowedFd<'a>,
-    ifaces: &[(String, u32)],
-    mode: XdpMode,
-) -> Result<Attachment<'a>> {
+/// Atomically swaps the programs in `held` (a running or orphaned weir's,
+/// checked by the caller) for `fd`: no moment without a program, so a
+/// restart has no gap. Each swap replaces exactly the program that was
+/// checked; if another took its place since, the swap fails. On failure the
+/// interfaces already swapped are swapped back.
+pub fn take_over<'a>(fd: BorrowedFd<'a>, held: &[Held], mode: XdpMode) -> Result<Attachment<'a>> {
     let mut swapped: Vec<(u32, OwnedFd)> = Vec::new();
     let mut att = Attachment::empty(fd, mode);
-    for (name, idx) in ifaces {
+    for h in held {
         let result = (|| -> Result<OwnedFd> {
-            let old_id = attached_prog_id(*idx)
-                .with_context(|| format!("--takeover: {name} has no XDP program to take over"))?;
-            let old = Program::fd_from_id(old_id)
-                .with_context(|| format!("--takeover: opening program {old_id} on {name}"))?;
-            replace(fd, *idx, old.as_fd(), mode)
-                .with_context(|| format!("--takeover: replacing on {name}"))?;
+            if h.mode != mode {
+                bail!(
+                    "--takeover: the program on {} runs as {} XDP, not {mode}",
+                    h.iface,
+                    h.mode
+                );
+            }
+            let old = Program::fd_from_id(h.prog_id).with_context(|| {
+                format!("--takeover: program {} on {} is gone", h.prog_id, h.iface)
+            })?;
+            replace(fd, h.ifindex, old.as_fd(), mode).with_context(|| {
+                format!(
+                    "--takeover: replacing program {} on {} (if another program took its \
+                     place since it was checked, run --takeover again)",
+                    h.prog_id, h.iface
+                )
+            })?;
             Ok(old)
         })();
         match result {
             Ok(old) => {
-                swapped.push((*idx, old));
-                att.ifaces.push((name.clone(), *idx));
+                swapped.push((h.ifindex, old));
+                att.ifaces.push((h.iface.clone(), h.ifindex));
             }
             Err(e) => {
                 for (idx, old) in swapped.drain(..) {

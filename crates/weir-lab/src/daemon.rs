@@ -1,5 +1,11 @@
 //! Running `weir serve` inside the lab's load-balancer namespace, with a
 //! private pin directory and run directory that are removed afterwards.
+//!
+//! The daemon enters only the lab's network namespace (setns, as `nsenter
+//! --net=/run/netns/NS` does) and stays in the host's mount namespace, so its
+//! pins outlive it and a `--takeover` finds them. `ip netns exec` would give
+//! it a private mount namespace; [`Daemon::start_via_ip_netns_exec`] does
+//! that on purpose, for tests of what weir does about it.
 
 use std::fs::{self, File};
 use std::os::fd::AsRawFd;
@@ -9,6 +15,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+/// How the daemon enters the lab's namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Launch {
+    /// setns(2) into the network namespace only.
+    NetNs,
+    /// `ip netns exec`: also a private mount namespace (ip execs weir, so
+    /// the child's pid is weir's).
+    IpNetnsExec,
+}
 
 /// A `weir serve` child process.
 pub struct Daemon {
@@ -62,14 +78,41 @@ impl Daemon {
         if self.child.is_some() {
             bail!("already running");
         }
-        self.spawn(false)
+        self.spawn(Launch::NetNs, &[])
+    }
+
+    /// Starts `weir serve --takeover` with no daemon of ours running: it
+    /// adopts the orphaned program that [`Daemon::kill`] left.
+    pub fn adopt(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            bail!("already running");
+        }
+        self.spawn(Launch::NetNs, &["--takeover"])
+    }
+
+    /// Starts `weir serve --ephemeral-state` under `ip netns exec`, in a
+    /// mount namespace of its own where its pins are private.
+    pub fn start_via_ip_netns_exec(&mut self) -> Result<()> {
+        if self.child.is_some() {
+            bail!("already running");
+        }
+        self.spawn(Launch::IpNetnsExec, &["--ephemeral-state"])
+    }
+
+    /// SIGKILL and reap, as a crash would: the XDP program stays attached
+    /// and goes on forwarding with nobody holding it (an orphan).
+    pub fn kill(&mut self) -> Result<()> {
+        let mut child = self.child.take().context("not running")?;
+        child.kill()?;
+        child.wait()?;
+        Ok(())
     }
 
     /// Restarts without a gap: a new daemon takes the data plane over from
     /// the running one (`weir serve --takeover`), which then exits.
     pub fn restart(&mut self) -> Result<()> {
         let mut old = self.child.take().context("not running")?;
-        if let Err(e) = self.spawn(true) {
+        if let Err(e) = self.spawn(Launch::NetNs, &["--takeover"]) {
             self.child = Some(old);
             return Err(e);
         }
@@ -84,7 +127,7 @@ impl Daemon {
         Ok(())
     }
 
-    fn spawn(&mut self, takeover: bool) -> Result<()> {
+    fn spawn(&mut self, launch: Launch, extra: &[&str]) -> Result<()> {
         let log = File::options()
             .create(true)
             .append(true)
@@ -92,25 +135,34 @@ impl Daemon {
         self.log_offset = log.metadata()?.len();
         let netns = File::open(format!("/run/netns/{}", self.ns))?;
         let ns_fd = netns.as_raw_fd();
-        let mut cmd = Command::new(&self.exe);
+        let mut cmd = match launch {
+            Launch::NetNs => Command::new(&self.exe),
+            Launch::IpNetnsExec => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &self.ns]).arg(&self.exe);
+                c
+            }
+        };
         cmd.arg("serve")
             .arg("--config")
             .arg(self.config_path())
             .arg("--run-dir")
             .arg(self.run_dir())
-            .args(takeover.then_some("--takeover"))
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        // SAFETY: setns is async-signal-safe; it moves the child (only) into
-        // the lab namespace before exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(ns_fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        if launch == Launch::NetNs {
+            // SAFETY: setns is async-signal-safe; it moves the child (only)
+            // into the lab's network namespace before exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::setns(ns_fd, libc::CLONE_NEWNET) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let child = cmd
             .spawn()

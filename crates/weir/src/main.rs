@@ -41,9 +41,15 @@ enum Command {
         #[arg(long, conflicts_with = "takeover")]
         reset_state: bool,
         /// Restart without a gap: swap the running daemon's XDP programs for
-        /// ours atomically, then retire it.
+        /// ours atomically, then retire it; or adopt an orphaned weir program
+        /// whose daemon died, with its pinned state.
         #[arg(long)]
         takeover: bool,
+        /// Run even where the pinned state cannot outlive this process (a
+        /// private mount namespace, as under `ip netns exec`); restarts then
+        /// lose every connection.
+        #[arg(long)]
+        ephemeral_state: bool,
         /// Where to record the running daemon for `weir status` and `weir reload`.
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
         run_dir: PathBuf,
@@ -122,9 +128,11 @@ fn run(cli: Cli) -> Result<()> {
             xdp_mode,
             reset_state,
             takeover,
+            ephemeral_state,
             run_dir,
         } => runtime::serve(&ServeOptions {
             takeover,
+            ephemeral_state,
             config,
             xdp_mode: xdp_mode.map(|m| match m {
                 XdpModeArg::Native => XdpMode::Native,

@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 
 use weir_lab::daemon::Daemon;
 use weir_lab::netns::{ip_in, veth, NamespaceSet};
+use weir_lab::topology::attach_pass;
 
 const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
@@ -169,11 +170,18 @@ fn one_link_ns() -> (NamespaceSet, String) {
 }
 
 fn xdp_attached(ns: &str, dev: &str) -> bool {
+    xdp_prog_id(ns, dev).is_some()
+}
+
+/// The id of the XDP program on `dev`, from `ip link show`.
+fn xdp_prog_id(ns: &str, dev: &str) -> Option<u32> {
     let out = Command::new("ip")
         .args(["-n", ns, "link", "show", dev])
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (_, rest) = text.split_once("prog/xdp id ")?;
+    rest.split_whitespace().next()?.parse().ok()
 }
 
 #[test]
@@ -191,7 +199,13 @@ fn an_interface_with_xdp_already_is_refused() {
         .write_config(&format!("[dataplane]\ninterfaces = [\"a0\"]\n{VIP}"))
         .unwrap();
     let e = second.start().unwrap_err().to_string();
-    assert!(e.contains("already has an XDP program"), "{e}");
+    let pid = first.pid().unwrap();
+    assert!(
+        e.contains("a0 already has an XDP program")
+            && e.contains("name weir_lb")
+            && e.contains(&format!("of a running weir, pid {pid} (weir)")),
+        "{e}"
+    );
     assert!(!second.pin_dir.exists(), "the refused start pinned state");
     first.stop().unwrap();
     assert!(!xdp_attached(&ns, "a0"), "stop left XDP attached");
@@ -224,5 +238,105 @@ fn incompatible_saved_state_is_explained_and_nothing_is_attached() {
     assert!(
         d.pin_dir.join("conns").exists(),
         "a refused start must not drop saved state"
+    );
+}
+
+#[test]
+fn a_foreign_xdp_program_is_named_with_the_command_to_detach_it() {
+    let (_set, ns) = one_link_ns();
+    attach_pass(&ns, "a1").unwrap();
+    let id = xdp_prog_id(&ns, "a1").unwrap();
+    let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    d.write_config(&format!("[dataplane]\ninterfaces = [\"a1\"]\n{VIP}"))
+        .unwrap();
+    let e = d.start().unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "a1 already has an XDP program (id {id}, name xdp_pass)"
+        )) && e.contains("not weir's")
+            && e.contains("ip link set dev a1 xdp off"),
+        "{e}"
+    );
+    assert!(!d.pin_dir.exists(), "the refused start pinned state");
+    let e = d.adopt().unwrap_err().to_string();
+    assert!(
+        e.contains("a1 carries xdp_pass") && e.contains("not weir's"),
+        "--takeover of a foreign program: {e}"
+    );
+    assert_eq!(xdp_prog_id(&ns, "a1"), Some(id));
+    assert!(!d.pin_dir.exists(), "the refused takeover pinned state");
+}
+
+/// `ip netns exec` gives weir a mount namespace of its own with a fresh
+/// /sys: a bpffs it mounted there would vanish with it, and its state too.
+#[test]
+fn a_private_mount_namespace_is_refused_with_the_command_to_use() {
+    let (_set, ns) = one_link_ns();
+    let s = Scratch::new("mntns");
+    let cfg = s.config(&format!("[dataplane]\ninterfaces = [\"a0\"]\n{VIP}"));
+    let o = Command::new("ip")
+        .args(["netns", "exec", &ns, WEIR, "serve", "--config"])
+        .arg(&cfg)
+        .arg("--run-dir")
+        .arg(&s.dir)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("mount namespace of its own")
+            && e.contains(&format!("nsenter --net=/run/netns/{ns} weir serve"))
+            && e.contains("--ephemeral-state"),
+        "{e}"
+    );
+    assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    assert!(!xdp_attached(&ns, "a0"), "the refused start attached XDP");
+    assert!(!s.pins.exists(), "the refused start pinned state");
+}
+
+/// A predecessor that pinned in a private mount namespace: its maps are not
+/// the ones pinned here, so --takeover would start with empty tables. It is
+/// refused, while the predecessor runs and after it died.
+#[test]
+fn takeover_refuses_a_predecessor_whose_pins_are_not_visible() {
+    let (_set, ns) = one_link_ns();
+    let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    d.write_config(&format!("[dataplane]\ninterfaces = [\"a0\"]\n{VIP}"))
+        .unwrap();
+    d.start_via_ip_netns_exec().unwrap();
+    assert!(d.new_log().contains("is NOT persistent"), "{}", d.new_log());
+    let id = xdp_prog_id(&ns, "a0").unwrap();
+    assert!(
+        !d.pin_dir.exists(),
+        "its pins are visible outside its namespace"
+    );
+
+    let e = d.restart().unwrap_err().to_string();
+    let pid = d.pid().unwrap();
+    assert!(
+        e.contains(&format!(
+            "the running weir (pid {pid}) keeps its state in maps"
+        )) && e.contains("conns (not pinned)")
+            && e.contains(&format!("nsenter --target {pid} --mount --net")),
+        "{e}"
+    );
+    assert_eq!(
+        xdp_prog_id(&ns, "a0"),
+        Some(id),
+        "the refused takeover changed XDP"
+    );
+
+    d.kill().unwrap();
+    let e = d.adopt().unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("the orphaned weir program (id {id})"))
+            && e.contains("conns (not pinned)")
+            && e.contains("ip link set dev a0 xdp off"),
+        "{e}"
+    );
+    assert_eq!(xdp_prog_id(&ns, "a0"), Some(id));
+    assert!(
+        !d.pin_dir.join("conns").exists(),
+        "the refused takeover left pins"
     );
 }
