@@ -5,6 +5,7 @@ use std::ffi::CString;
 use std::io;
 use std::num::NonZeroU32;
 use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
 
 use xsk_rs::config::{BindFlags, FrameSize, LibxdpFlags, QueueSize, SocketConfig, UmemConfig};
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
@@ -217,13 +218,16 @@ fn physical_memory() -> u64 {
     info.totalram as u64 * info.mem_unit as u64
 }
 
+/// How long a bind waits for a queue whose previous socket is closing.
+const BUSY_QUEUE_WAIT: Duration = Duration::from_millis(200);
+const BUSY_QUEUE_RETRY: Duration = Duration::from_millis(5);
+
 type Queues = (TxQueue, RxQueue, Option<(FillQueue, CompQueue)>);
 
 /// Binds in the mode asked for. `Auto` tries zero-copy and, where the
 /// driver refuses it, binds in copy mode and says so.
 fn bind(umem: &Umem, iface: &Interface, queue: u32, config: &Config) -> Result<Queues> {
-    let attempt = |zero_copy: bool| -> Result<Queues> {
-        let mode = if zero_copy { "zero-copy" } else { "copy" };
+    let attempt = |zero_copy: bool, mode: &'static str| -> Result<Queues> {
         let mut flags = if zero_copy {
             BindFlags::XDP_ZEROCOPY
         } else {
@@ -266,17 +270,33 @@ fn bind(umem: &Umem, iface: &Interface, queue: u32, config: &Config) -> Result<Q
             }
         })
     };
+    // The kernel releases a closed socket's queue from a workqueue, so a
+    // worker restarted on the same queue can find it busy for a moment.
+    let attempt = |zero_copy: bool, mode: &'static str| -> Result<Queues> {
+        let mut waited = Duration::ZERO;
+        loop {
+            match attempt(zero_copy, mode) {
+                Err(Error::Bind { source, .. })
+                    if source.raw_os_error() == Some(libc::EBUSY) && waited < BUSY_QUEUE_WAIT =>
+                {
+                    std::thread::sleep(BUSY_QUEUE_RETRY);
+                    waited += BUSY_QUEUE_RETRY;
+                }
+                other => return other,
+            }
+        }
+    };
     match config.mode {
-        Mode::Copy => attempt(false),
-        Mode::ZeroCopy => attempt(true),
-        Mode::Auto => match attempt(true) {
+        Mode::Copy => attempt(false, "copy"),
+        Mode::ZeroCopy => attempt(true, "zero-copy"),
+        Mode::Auto => match attempt(true, "auto") {
             Err(Error::Bind { source, .. }) if driver_refused_zero_copy(&source) => {
                 eprintln!(
                     "weir-afxdp: {} queue {queue}: zero-copy unavailable ({source}); \
                      using copy mode",
                     iface.name
                 );
-                attempt(false)
+                attempt(false, "copy")
             }
             other => other,
         },

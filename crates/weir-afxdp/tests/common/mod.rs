@@ -52,6 +52,11 @@ pub struct VethPair {
 
 impl VethPair {
     pub fn new() -> Result<VethPair> {
+        VethPair::with_queues(1)
+    }
+
+    /// A pair whose ends have `queues` RX and TX queues each.
+    pub fn with_queues(queues: u32) -> Result<VethPair> {
         let prefix = format!(
             "w{}-x{}",
             std::process::id(),
@@ -66,11 +71,11 @@ impl VethPair {
             run("ip", &["netns", "add", &name])?;
             *slot = name;
         }
-        pair.build()?;
+        pair.build(queues)?;
         Ok(pair)
     }
 
-    fn build(&self) -> Result<()> {
+    fn build(&self, queues: u32) -> Result<()> {
         let (a, b) = (self.ns_a.as_str(), self.ns_b.as_str());
         for ns in [a, b] {
             // Before the veth exists, so it never sends IPv6 ND or MLD.
@@ -86,27 +91,33 @@ impl VethPair {
                 ],
             )?;
         }
-        run(
-            "ip",
-            &[
-                "link",
-                "add",
-                IF_A,
-                "netns",
-                a,
-                "address",
-                &mac(MAC_A),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                IF_B,
-                "netns",
-                b,
-                "address",
-                &mac(MAC_B),
-            ],
-        )?;
+        let q = queues.to_string();
+        let (q, mac_a, mac_b) = (q.as_str(), mac(MAC_A), mac(MAC_B));
+        let side_a = [
+            "netns",
+            a,
+            "address",
+            &mac_a,
+            "numrxqueues",
+            q,
+            "numtxqueues",
+            q,
+        ];
+        let side_b = [
+            "netns",
+            b,
+            "address",
+            &mac_b,
+            "numrxqueues",
+            q,
+            "numtxqueues",
+            q,
+        ];
+        let mut args = vec!["link", "add", IF_A];
+        args.extend(side_a);
+        args.extend(["type", "veth", "peer", "name", IF_B]);
+        args.extend(side_b);
+        run("ip", &args)?;
         let ip_b = format!("{}/24", dotted(IP_B));
         run("ip", &["-n", b, "addr", "add", &ip_b, "dev", IF_B])?;
         run(
