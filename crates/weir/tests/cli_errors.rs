@@ -2,7 +2,8 @@
 //! do, a non-zero exit, and nothing left attached or pinned.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use weir_lab::daemon::Daemon;
 use weir_lab::netns::{ip_in, veth, NamespaceSet};
@@ -19,6 +20,26 @@ fn weir(args: &[&str]) -> Output {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `cmd` to its end, or kills it after `limit` (a `weir serve` that
+/// should have been refused would otherwise serve forever).
+fn output_within(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the command");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("still running after {limit:?}, not refused: {}", stderr(&o));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
 
 /// A config file in a private temp dir, with a private pin dir.
@@ -274,13 +295,12 @@ fn a_private_mount_namespace_is_refused_with_the_command_to_use() {
     let (_set, ns) = one_link_ns();
     let s = Scratch::new("mntns");
     let cfg = s.config(&format!("[dataplane]\ninterfaces = [\"a0\"]\n{VIP}"));
-    let o = Command::new("ip")
-        .args(["netns", "exec", &ns, WEIR, "serve", "--config"])
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &ns, WEIR, "serve", "--config"])
         .arg(&cfg)
         .arg("--run-dir")
-        .arg(&s.dir)
-        .output()
-        .unwrap();
+        .arg(&s.dir);
+    let o = output_within(cmd, Duration::from_secs(10));
     assert!(!o.status.success());
     let e = stderr(&o);
     assert!(
