@@ -12,10 +12,11 @@
  *   port index = (i >> host_bits) mod ports,
  * so flow i is always the same 5-tuple; weir-dataplane's gen.rs computes the
  * same mapping in Rust. Only these fields and the checksums change. Live mode
- * recycles pages without restoring them, so a run may see the template or any
- * earlier packet: every field the program writes is written whole, and the
- * checksums are updated from the template's (RFC 1624), never from what the
- * page holds.
+ * recycles pages without restoring them, so a run may see the template, an
+ * earlier packet, or what a receiver's XDP program made of one (a load
+ * balancer that rewrote its destination in place, on a veth peer): every run
+ * first writes the template's headers back, then the flow's fields, and the
+ * checksums are updated from the template's (RFC 1624).
  */
 #include <stddef.h>
 #include <linux/bpf.h>
@@ -44,6 +45,9 @@ const volatile __u32 cfg_key[2] = {};    /* the scramble's keys */
 const volatile __u32 cfg_shift = 1;      /* the scramble's xorshift: (host_bits + 1) / 2 */
 const volatile __u16 cfg_ip_csum = 0;    /* the template's checksums, as in memory */
 const volatile __u16 cfg_l4_csum = 0;
+/* The template's headers (Ethernet, IP, TCP or UDP). The payload is not
+ * restored: the labs' receivers rewrite headers only. */
+const volatile __u8 cfg_headers[WEIR_GEN_HEADERS_MAX] = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -112,6 +116,18 @@ static __always_inline int pick_flow(__u64 *flow)
 	return 0;
 }
 
+/* Writes the template's headers over whatever the page holds. Byte by
+ * byte through the volatile array: a memcpy from it would be folded into
+ * the compile-time zeros. `len` is a load-time constant. */
+static __always_inline void restore_headers(__u8 *data, __u32 len)
+{
+#pragma unroll
+	for (__u32 i = 0; i < WEIR_GEN_HEADERS_MAX; i++) {
+		if (i < len)
+			data[i] = cfg_headers[i];
+	}
+}
+
 SEC("xdp")
 int weir_gen(struct xdp_md *ctx)
 {
@@ -134,6 +150,7 @@ int weir_gen(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	if (pick_flow(&flow) < 0)
 		return XDP_ABORTED;
+	restore_headers(data, l4_off + (cfg_tcp ? sizeof(struct tcphdr) : sizeof(struct udphdr)));
 	host = flow & cfg_host_mask;
 	if (cfg_scramble)
 		host = scramble(host);

@@ -11,6 +11,10 @@
 
 #include <linux/types.h>
 
+/* The longest header template weir_gen restores per packet: Ethernet,
+ * IPv6 and TCP. */
+#define WEIR_GEN_HEADERS_MAX (14 + 40 + 20)
+
 /* How weir_gen picks the flow of each packet (cfg_dist). */
 enum weir_gen_dist {
 	WEIR_GEN_ROUND_ROBIN = 0, /* packet c carries flow c mod cfg_flows */

@@ -393,6 +393,8 @@ fn configure(open: &mut OpenWeirGenSkel<'static>, spec: &GenSpec, frame: &[u8]) 
     // As they sit in memory: the program updates them in that form.
     ro.cfg_ip_csum = u16::from_ne_bytes([frame[l3 + 10], frame[l3 + 11]]);
     ro.cfg_l4_csum = u16::from_ne_bytes([frame[l4_csum], frame[l4_csum + 1]]);
+    let headers = l4 + spec.l4.header_len();
+    ro.cfg_headers[..headers].copy_from_slice(&frame[..headers]);
     if let FlowDist::Zipf { .. } = spec.dist {
         open.maps
             .gen_alias
@@ -466,6 +468,19 @@ impl Generator {
     /// Runs the program once on the template (not live) and returns the
     /// packet it made: packet `n` of the numbering, whatever the CPU.
     pub fn packet(&self, n: u64) -> Result<Vec<u8>> {
+        self.packet_on(n, &self.frame)
+    }
+
+    /// As [`Generator::packet`], on a page that holds `page` instead of the
+    /// template: what a live run meets when its page was last used by a
+    /// packet that a receiver rewrote in place.
+    pub fn packet_on(&self, n: u64, page: &[u8]) -> Result<Vec<u8>> {
+        ensure!(
+            page.len() == self.frame.len(),
+            "a page of {} bytes for a {}-byte template",
+            page.len(),
+            self.frame.len()
+        );
         let cpus = libbpf_rs::num_possible_cpus().context("counting CPUs")?;
         let lanes: Vec<(usize, u64)> = (0..cpus).map(|c| (c, n)).collect();
         self.number_packets(&lanes, 1)?;
@@ -473,8 +488,8 @@ impl Generator {
         let mut out = vec![0u8; self.frame.len()];
         let mut opts = libbpf_rs::libbpf_sys::bpf_test_run_opts {
             sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_test_run_opts>() as _,
-            data_in: self.frame.as_ptr().cast(),
-            data_size_in: self.frame.len() as u32,
+            data_in: page.as_ptr().cast(),
+            data_size_in: page.len() as u32,
             data_out: out.as_mut_ptr().cast(),
             data_size_out: out.len() as u32,
             repeat: 1,
