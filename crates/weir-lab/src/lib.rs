@@ -9,3 +9,4 @@ pub mod demo;
 pub mod netns;
 pub mod spotlight;
 pub mod topology;
+pub mod traffic;

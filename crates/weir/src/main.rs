@@ -107,6 +107,8 @@ enum LabCommand {
     Demo(weir_lab::demo::DemoArgs),
     /// Spotlight V-B testbed: 8 file servers, ECMP/LCF/AWFD, FCT and throughput.
     Spotlight(weir_lab::spotlight::SpotlightArgs),
+    /// The packet generator across one veth pair into an XDP sink: offered vs received pps.
+    Gen(weir_lab::traffic::lab::GenArgs),
 }
 
 #[derive(Subcommand)]
@@ -182,6 +184,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Lab(LabCommand::Demo(args)) => weir_lab::demo::run(&args),
         Command::Lab(LabCommand::Spotlight(args)) => weir_lab::spotlight::run(&args),
+        Command::Lab(LabCommand::Gen(args)) => weir_lab::traffic::lab::run(&args),
         Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
         Command::Bench(BenchCommand::Sim(args)) => weir_sim::cli::run_bench(&args),
         Command::Bench(BenchCommand::Kv(args)) => weir_kv::bench::run(&args),
