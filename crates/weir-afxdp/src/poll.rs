@@ -38,6 +38,9 @@ impl Socket {
             return Ok(it);
         }
         it.received = n as u32;
+        if self.busy_poll.is_some() && !self.napi_checked {
+            self.check_napi();
+        }
         self.tx_batch.clear();
         for desc in &mut self.rx_batch[..n] {
             let verdict = {
@@ -165,6 +168,22 @@ impl Socket {
             }
         }
         Ok(())
+    }
+
+    /// Busy polling drives the NAPI context the socket's packets come from,
+    /// which the kernel learns from the first packet. A driver that gives
+    /// its XDP RX queues no NAPI id (veth) leaves nothing to drive: then the
+    /// busy-poll syscalls are pure cost, and polling goes on without them.
+    fn check_napi(&mut self) {
+        self.napi_checked = true;
+        if let Ok(0) = sockopt::napi_id(self.fd()) {
+            eprintln!(
+                "weir-afxdp: {} queue {}: the driver gives this queue no NAPI context to \
+                 busy-poll; polling without busy polling",
+                self.iface.name, self.queue
+            );
+            self.busy_poll = None;
+        }
     }
 
     fn wake_rx(&mut self) -> Result<()> {

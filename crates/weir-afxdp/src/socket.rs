@@ -29,6 +29,8 @@ pub struct Socket {
     pub(crate) ring_size: u32,
     pub(crate) zero_copy: bool,
     pub(crate) busy_poll: Option<BusyPoll>,
+    /// Whether the NAPI context busy polling needs has been looked at.
+    pub(crate) napi_checked: bool,
     pub(crate) umem: Umem,
     pub(crate) fill: FillQueue,
     pub(crate) comp: CompQueue,
@@ -92,6 +94,7 @@ impl Socket {
             ring_size: config.ring_size,
             zero_copy,
             busy_poll,
+            napi_checked: false,
             umem,
             fill,
             comp,
@@ -124,7 +127,8 @@ impl Socket {
         self.zero_copy
     }
 
-    /// The busy polling in effect (None if not asked for or refused).
+    /// The busy polling in effect: None if not asked for, refused, or
+    /// turned off because the driver has no NAPI context for the queue.
     pub fn busy_poll(&self) -> Option<BusyPoll> {
         self.busy_poll
     }

@@ -184,6 +184,21 @@ pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Resu
     })
 }
 
+/// Attaches weir_xsk_redirect to `iface` (native XDP) in the calling
+/// thread's namespace, until the attachment is dropped.
+pub fn attach_redirect<'a>(
+    iface: &str,
+    skel: &'a weir_dataplane::xsk_redirect::WeirXskRedirectSkel<'static>,
+) -> Result<weir_dataplane::attach::Attachment<'a>> {
+    use std::os::fd::AsFd;
+    let ifindex = weir_dataplane::iface::Iface::by_name(iface)?.ifindex;
+    weir_dataplane::attach::attach_all(
+        skel.progs.xsk_redirect.as_fd(),
+        &[(iface.to_string(), ifindex)],
+        weir_dataplane::attach::XdpMode::Native,
+    )
+}
+
 /// Offsets in an Ethernet + IPv4 (no options) + UDP frame.
 pub mod udp {
     pub const ETH_TYPE: usize = 12;
