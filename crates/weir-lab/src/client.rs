@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::netns::enter;
 
@@ -72,6 +73,15 @@ fn http_session(
     rec: &mut ConnRecord,
 ) -> Result<()> {
     let s = TcpStream::connect_timeout(&vip, Duration::from_secs(3)).context("connect")?;
+    http_requests(s, requests, interval, rec)
+}
+
+fn http_requests(
+    s: TcpStream,
+    requests: usize,
+    interval: Duration,
+    rec: &mut ConnRecord,
+) -> Result<()> {
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut w = s.try_clone()?;
     let mut r = BufReader::new(s);
@@ -121,6 +131,35 @@ pub fn http_once(ns: &str, vip: SocketAddr) -> Result<String> {
         (Some(e), _) => bail!(e),
         (None, None) => bail!("no response"),
     }
+}
+
+/// One HTTP request on a connection from the fixed local `port` (what a
+/// client that reuses its ports does); the connection then ends with a RST
+/// (SO_LINGER 0), so the port is free again at once. Returns the backend.
+pub fn http_from_port(ns: &str, vip: SocketAddr, port: u16) -> Result<String> {
+    let ns = ns.to_string();
+    std::thread::spawn(move || -> Result<String> {
+        enter(&ns)?;
+        let sock = Socket::new(Domain::for_address(vip), Type::STREAM, Some(Protocol::TCP))?;
+        sock.set_reuse_address(true)?;
+        sock.set_linger(Some(Duration::ZERO))?;
+        let local: SocketAddr = match vip {
+            SocketAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, port).into(),
+            SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, port).into(),
+        };
+        sock.bind(&local.into())
+            .with_context(|| format!("binding local port {port}"))?;
+        sock.connect_timeout(&vip.into(), Duration::from_secs(3))
+            .with_context(|| format!("connect from port {port}"))?;
+        let mut rec = ConnRecord {
+            served_by: Vec::new(),
+            error: None,
+        };
+        http_requests(sock.into(), 1, Duration::ZERO, &mut rec)?;
+        rec.served_by.pop().context("no response")
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("client thread panicked"))?
 }
 
 /// `n` UDP requests from `ns` to `vip`, each from its own socket (so each is

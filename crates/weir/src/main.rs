@@ -109,6 +109,9 @@ enum LabCommand {
     Spotlight(weir_lab::spotlight::SpotlightArgs),
     /// The packet generator across one veth pair into an XDP sink: offered vs received pps.
     Gen(weir_lab::traffic::lab::GenArgs),
+    /// Spoofed SYN floods at rising rates against a small connection table: established
+    /// connections broken, new connections served, replies leaked.
+    Synflood(weir_lab::synflood::SynFloodArgs),
 }
 
 #[derive(Subcommand)]
@@ -185,6 +188,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Lab(LabCommand::Demo(args)) => weir_lab::demo::run(&args),
         Command::Lab(LabCommand::Spotlight(args)) => weir_lab::spotlight::run(&args),
         Command::Lab(LabCommand::Gen(args)) => weir_lab::traffic::lab::run(&args),
+        Command::Lab(LabCommand::Synflood(args)) => {
+            weir_lab::synflood::run(&std::env::current_exe()?, &args).map(|_| ())
+        }
         Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
         Command::Bench(BenchCommand::Sim(args)) => weir_sim::cli::run_bench(&args),
         Command::Bench(BenchCommand::Kv(args)) => weir_kv::bench::run(&args),

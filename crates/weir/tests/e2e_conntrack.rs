@@ -1,0 +1,199 @@
+//! The connection table under real clients, in namespaces the test builds
+//! and always removes: clients that reuse their source ports follow the
+//! current table (a drained DIP gets none of their new connections, an added
+//! one gets its share), and a SYN flood from spoofed sources against a small
+//! table breaks no established connection and lets no reply out with a
+//! backend's own address.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use libbpf_rs::MapCore;
+use weir_dataplane::gen::GenSpec;
+use weir_dataplane::maps::Maps;
+use weir_lab::backend::Backend;
+use weir_lab::client::{http_from_port, spawn_http};
+use weir_lab::daemon::Daemon;
+use weir_lab::leaks::LeakWatch;
+use weir_lab::topology::Lab;
+use weir_lab::traffic::{mac_in, offer, OfferSpec};
+
+const NAT_VIP: &str = "10.77.100.1:80";
+const DSR_VIP: &str = "10.77.100.2:80";
+
+/// A nat and a dsr VIP over the given (backend, weight) DIPs.
+fn config(dips: &[(usize, u32)], extra: &str) -> String {
+    let mut s =
+        format!("[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\", \"wb3\"]\n{extra}\n");
+    for (name, addr, mode) in [
+        ("web", "10.77.100.1", "nat"),
+        ("web-dsr", "10.77.100.2", "dsr"),
+    ] {
+        s += &format!(
+            "\n[[vip]]\nname = \"{name}\"\naddress = \"{addr}\"\nport = 80\nprotocol = \"tcp\"\nmode = \"{mode}\"\n"
+        );
+        for (b, w) in dips {
+            let port = if mode == "nat" { "\nport = 8080" } else { "" };
+            s += &format!("[[vip.dip]]\naddress = \"10.77.{b}.2\"{port}\nweight = {w}\n");
+        }
+    }
+    s
+}
+
+fn counter(status: &serde_json::Value, name: &str) -> u64 {
+    status["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c[0] == name)
+        .and_then(|c| c[1].as_u64())
+        .unwrap_or_else(|| panic!("no counter {name}"))
+}
+
+/// How many connections from each of `ports`, `cycles` times over, each
+/// backend served.
+fn shares(ns: &str, vip: SocketAddr, ports: &[u16], cycles: usize) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for _ in 0..cycles {
+        for &p in ports {
+            let b =
+                http_from_port(ns, vip, p).unwrap_or_else(|e| panic!("{vip} from port {p}: {e:#}"));
+            *out.entry(b).or_default() += 1;
+        }
+    }
+    out
+}
+
+#[test]
+fn clients_reusing_ports_follow_the_current_table() {
+    let lab = Lab::build(3).expect("building the lab");
+    let _backends: Vec<Backend> = lab
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
+        .collect();
+    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
+    d.write_config(&config(&[(1, 1), (2, 1)], "")).unwrap();
+    d.start().unwrap();
+    let ports: Vec<u16> = (31000..31030).collect();
+
+    for vip in [NAT_VIP, DSR_VIP] {
+        let vip: SocketAddr = vip.parse().unwrap();
+        let seen = shares(&lab.client, vip, &ports, 1);
+        assert!(
+            seen.len() == 2 && !seen.contains_key("backend-3"),
+            "{vip}: two backends at first: {seen:?}"
+        );
+    }
+
+    // Drain backend-1: the same client ports, many times over, reach it no more.
+    d.reload(&config(&[(1, 0), (2, 1)], "")).unwrap();
+    for vip in [NAT_VIP, DSR_VIP] {
+        let vip: SocketAddr = vip.parse().unwrap();
+        let seen = shares(&lab.client, vip, &ports, 3);
+        assert_eq!(
+            seen.get("backend-1"),
+            None,
+            "{vip}: the drained DIP got new connections: {seen:?}"
+        );
+    }
+
+    // Add backend-3 at the same weight as backend-2: it gets its share.
+    d.reload(&config(&[(1, 0), (2, 1), (3, 1)], "")).unwrap();
+    for vip in [NAT_VIP, DSR_VIP] {
+        let vip: SocketAddr = vip.parse().unwrap();
+        let seen = shares(&lab.client, vip, &ports, 3);
+        let new = seen.get("backend-3").copied().unwrap_or(0);
+        assert!(
+            new >= 20,
+            "{vip}: the new DIP got {new} of 90 new connections: {seen:?}"
+        );
+        assert_eq!(seen.get("backend-1"), None, "{vip}: {seen:?}");
+    }
+
+    let status = d.status_json().unwrap();
+    // Every new connection after the first round reused an established
+    // 5-tuple (RST-closed within the grace period) and was dispatched anew.
+    assert!(
+        counter(&status, "conn_reused") >= 2 * 6 * ports.len() as u64 - 10,
+        "{status}"
+    );
+    assert_eq!(counter(&status, "drop_reply_no_state"), 0, "{status}");
+    d.stop().unwrap();
+}
+
+#[test]
+fn a_syn_flood_breaks_no_established_connection() {
+    let lab = Lab::build(2).expect("building the lab");
+    let _backends: Vec<Backend> = lab
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
+        .collect();
+    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
+    let small = "conn_table_size = 4096\nhalf_open_table_size = 1024";
+    d.write_config(&config(&[(1, 1), (2, 1)], small).replace(", \"wb3\"", ""))
+        .unwrap();
+    d.start().unwrap();
+    let leaks = LeakWatch::start(&lab.client, "eth0").unwrap();
+    let vip: SocketAddr = NAT_VIP.parse().unwrap();
+
+    // 100 keep-alive connections, a request every 400 ms through the flood.
+    let live = spawn_http(&lab.client, vip, 100, 30, Duration::from_millis(400));
+    std::thread::sleep(Duration::from_millis(500));
+
+    // Spoofed SYNs from 10.200.0.0/16 (never reused) for 8 s.
+    let mut flood = GenSpec::syn_flood(IpAddr::from([10, 200, 0, 0]), 16, vip, 7);
+    flood.dst_mac = mac_in(&lab.lb, "wc0").unwrap();
+    let mut spec = OfferSpec::new(flood, Duration::from_secs(8));
+    spec.rate = Some(100_000.0);
+    let sent = offer(&lab.client, "eth0", &spec).expect("SYN flood");
+
+    let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
+    let broken: Vec<_> = records.iter().filter(|r| r.violated()).collect();
+    let status = d.status_json().unwrap();
+    assert!(
+        broken.is_empty(),
+        "{} of 100 established connections broke under {} SYNs: {:?}\n{status}",
+        broken.len(),
+        sent.sent,
+        broken.first()
+    );
+    assert!(records.iter().all(|r| r.served_by.len() == 30));
+    // Whatever the veth between client and weir dropped, the SYNs that got
+    // through must have cycled the whole connection table many times over.
+    let syns = counter(&status, "half_open_new");
+    eprintln!(
+        "SYN flood: {} offered in {:.1} s, {syns} reached the half-open table",
+        sent.sent,
+        sent.elapsed.as_secs_f64()
+    );
+    assert!(
+        syns > 10 * 4096,
+        "the flood did not reach the table: {syns} SYNs, {status}"
+    );
+    assert_eq!(leaks.count(), 0, "replies left with a backend's address");
+
+    // Lose the reverse entries of live connections: their replies must be
+    // dropped and counted, never sent to the client untranslated.
+    let live = spawn_http(&lab.client, vip, 10, 2, Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(700));
+    let maps = Maps::pinned(&d.pin_dir).unwrap();
+    for k in maps.rev_nat.keys().collect::<Vec<_>>() {
+        let _ = maps.rev_nat.delete(&k);
+    }
+    for h in live {
+        let _ = h.join();
+    }
+    let status = d.status_json().unwrap();
+    assert!(
+        counter(&status, "drop_reply_no_state") > 0,
+        "no reply was caught without its reverse entry: {status}"
+    );
+    assert_eq!(leaks.count(), 0, "replies left with a backend's address");
+    d.stop().unwrap();
+}
