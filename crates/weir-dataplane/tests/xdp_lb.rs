@@ -2297,3 +2297,62 @@ fn a_syn_flood_cannot_evict_established_connections() {
     assert_eq!(hits, established.len() as u64);
     h.assert_balanced("syn flood");
 }
+
+/// The sweep deletes exactly the entries past their state's timeout, with
+/// their reverse entries, in both tables.
+#[test]
+fn the_sweep_deletes_expired_entries_only() {
+    let h = Harness::new(&test_options());
+    let t = test_options().timeouts;
+    let flows: Vec<Frame> = (0..6)
+        .map(|i| tcp("192.0.2.120", 46000 + i, "10.0.0.100", 80, TcpFlags::SYN))
+        .collect();
+    for f in &flows {
+        let ack = Frame {
+            l4: L4::Tcp(TcpFlags::ACK),
+            ..f.clone()
+        };
+        assert_eq!(h.run(&f.bytes()).action(), Some(Tx));
+        assert_eq!(h.run(&ack.bytes()).action(), Some(Tx));
+    }
+    let age = |f: &Frame, secs: u64, flags: u32| {
+        edit_conn(f.tuple(), move |c| {
+            c.atime = ticks_ago(secs);
+            c.close_flags = flags as u8;
+        })(&h)
+    };
+    let established = t.tcp_established.as_secs();
+    let closed = t.tcp_closed.as_secs();
+    age(&flows[0], established + 5, 0); // idle past its timeout: goes
+    age(&flows[1], established - 5, 0); // stays
+    age(&flows[2], closed + 5, WEIR_CONN_F_RST); // reset, past the grace: goes
+    age(&flows[3], closed + 5, WEIR_CONN_F_FIN_CLIENT); // closing, within 120 s: stays
+                                                        // A half-open entry past its timeout.
+    let half = tcp("192.0.2.121", 46100, "10.0.0.100", 80, TcpFlags::SYN);
+    assert_eq!(h.run(&half.bytes()).action(), Some(Tx));
+    let mut c = h.maps.half_open(&half.tuple().key()).unwrap().unwrap();
+    c.atime = ticks_ago(t.tcp_half_open.as_secs() + 5);
+    h.maps.put_half_open(&half.tuple().key(), &c).unwrap();
+
+    let r = weir_dataplane::conntrack::sweep(&h.maps, &t).unwrap();
+    assert_eq!((r.established, r.established_expired), (6, 2), "{r:?}");
+    assert_eq!((r.half_open, r.half_open_expired), (1, 1), "{r:?}");
+    for (i, f) in flows.iter().enumerate() {
+        let gone = i == 0 || i == 2;
+        let tuple = f.tuple();
+        let dip = h.fx.predict(0, &tuple).unwrap().clone();
+        assert_eq!(
+            h.maps.conn(&tuple.key()).unwrap().is_none(),
+            gone,
+            "flow {i}"
+        );
+        assert_eq!(
+            h.maps.rev_nat(&rev_key_of(&tuple, &dip)).unwrap().is_none(),
+            gone,
+            "reverse entry of flow {i}"
+        );
+    }
+    assert!(h.maps.half_open(&half.tuple().key()).unwrap().is_none());
+    let d = h.fx.predict(0, &half.tuple()).unwrap().clone();
+    assert!(get_rev(&h.maps.half_open_rev, &rev_key_of(&half.tuple(), &d)).is_none());
+}
