@@ -431,7 +431,14 @@ impl Series {
                 check_delta(b, &after, WEIR_STAT_CONN_MISS, 0, "connection misses")?;
             } else {
                 check_delta(b, &after, WEIR_STAT_CONN_MISS, reps, "connection misses")?;
-                check_delta(b, &after, WEIR_STAT_CONN_NEW, reps, "installed connections")?;
+                // A SYN is installed in the half-open table (conntrack.h).
+                check_delta(
+                    b,
+                    &after,
+                    WEIR_STAT_HALF_OPEN_NEW,
+                    reps,
+                    "half-open entries installed",
+                )?;
             }
         }
         Ok(out)
