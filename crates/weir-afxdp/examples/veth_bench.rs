@@ -55,7 +55,20 @@ fn options() -> Result<Options> {
     Ok(o)
 }
 
+/// CPU time (user + system) the calling thread has had.
+fn thread_cpu_time() -> Duration {
+    // SAFETY: getrusage fills a plain struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: usage is valid for writes.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
 struct Forwarded {
+    /// CPU time the forwarder got over wall time: below 1 when other work
+    /// shares its CPU, and then every figure below is pessimistic.
+    cpu_share: f64,
     counters: Counters,
     kernel: KernelStats,
     busy: Duration,
@@ -78,6 +91,7 @@ fn forwarder(
     socket.register(&skel.maps.xsks)?;
     ready.send(()).ok();
     let start = Instant::now();
+    let cpu_start = thread_cpu_time();
     let (mut busy, mut iterations) = (Duration::ZERO, 0u64);
     let mut last = start;
     while !stop.load(Ordering::Relaxed) {
@@ -92,11 +106,13 @@ fn forwarder(
         last = now;
         iterations += 1;
     }
+    let elapsed = start.elapsed();
     Ok(Forwarded {
+        cpu_share: (thread_cpu_time() - cpu_start).as_secs_f64() / elapsed.as_secs_f64(),
         counters: socket.counters(),
         kernel: socket.kernel_stats()?,
         busy,
-        elapsed: start.elapsed(),
+        elapsed,
         iterations,
         napi_id: socket.napi_id()?,
         busy_poll: socket.busy_poll(),
@@ -190,6 +206,10 @@ fn main() -> Result<()> {
         c.rx_packets as f64 / c.rx_bursts.max(1) as f64,
         opts.batch,
         100.0 * fwd.busy.as_secs_f64() / secs
+    );
+    println!(
+        "  the forwarder had its CPU {:.0}% of the time (the rest went to other work on it)",
+        100.0 * fwd.cpu_share
     );
     println!(
         "  iterations {}, bursts {}, sendto {} ({:.2}/burst), recvfrom {}",
