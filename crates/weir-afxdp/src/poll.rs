@@ -107,25 +107,6 @@ impl Socket {
         Ok(sent as usize)
     }
 
-    /// Frames on the TX ring or sent and not yet completed.
-    pub fn tx_outstanding(&self) -> u32 {
-        self.tx_outstanding
-    }
-
-    /// Waits (bounded by `polls` iterations) for the kernel to complete
-    /// every frame sent, kicking it as needed. Returns whether it did.
-    pub fn drain_tx(&mut self, polls: u32) -> Result<bool> {
-        for _ in 0..polls {
-            self.kick_tx()?;
-            self.reclaim_completions();
-            if self.tx_outstanding == 0 {
-                return Ok(true);
-            }
-            std::hint::spin_loop();
-        }
-        Ok(self.tx_outstanding == 0)
-    }
-
     /// Puts `tx_batch` on the TX ring; frames that do not fit are dropped
     /// back to the free list. Returns (sent, dropped).
     fn post_tx(&mut self) -> (u32, u32) {

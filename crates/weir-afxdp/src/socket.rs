@@ -45,6 +45,13 @@ pub struct Socket {
     pub(crate) counters: Counters,
 }
 
+// Workers create their sockets up front, where a bad interface or queue is
+// one clear error before any thread starts, and move them to their threads.
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Socket>();
+};
+
 impl Socket {
     /// Creates a socket on `iface` queue `queue`. The socket receives
     /// nothing until it is registered in the XSKMAP of an XDP program
