@@ -189,9 +189,13 @@ fn main() -> Result<()> {
         "weir-afxdp on veth, {:.1} s: copy mode (veth has no zero-copy), need_wakeup, batch {}, busy poll {}",
         secs,
         opts.batch,
-        match fwd.busy_poll {
-            Some(bp) => format!("on ({} µs, budget {}, NAPI id {})", bp.usecs, bp.budget, fwd.napi_id),
-            None => "off".into(),
+        match (opts.busy_poll, fwd.busy_poll) {
+            (_, Some(bp)) => format!(
+                "on ({} µs, budget {}, NAPI id {})",
+                bp.usecs, bp.budget, fwd.napi_id
+            ),
+            (true, None) => format!("asked for, off: NAPI id {}, nothing to poll", fwd.napi_id),
+            (false, None) => "off".into(),
         }
     );
     println!(
