@@ -234,9 +234,18 @@ pub fn run(args: &GenArgs) -> Result<()> {
     let mut spec = args.spec()?;
     ensure!(
         args.duration > 0.0 && args.duration <= 3600.0,
-        "--duration {}: give 0 to 3600 seconds",
+        "--duration {}: give more than 0 and at most 3600 seconds",
         args.duration
     );
+    let offer_spec = OfferSpec {
+        packets: spec.clone(),
+        rate: args.rate,
+        duration: Duration::from_secs_f64(args.duration),
+        count: args.count,
+        cpus: args.cpus,
+        batch: args.batch,
+    };
+    offer_spec.validate()?;
     let queues = args.queues.unwrap_or(args.cpus as u32);
     crate::netns::install_signal_teardown();
     let pair = Pair::build(queues).context("building the lab: two namespaces, one veth pair")?;
@@ -285,11 +294,7 @@ pub fn run(args: &GenArgs) -> Result<()> {
         "eth0",
         &OfferSpec {
             packets: spec.clone(),
-            rate: args.rate,
-            duration: Duration::from_secs_f64(args.duration),
-            count: args.count,
-            cpus: args.cpus,
-            batch: args.batch,
+            ..offer_spec
         },
     )?;
     let t0 = Instant::now();

@@ -3,9 +3,9 @@
 //! BPF_PROG_TEST_RUN calls to a rate (or run as fast as the CPU goes),
 //! bounded by a duration and optionally a packet count.
 //!
-//! Every live run ends with tens of milliseconds asleep in the kernel (the
-//! run's page pool is torn down after an RCU grace period), so each CPU gets
-//! two threads: one generates while the other waits. A paced thread sends
+//! Besides its packets, every live run spends about 30 ms asleep in the
+//! kernel (most likely in the teardown of the run's page pool), so each CPU
+//! gets two threads: one generates while the other waits. A paced thread sends
 //! what came due during its last run, so traffic leaves in bursts of about
 //! that length.
 
@@ -25,7 +25,7 @@ use crate::netns::enter;
 /// Kernel time one live run aims at: short enough to stop on time and to
 /// show progress, long enough that the run's setup is noise.
 const CALL_TIME: Duration = Duration::from_millis(50);
-/// Threads per CPU: while one sleeps at the end of its run, the other runs.
+/// Threads per CPU: while one sleeps in its run's teardown, the other runs.
 const THREADS_PER_CPU: usize = 2;
 /// The most packets one live run sends.
 const MAX_CALL: u64 = 1 << 20;
@@ -44,7 +44,8 @@ pub struct OfferSpec {
     pub duration: Duration,
     /// Stop after this many packets.
     pub count: Option<u64>,
-    /// CPUs to generate on, the first ones this process may use.
+    /// CPUs to generate on: the first ones the calling thread may run on
+    /// (narrow its affinity to choose which).
     pub cpus: usize,
     /// Packets per transmit flush (1..=256).
     pub batch: u32,
@@ -63,7 +64,12 @@ impl OfferSpec {
         }
     }
 
-    fn validate(&self, cpus: usize) -> Result<()> {
+    /// Checks the spec against this machine; the error names what is wrong.
+    pub fn validate(&self) -> Result<()> {
+        self.check(allowed_cpus()?.len())
+    }
+
+    fn check(&self, cpus: usize) -> Result<()> {
         self.packets.validate()?;
         ensure!(
             !self.duration.is_zero() && self.duration <= Duration::from_secs(24 * 3600),
@@ -83,7 +89,7 @@ impl OfferSpec {
         );
         ensure!(
             (1..=cpus).contains(&self.cpus),
-            "{} generator CPUs: this process may run on {cpus}",
+            "{} generator CPUs: this thread may run on {cpus}",
             self.cpus
         );
         ensure!(
@@ -166,7 +172,7 @@ impl Drop for Offering {
 /// namespace or interface is an error here.
 pub fn start(ns: &str, iface: &str, spec: &OfferSpec) -> Result<Offering> {
     let cpus = allowed_cpus()?;
-    spec.validate(cpus.len())?;
+    spec.check(cpus.len())?;
     let sent = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = sync_channel::<Result<()>>(1);
@@ -254,6 +260,9 @@ fn generate(
                 })
             })
             .collect();
+        // Only the workers hold senders now: a worker that dies unheard
+        // ends the wait below instead of hanging it.
+        drop(setup_tx);
         let setups: Result<Vec<()>> = (0..threads)
             .map(|_| setup_rx.recv().context("a generator thread vanished")?)
             .collect();
@@ -355,7 +364,7 @@ impl Lane<'_> {
     }
 }
 
-/// The CPUs this process may run on.
+/// The CPUs the calling thread may run on.
 fn allowed_cpus() -> Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
