@@ -89,11 +89,11 @@ fn filter() -> [libc::sock_filter; 8] {
         jf,
         k,
     };
-    const LD_H_ABS: u32 = (libc::BPF_LD | libc::BPF_H | libc::BPF_ABS) as u32;
-    const LD_W_ABS: u32 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u32;
-    const JEQ_K: u32 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u32;
-    const AND_K: u32 = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u32;
-    const RET_K: u32 = (libc::BPF_RET | libc::BPF_K) as u32;
+    const LD_H_ABS: u32 = libc::BPF_LD | libc::BPF_H | libc::BPF_ABS;
+    const LD_W_ABS: u32 = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    const JEQ_K: u32 = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+    const AND_K: u32 = libc::BPF_ALU | libc::BPF_AND | libc::BPF_K;
+    const RET_K: u32 = libc::BPF_RET | libc::BPF_K;
     // Jump offsets count from the next instruction; 7 is "reject".
     [
         op(LD_H_ABS, 0, 0, 12),       // 0: EtherType
@@ -180,16 +180,16 @@ mod tests {
             let i = prog[pc];
             let class = u32::from(i.code) & 0x07;
             match class {
-                c if c == libc::BPF_LD as u32 => {
+                c if c == libc::BPF_LD => {
                     let k = i.k as usize;
-                    a = if u32::from(i.code) & 0x18 == libc::BPF_H as u32 {
+                    a = if u32::from(i.code) & 0x18 == libc::BPF_H {
                         u32::from(u16::from_be_bytes([frame[k], frame[k + 1]]))
                     } else {
                         u32::from_be_bytes(frame[k..k + 4].try_into().unwrap())
                     };
                 }
-                c if c == libc::BPF_ALU as u32 => a &= i.k,
-                c if c == libc::BPF_JMP as u32 => {
+                c if c == libc::BPF_ALU => a &= i.k,
+                c if c == libc::BPF_JMP => {
                     pc += usize::from(if a == i.k { i.jt } else { i.jf });
                 }
                 _ => return i.k,
