@@ -16,6 +16,5 @@ pub mod engine;
 pub mod model;
 pub mod report;
 pub mod spotlight;
-pub mod svg;
 pub mod sweep;
 pub mod trace;

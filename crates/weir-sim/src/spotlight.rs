@@ -7,10 +7,10 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Serialize;
 use weir_core::dispatch::{MaxWeight, Policy};
+use weir_plot::{self as plot, Axis, Figure, Lines, Panel, Series, Style};
 
 use crate::model::PoolParams;
 use crate::report::{matrix_table, points_csv, points_table};
-use crate::svg::{Chart, Series};
 use crate::sweep::{aggregate, fmt_ms, run_jobs, Job, Point, Scenario};
 use crate::trace::{SyntheticParams, TraceStats};
 
@@ -238,54 +238,69 @@ impl SpotlightReport {
         s
     }
 
-    pub fn fig7_svg(&self) -> String {
+    /// Fig. 7: Omega against the update interval (log scale), one line per
+    /// policy; policies that do not poll are dashed (flat by construction).
+    pub fn fig7(&self) -> Figure {
         let series = self
             .config
             .policies
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(k, p)| {
                 let name = p.to_string();
                 Series {
                     points: self
                         .fig7
                         .iter()
                         .filter(|x| x.policy == name)
-                        .map(|x| (x.interval_ms, x.omega))
+                        .map(|x| plot::Point::new(x.interval_ms, x.omega))
                         .collect(),
-                    dashed: p.interval_independent(),
+                    style: Style {
+                        color: k,
+                        dashed: p.interval_independent(),
+                    },
                     name,
                 }
             })
             .collect();
-        Chart {
+        let ticks = self
+            .config
+            .intervals
+            .iter()
+            .map(|s| (s * 1e3, fmt_ms(s * 1e3)))
+            .collect();
+        Figure {
             title: "Service utilization vs update interval (cf. Spotlight Fig. 7)".into(),
-            x_label: "update interval (ms, log scale)".into(),
-            y_label: "overall service utilization Ω".into(),
-            log_x: true,
-            x_ticks: self
-                .config
-                .intervals
-                .iter()
-                .map(|s| (s * 1e3, fmt_ms(s * 1e3)))
-                .collect(),
-            series,
+            subtitle: Some(self.subtitle()),
+            panels: vec![Panel::Lines(Lines {
+                title: String::new(),
+                x: Axis::new("update interval (ms, log scale)")
+                    .log()
+                    .ticks(ticks),
+                y: Axis::new("overall service utilization Ω"),
+                series,
+            })],
+            columns: 1,
+            size: (860, 500),
         }
-        .render()
     }
 
-    pub fn fig9_svg(&self) -> String {
-        // "inf" parses as an f64 too; m = infinity is drawn as its own line.
+    /// Fig. 9: AWFD's Omega against m at one interval. m = infinity has no
+    /// place on the axis: it is a dashed level drawn up to a tick "∞" two
+    /// steps past the largest finite m.
+    pub fn fig9(&self) -> Figure {
+        // "inf" parses as an f64 too, hence the finiteness filter.
         let finite_m = |m: &str| m.parse::<f64>().ok().filter(|m| m.is_finite());
-        let finite: Vec<(f64, f64)> = self
+        let finite: Vec<plot::Point> = self
             .fig9
             .iter()
-            .filter_map(|p| finite_m(&p.m).map(|m| (m, p.point.omega)))
+            .filter_map(|p| finite_m(&p.m).map(|m| plot::Point::new(m, p.point.omega)))
             .collect();
-        let max_m = finite.iter().map(|p| p.0).fold(1.0, f64::max);
+        let max_m = finite.iter().map(|p| p.x).fold(1.0, f64::max);
         let mut series = vec![Series {
             name: "AWFD(m)".into(),
             points: finite,
-            dashed: false,
+            style: Style::solid(0),
         }];
         let mut ticks: Vec<(f64, String)> = self
             .fig9
@@ -296,23 +311,39 @@ impl SpotlightReport {
             let x = max_m + 2.0;
             series.push(Series {
                 name: "m = ∞ (weighted)".into(),
-                points: vec![(1.0, inf.point.omega), (x, inf.point.omega)],
-                dashed: true,
+                points: vec![
+                    plot::Point::new(1.0, inf.point.omega),
+                    plot::Point::new(x, inf.point.omega),
+                ],
+                style: Style::dashed(1),
             });
             ticks.push((x, "∞".into()));
         }
-        Chart {
+        Figure {
             title: format!(
                 "AWFD service utilization vs m at {} ms (cf. Spotlight Fig. 9)",
                 fmt_ms(self.config.fig9_interval * 1e3)
             ),
-            x_label: "maximum weight m".into(),
-            y_label: "overall service utilization Ω".into(),
-            log_x: false,
-            x_ticks: ticks,
-            series,
+            subtitle: Some(self.subtitle()),
+            panels: vec![Panel::Lines(Lines {
+                title: String::new(),
+                x: Axis::new("maximum weight m").ticks(ticks),
+                y: Axis::new("overall service utilization Ω"),
+                series,
+            })],
+            columns: 1,
+            size: (860, 500),
         }
-        .render()
+    }
+
+    /// The trace and pool under both figures.
+    fn subtitle(&self) -> String {
+        format!(
+            "{} flows, {} seed(s) averaged, load {}",
+            self.config.trace.flows,
+            self.seeds.len(),
+            self.config.pool.load
+        )
     }
 
     /// Writes spotlight.json, fig7.{csv,svg}, fig9.{csv,svg} into `dir`.
@@ -330,9 +361,9 @@ impl SpotlightReport {
         let files = [
             ("spotlight.json", serde_json::to_string_pretty(self)? + "\n"),
             ("fig7.csv", points_csv(&self.fig7)),
-            ("fig7.svg", self.fig7_svg()),
+            ("fig7.svg", self.fig7().svg()?),
             ("fig9.csv", fig9_csv),
-            ("fig9.svg", self.fig9_svg()),
+            ("fig9.svg", self.fig9().svg()?),
             ("fig7.txt", points_table(&self.fig7)),
         ];
         let mut out = Vec::new();
@@ -391,12 +422,21 @@ mod tests {
             serde_json::to_string(&r.fig7).unwrap(),
             serde_json::to_string(&again.fig7).unwrap()
         );
-        // Every plotted coordinate is finite (m = inf once broke the x axis).
-        for svg in [r.fig7_svg(), r.fig9_svg()] {
+        // Every plotted coordinate is finite (m = inf once broke the x axis):
+        // m = inf is a line to the finite stand-in x = max m + 2, labelled ∞.
+        for fig in [r.fig7(), r.fig9()] {
+            let svg = fig.svg().unwrap();
             assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
         }
-        let fig9 = r.fig9_svg();
-        assert!(fig9.contains(">∞<") && fig9.contains(">4<"), "{fig9}");
+        let Panel::Lines(fig9) = &r.fig9().panels[0] else {
+            panic!("fig. 9 is a line chart")
+        };
+        let inf = &fig9.series[1];
+        assert_eq!(inf.points.last().unwrap().x, 6.0);
+        assert!(fig9.x.ticks.contains(&(6.0, "∞".into())));
+        assert!(fig9.x.ticks.contains(&(4.0, "4".into())));
+        let svg = r.fig9().svg().unwrap();
+        assert!(svg.contains("\n∞\n") && svg.contains("\n4\n"), "{svg}");
         let dir = std::env::temp_dir().join(format!("weir-sim-test-{}", std::process::id()));
         let files = r.write(&dir).unwrap();
         for f in &files {

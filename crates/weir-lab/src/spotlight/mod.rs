@@ -485,8 +485,11 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
         eprintln!("wrote {}", p.display());
     }
     if let Some(p) = &args.svg {
-        std::fs::write(p, report::svg(&report.cells, first_interval, &subtitle))
-            .with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(
+            p,
+            report::figure(&report.cells, first_interval, &subtitle).svg()?,
+        )
+        .with_context(|| format!("writing {}", p.display()))?;
         eprintln!("wrote {}", p.display());
     }
     eprintln!("done in {}; lab torn down.", fmt_dur(report.wall_s));

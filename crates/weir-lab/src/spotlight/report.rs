@@ -1,11 +1,12 @@
 //! Results of `weir lab spotlight`: per-run figures, per-cell means with
-//! standard errors, the text table, and a hand-written SVG in the style of
-//! Spotlight's Fig. 11 (mean FCT and throughput per policy at one update
-//! interval, mean FCT against the update interval).
+//! standard errors, the text table, and a figure in the style of Spotlight's
+//! Fig. 11 (mean FCT and throughput per policy at one update interval, mean
+//! FCT against the update interval).
 
 use std::fmt::Write;
 
 use serde::Serialize;
+use weir_plot::{self as plot, Axis, Bar, Bars, Figure, Lines, Panel, Series, Style};
 
 use super::workload::{ClientRun, Outcome};
 
@@ -436,335 +437,116 @@ pub fn paper_comparison(cells: &[Cell], interval: u64) -> String {
     s
 }
 
-// ---------------------------------------------------------------- SVG
-
-const PALETTE: [&str; 8] = [
-    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-];
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-/// A "nice" axis top and step for values in [0, max].
-fn nice_axis(max: f64) -> (f64, f64) {
-    let max = if max.is_finite() && max > 0.0 {
-        max
-    } else {
-        1.0
-    };
-    let raw = max / 5.0;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 2.5, 5.0, 10.0]
-        .iter()
-        .map(|k| k * mag)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * mag);
-    ((max / step).ceil() * step, step)
-}
-
-fn fmt_tick(v: f64, step: f64) -> String {
-    if step >= 1.0 {
-        format!("{v:.0}")
-    } else if step >= 0.1 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
-/// Reads one figure of a cell.
-type Metric = dyn Fn(&Cell) -> MeanSe;
-
-/// A panel's frame: axes, grid and labels; returns the y mapping.
-struct Panel {
-    x: f64,
-    y: f64,
-    w: f64,
-    h: f64,
-    top: f64,
-}
-
-impl Panel {
-    fn py(&self, v: f64) -> f64 {
-        self.y + self.h * (1.0 - (v / self.top).clamp(0.0, 1.05))
-    }
-
-    /// Draws the frame of a panel at `(x, y, w, h)` whose values reach `ymax`.
-    fn frame(s: &mut String, rect: [f64; 4], title: &str, ylabel: &str, ymax: f64) -> Panel {
-        let [x, y, w, h] = rect;
-        let (top, step) = nice_axis(ymax * 1.08);
-        let p = Panel { x, y, w, h, top };
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" font-size="13">{}</text>"#,
-            x + w / 2.0,
-            y - 10.0,
-            esc(title)
-        );
-        let mut v = 0.0;
-        while v <= top + step * 0.01 {
-            let yy = p.py(v);
-            let _ = writeln!(
-                s,
-                r##"<line x1="{x}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#e0e0e0"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-                x + w,
-                x - 6.0,
-                yy + 4.0,
-                fmt_tick(v, step)
-            );
-            v += step;
-        }
-        let _ = writeln!(
-            s,
-            r#"<rect x="{x}" y="{y}" width="{w}" height="{h}" fill="none" stroke="black"/>"#
-        );
-        let (lx, ly) = (x - 48.0, y + h / 2.0);
-        let _ = writeln!(
-            s,
-            r#"<text x="{lx:.1}" y="{ly:.1}" text-anchor="middle" transform="rotate(-90 {lx:.1} {ly:.1})">{}</text>"#,
-            esc(ylabel)
-        );
-        p
-    }
-
-    fn error_bar(&self, s: &mut String, cx: f64, m: &MeanSe, scale: f64) {
-        if !(m.se.is_finite() && m.se > 0.0) {
-            return;
-        }
-        let (lo, hi) = (
-            self.py((m.mean - m.se) * scale),
-            self.py((m.mean + m.se) * scale),
-        );
-        let _ = writeln!(
-            s,
-            r#"<path d="M{cx:.1},{lo:.1}V{hi:.1}M{:.1},{lo:.1}H{:.1}M{:.1},{hi:.1}H{:.1}" stroke="black" fill="none"/>"#,
-            cx - 4.0,
-            cx + 4.0,
-            cx - 4.0,
-            cx + 4.0
-        );
-    }
-}
-
-/// Bars, one per cell, with standard-error whiskers.
-fn bars(
-    s: &mut String,
-    p: &Panel,
-    cells: &[&Cell],
-    value: &dyn Fn(&Cell) -> MeanSe,
-    scale: f64,
-    color: &dyn Fn(&Cell) -> &'static str,
-) {
-    let n = cells.len().max(1) as f64;
-    let slot = p.w / n;
-    for (k, c) in cells.iter().enumerate() {
-        let m = value(c);
-        if !m.mean.is_finite() {
-            continue;
-        }
-        let cx = p.x + slot * (k as f64 + 0.5);
-        let bw = slot * 0.6;
-        let top = p.py(m.mean * scale);
-        let _ = writeln!(
-            s,
-            r#"<rect x="{:.1}" y="{top:.1}" width="{bw:.1}" height="{:.1}" fill="{}"><title>{}: {:.3} ± {:.3}</title></rect>"#,
-            cx - bw / 2.0,
-            p.y + p.h - top,
-            color(c),
-            esc(&c.label),
-            m.mean * scale,
-            m.se * scale
-        );
-        p.error_bar(s, cx, &m, scale);
-        let _ = writeln!(
-            s,
-            r#"<text x="{cx:.1}" y="{:.1}" text-anchor="middle" font-size="11">{}</text>"#,
-            p.y + p.h + 16.0,
-            esc(&c.label)
-        );
-    }
-}
+// ------------------------------------------------------------- the figure
 
 /// The figure: (a) mean FCT, (b) p99 FCT and (c) throughput per policy at
-/// `interval`, (d) mean FCT against the update interval.
-pub fn svg(cells: &[Cell], interval: u64, subtitle: &str) -> String {
-    let (w, h) = (1000.0, 760.0);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">weir lab spotlight: flow completion time and throughput (mean ± standard error)</text>"#,
-        w / 2.0
-    );
-    let _ = writeln!(
-        s,
-        r##"<text x="{}" y="40" text-anchor="middle" font-size="11" fill="#555">{}</text>"##,
-        w / 2.0,
-        esc(subtitle)
-    );
-    // Color per policy, stable across panels.
+/// `interval`, as bars with standard-error whiskers; (d) mean FCT against
+/// the update interval, one line per policy (dashed: not polled, so flat).
+/// A policy keeps its color in every panel.
+pub fn figure(cells: &[Cell], interval: u64, subtitle: &str) -> Figure {
     let mut policies: Vec<Policy> = Vec::new();
     for c in cells {
         if !policies.contains(&c.policy) {
             policies.push(c.policy);
         }
     }
-    let color_of =
-        |p: Policy| PALETTE[policies.iter().position(|q| *q == p).unwrap_or(0) % PALETTE.len()];
+    let style_of = |p: Policy| Style {
+        color: policies.iter().position(|q| *q == p).unwrap_or(0),
+        dashed: !p.polls(),
+    };
     let at: Vec<&Cell> = cells
         .iter()
         .filter(|c| c.interval_ms.is_none() || c.interval_ms == Some(interval))
         .collect();
-    let max_of = |f: &dyn Fn(&Cell) -> MeanSe, scale: f64| {
-        at.iter()
-            .map(|c| {
-                let m = f(c);
-                (m.mean + m.se.max(0.0)) * scale
-            })
-            .filter(|v| v.is_finite())
-            .fold(0.0, f64::max)
+    let bars = |title: &str, unit: &str, value: &dyn Fn(&Cell) -> MeanSe, scale: f64| {
+        Panel::Bars(Bars {
+            title: format!("{title}, {interval} ms updates"),
+            y: Axis::new(unit),
+            bars: at
+                .iter()
+                .map(|c| {
+                    let m = value(c);
+                    Bar {
+                        label: c.label.clone(),
+                        value: m.mean * scale,
+                        err: Some(m.se * scale),
+                        style: Style::solid(style_of(c.policy).color),
+                    }
+                })
+                .collect(),
+        })
     };
-    let (pw, ph) = (370.0, 230.0);
-    let panels: [(f64, f64, &str, &str, &Metric, f64); 3] = [
-        (
-            90.0,
-            90.0,
-            "(a) mean FCT",
-            "ms",
-            &|c: &Cell| c.mean_fct_s,
-            1e3,
-        ),
-        (
-            580.0,
-            90.0,
-            "(b) p99 FCT",
-            "ms",
-            &|c: &Cell| c.p99_fct_s,
-            1e3,
-        ),
-        (
-            90.0,
-            440.0,
-            "(c) aggregate throughput",
-            "MB/s",
-            &|c: &Cell| c.throughput_mb_s,
-            1.0,
-        ),
-    ];
-    for (x, y, title, unit, f, scale) in panels {
-        let p = Panel::frame(
-            &mut s,
-            [x, y, pw, ph],
-            &format!("{title}, {interval} ms updates"),
-            unit,
-            max_of(f, scale),
-        );
-        bars(&mut s, &p, &at, f, scale, &|c: &Cell| color_of(c.policy));
-    }
-    // (d) mean FCT against the interval.
     let mut intervals: Vec<u64> = cells.iter().filter_map(|c| c.interval_ms).collect();
     intervals.sort_unstable();
     intervals.dedup();
-    let ymax = cells
+    // Intervals sit evenly spaced, one slot each, like the paper's x axis.
+    let slot = |k: usize| k as f64 + 0.5;
+    let point = |k: usize, c: &Cell| {
+        plot::Point::with_err(slot(k), c.mean_fct_s.mean * 1e3, c.mean_fct_s.se * 1e3)
+    };
+    let series = policies
         .iter()
-        .map(|c| (c.mean_fct_s.mean + c.mean_fct_s.se.max(0.0)) * 1e3)
-        .filter(|v| v.is_finite())
-        .fold(0.0, f64::max);
-    let p = Panel::frame(
-        &mut s,
-        [580.0, 440.0, pw, ph],
-        "(d) mean FCT vs update interval",
-        "ms",
-        ymax,
-    );
-    let nx = intervals.len().max(1) as f64;
-    let px = |k: usize| p.x + p.w * (k as f64 + 0.5) / nx;
-    for (k, iv) in intervals.iter().enumerate() {
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{iv} ms</text>"#,
-            px(k),
-            p.y + p.h + 16.0
-        );
-    }
-    let _ = writeln!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">update interval</text>"#,
-        p.x + p.w / 2.0,
-        p.y + p.h + 34.0
-    );
-    for (li, pol) in policies.iter().enumerate() {
-        let c = color_of(*pol);
-        let pts: Vec<(f64, MeanSe)> = if pol.polls() {
+        .map(|pol| {
+            let points = if pol.polls() {
+                intervals
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(k, iv)| {
+                        cells
+                            .iter()
+                            .find(|x| x.policy == *pol && x.interval_ms == Some(*iv))
+                            .map(|x| point(k, x))
+                    })
+                    .collect()
+            } else {
+                // Not polled: one value, drawn flat across the intervals.
+                match cells.iter().find(|x| x.policy == *pol) {
+                    Some(x) if !intervals.is_empty() => {
+                        vec![point(0, x), point(intervals.len() - 1, x)]
+                    }
+                    _ => Vec::new(),
+                }
+            };
+            Series {
+                name: pol.label(),
+                style: style_of(*pol),
+                points,
+            }
+        })
+        .collect();
+    // Half a slot of room on each side, as the bars have.
+    let x = Axis::new("update interval")
+        .ticks(
             intervals
                 .iter()
                 .enumerate()
-                .filter_map(|(k, iv)| {
-                    cells
-                        .iter()
-                        .find(|x| x.policy == *pol && x.interval_ms == Some(*iv))
-                        .map(|x| (px(k), x.mean_fct_s))
-                })
-                .collect()
-        } else {
-            // Not polled: one value, drawn flat across the intervals.
-            match cells.iter().find(|x| x.policy == *pol) {
-                Some(x) if !intervals.is_empty() => vec![
-                    (px(0), x.mean_fct_s),
-                    (px(intervals.len() - 1), x.mean_fct_s),
-                ],
-                _ => Vec::new(),
-            }
-        };
-        let dash = if pol.polls() {
-            ""
-        } else {
-            r#" stroke-dasharray="6 4""#
-        };
-        let line: Vec<String> = pts
-            .iter()
-            .filter(|(_, m)| m.mean.is_finite())
-            .map(|(x, m)| format!("{x:.1},{:.1}", p.py(m.mean * 1e3)))
-            .collect();
-        let _ = writeln!(
-            s,
-            r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"{dash}/>"#,
-            line.join(" ")
-        );
-        for (x, m) in &pts {
-            if m.mean.is_finite() {
-                let _ = writeln!(
-                    s,
-                    r#"<circle cx="{x:.1}" cy="{:.1}" r="3" fill="{c}"><title>{}: {:.1} ± {:.1} ms</title></circle>"#,
-                    p.py(m.mean * 1e3),
-                    esc(&pol.label()),
-                    m.mean * 1e3,
-                    m.se * 1e3
-                );
-                p.error_bar(&mut s, *x, m, 1e3);
-            }
-        }
-        // Legend under the figure.
-        let lx = 90.0 + 170.0 * li as f64;
-        let ly = h - 24.0;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="6"{dash}/><text x="{}" y="{}">{}</text>"#,
-            lx + 24.0,
-            lx + 30.0,
-            ly + 4.0,
-            esc(&pol.label())
-        );
+                .map(|(k, iv)| (slot(k), format!("{iv} ms")))
+                .collect(),
+        )
+        .span(0.0, intervals.len().max(1) as f64);
+    Figure {
+        title: "weir lab spotlight: flow completion time and throughput (mean ± standard error)"
+            .into(),
+        subtitle: Some(subtitle.into()),
+        panels: vec![
+            bars("(a) mean FCT", "ms", &|c| c.mean_fct_s, 1e3),
+            bars("(b) p99 FCT", "ms", &|c| c.p99_fct_s, 1e3),
+            bars(
+                "(c) aggregate throughput",
+                "MB/s",
+                &|c| c.throughput_mb_s,
+                1.0,
+            ),
+            Panel::Lines(Lines {
+                title: "(d) mean FCT vs update interval".into(),
+                x,
+                y: Axis::new("ms").from_zero(),
+                series,
+            }),
+        ],
+        columns: 2,
+        size: (1100, 820),
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 #[cfg(test)]
@@ -849,10 +631,23 @@ mod tests {
         );
         let cmp = paper_comparison(&cs, 100);
         assert!(cmp.contains("-9%") && cmp.contains("-10.0%"), "{cmp}");
-        let svg = svg(&cs, 100, "test & more");
+        let fig = figure(&cs, 100, "test & more");
+        assert_eq!(fig.subtitle.as_deref(), Some("test & more"));
+        let Panel::Lines(d) = &fig.panels[3] else {
+            panic!("(d) is a line chart")
+        };
+        // ECMP flat (dashed) across the one interval, AWFD at it.
+        assert_eq!(d.series.len(), 2);
+        assert!(d.series[0].style.dashed && !d.series[1].style.dashed);
+        assert_eq!(d.series[1].points[0].y, 1350.0);
+        let Panel::Bars(a) = &fig.panels[0] else {
+            panic!("(a) is a bar chart")
+        };
+        assert_eq!(a.bars.len(), 2);
+        assert_eq!(a.bars[1].label, "AWFD m=4");
+        let svg = fig.svg().unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(svg.contains("test &amp; more"));
-        assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(!svg.contains("NaN"));
     }
 
@@ -878,12 +673,5 @@ mod tests {
             ControllerStats::from_json(&serde_json::json!({})),
             ControllerStats::default()
         );
-    }
-
-    #[test]
-    fn nice_axes() {
-        assert_eq!(nice_axis(9.0), (10.0, 2.0));
-        assert_eq!(nice_axis(430.0), (500.0, 100.0));
-        assert_eq!(nice_axis(0.0), (1.0, 0.2));
     }
 }
