@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use serde::Serialize;
+use weir_progress::Progress;
 
 use crate::backend::Backend;
 use crate::client::{http_once, spawn_http};
@@ -79,6 +80,8 @@ pub fn run(exe: &Path, args: &SynFloodArgs) -> Result<Vec<Row>> {
         (1..=100_000).contains(&args.established),
         "--established: 1 to 100000 connections"
     );
+    let progress = Progress::bar("weir lab synflood", args.rates.len() as u64);
+    progress.set_message("building the lab: client, load balancer, 2 backends");
     let lab = Lab::build(2).context("building the lab")?;
     let _backends: Vec<Backend> = lab
         .backends
@@ -99,21 +102,31 @@ pub fn run(exe: &Path, args: &SynFloodArgs) -> Result<Vec<Row>> {
         } else {
             rate.to_string()
         };
-        eprintln!(
-            "[{}/{}] {shown} SYN/s for {} s against {} established connections",
+        progress.set_message(format!(
+            "{shown} SYN/s for {} s against {} established connections",
+            args.duration, args.established
+        ));
+        let row = one_rate(&lab, &d, &leaks, vip, lb_mac, rate, i as u64, args)?;
+        progress.inc(1);
+        progress.note(format!(
+            "[{}/{}] {shown} SYN/s: {} SYNs reached the table, {} broken, {}/{} new ok, {} leaked",
             i + 1,
             args.rates.len(),
-            args.duration,
-            args.established
-        );
-        let row = one_rate(&lab, &d, &leaks, vip, lb_mac, rate, i as u64, args)?;
-        eprintln!(
-            "      {} SYNs reached the table, {} broken, {}/{} new ok, {} leaked",
-            row.syns_in_table, row.established_broken, row.new_ok, row.new_tried, row.leaked
-        );
+            row.syns_in_table,
+            row.established_broken,
+            row.new_ok,
+            row.new_tried,
+            row.leaked
+        ));
         rows.push(row);
     }
     d.stop()?;
+    let broken: usize = rows.iter().map(|r| r.established_broken).sum();
+    let leaked: u64 = rows.iter().map(|r| r.leaked).sum();
+    progress.finish(format!(
+        "{} rates, {broken} established connections broken, {leaked} replies leaked",
+        rows.len()
+    ));
     print!("{}", render(args, &rows));
     if let Some(p) = &args.json {
         fs::write(p, serde_json::to_vec_pretty(&rows)?)

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use weir_core::dispatch::Policy;
+use weir_progress::Progress;
 
 use crate::engine::simulate;
 use crate::model::PoolParams;
@@ -42,8 +43,11 @@ pub fn run(
         interval.is_finite() && interval > 0.0,
         "interval must be > 0"
     );
+    let bar =
+        Progress::bar("weir bench sim", (sizes.len() * policies.len()) as u64).quiet(!progress);
     let mut rows = Vec::new();
     for &n in sizes {
+        bar.set_message(format!("generating {n} flows"));
         let t0 = Instant::now();
         let trace = SyntheticParams {
             flows: n,
@@ -54,12 +58,11 @@ pub fn run(
         let pool = PoolParams::default().build(&trace)?;
         let generate_s = t0.elapsed().as_secs_f64();
         for &p in policies {
+            bar.set_message(format!("{n} flows, {p}"));
             let t1 = Instant::now();
             let r = simulate(&trace, &pool, p, interval);
             let s = t1.elapsed().as_secs_f64();
-            if progress {
-                eprintln!("bench: {n} flows {p}: {s:.3} s");
-            }
+            bar.inc(1);
             rows.push(BenchRow {
                 flows: n,
                 policy: p.to_string(),
@@ -73,6 +76,7 @@ pub fn run(
             });
         }
     }
+    bar.finish(format!("{} timings on one thread", rows.len()));
     Ok(BenchReport { threads: 1, rows })
 }
 

@@ -2,13 +2,12 @@
 //! over threads, results in job order whatever thread ran them, progress on
 //! stderr.
 
-use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
 
 use serde::Serialize;
 use weir_core::dispatch::Policy;
+use weir_progress::Progress;
 
 use crate::engine::{simulate, RunResult};
 use crate::model::Pool;
@@ -39,7 +38,7 @@ pub fn threads(requested: usize) -> usize {
     }
 }
 
-/// Runs every job; `progress` prints one line per finished job to stderr.
+/// Runs every job; with `progress`, a bar on stderr and a summary.
 pub fn run_jobs(
     scenarios: &[Scenario],
     jobs: &[Job],
@@ -47,34 +46,29 @@ pub fn run_jobs(
     progress: bool,
 ) -> Vec<RunResult> {
     let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<RunResult>>> = Mutex::new(vec![None; jobs.len()]);
-    let t0 = Instant::now();
+    let bar = Progress::bar("weir sim", jobs.len() as u64).quiet(!progress);
+    let threads = threads.max(1).min(jobs.len().max(1));
     std::thread::scope(|s| {
-        for _ in 0..threads.max(1).min(jobs.len().max(1)) {
+        for _ in 0..threads {
             s.spawn(|| loop {
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 let Some(job) = jobs.get(k) else { break };
                 let sc = &scenarios[job.scenario];
                 let r = simulate(&sc.trace, &sc.pool, job.policy, job.interval);
-                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if progress {
-                    let mut e = std::io::stderr().lock();
-                    let _ = writeln!(
-                        e,
-                        "[{n:>4}/{}] {:>6.1}s  seed {:<4} {:<10} interval {:>7} ms  omega {:.4}",
-                        jobs.len(),
-                        t0.elapsed().as_secs_f64(),
-                        sc.seed,
-                        r.policy,
-                        fmt_ms(r.interval_ms),
-                        r.omega
-                    );
-                }
+                bar.set_message(format!(
+                    "seed {} {} at {} ms: omega {:.4}",
+                    sc.seed,
+                    r.policy,
+                    fmt_ms(r.interval_ms),
+                    r.omega
+                ));
+                bar.inc(1);
                 results.lock().expect("no panics while holding")[k] = Some(r);
             });
         }
     });
+    bar.finish(format!("{} simulations on {threads} threads", jobs.len()));
     results
         .into_inner()
         .expect("threads joined")

@@ -27,6 +27,7 @@ use serde::Serialize;
 
 use std::sync::Arc;
 use weir_control::agent::{Agent, LoadMeter, StatsSource};
+use weir_progress::Progress;
 
 use crate::daemon::Daemon;
 use crate::netns::enter;
@@ -317,7 +318,10 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
     );
 
     crate::netns::install_signal_teardown();
-    eprintln!("  building the lab: client, load balancer, {n} servers");
+    let progress = Progress::bar("weir lab spotlight", total_runs as u64);
+    progress.set_message(format!(
+        "building the lab: client, load balancer, {n} servers"
+    ));
     let lab = Lab::build(n)?;
     let mut servers: Vec<FileServer> = Vec::new();
     let mut agents: Vec<Agent> = Vec::new();
@@ -385,15 +389,11 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
                 cell.interval_ms
                     .map_or(String::new(), |i| format!(" @ {i} ms"))
             );
-            let mut last = Instant::now();
             let client = workload::play(&lab.client, &sched, &opts, &mut |t, done, open| {
-                if last.elapsed() >= Duration::from_secs(5) {
-                    last = Instant::now();
-                    eprintln!(
-                        "  {what}: t={t:.0}s, {done}/{} flows done, {open} open",
-                        sched.len()
-                    );
-                }
+                progress.set_message(format!(
+                    "{what}: t={t:.0}s, {done}/{} flows done, {open} open",
+                    sched.len()
+                ));
             })?;
             let controller = std::fs::read_to_string(daemon.run_dir().join("controller.json"))
                 .ok()
@@ -416,7 +416,8 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
             r.controller = controller.filter(|_| cell.policy != Policy::Static);
             let elapsed = started.elapsed().as_secs_f64();
             let eta = elapsed / k as f64 * (total_runs - k) as f64;
-            eprintln!(
+            progress.inc(1);
+            progress.note(format!(
                 "  {what}: {} flows, mean FCT {:.0} ms, p99 {:.0} ms, {:.2} MB/s, fast share {:.2}, \
                  PCC violations {}, unfinished {}  ({} elapsed, ~{} left)",
                 r.measured,
@@ -428,31 +429,36 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
                 r.unfinished,
                 fmt_dur(elapsed),
                 fmt_dur(eta)
-            );
+            ));
             if let Some(c) = r.controller.as_ref().filter(|c| c.agent_errors > 0) {
-                eprintln!(
+                progress.note(format!(
                     "    note: {} failed agent polls in {} controller ticks",
                     c.agent_errors, c.ticks
-                );
+                ));
             }
             for e in r.errors.iter().take(3) {
-                eprintln!("    error: {e}");
+                progress.note(format!("    error: {e}"));
             }
             if r.max_start_lag_s > 0.05 {
-                eprintln!(
+                progress.note(format!(
                     "    note: the client fell up to {:.0} ms behind its schedule (counted in FCT)",
                     r.max_start_lag_s * 1e3
-                );
+                ));
             }
             runs.push(r);
         }
     }
+    progress.set_message("tearing the lab down");
     drop(agents);
     drop(servers);
     drop(lab);
 
     let cells = report::cells(&runs);
     let total_pcc: usize = runs.iter().map(|r| r.pcc_violations).sum();
+    progress.finish(format!(
+        "{} runs, {total_pcc} PCC violations; lab torn down",
+        runs.len()
+    ));
     let first_interval = args.intervals.first().copied().unwrap_or(100);
     let subtitle = format!(
         "{} fast + {} slow servers, {:.0}% load, Pareto {} files, {} x {:.0} s runs per cell",
@@ -492,7 +498,6 @@ pub fn run(args: &SpotlightArgs) -> Result<()> {
         .with_context(|| format!("writing {}", p.display()))?;
         eprintln!("wrote {}", p.display());
     }
-    eprintln!("done in {}; lab torn down.", fmt_dur(report.wall_s));
     if total_pcc > 0 {
         bail!("{total_pcc} connections were reset or broken (PCC violations)");
     }

@@ -90,7 +90,8 @@ impl Inst {
     }
 
     /// Installs connections 0..size in the connection and reverse tables.
-    pub(super) fn fill(&self) -> Result<()> {
+    /// Fills both tables to `size`, saying how far on `progress`.
+    pub(super) fn fill(&self, progress: &Progress) -> Result<()> {
         let conn = weir_conn {
             dip_id: 0,
             dip_gen: DIP_GEN,
@@ -111,9 +112,7 @@ impl Inst {
             client_mac: CLIENT_MAC,
             lb_mac: LB_MAC,
         };
-        let started = Instant::now();
         let to = self.size;
-        let show = to >= 10_000;
         let mut i = 0;
         let (mut keys, mut vals, mut rkeys, mut rvals) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -139,15 +138,7 @@ impl Inst {
                 .update_batch(&rkeys, &rvals, n as u32, MapFlags::ANY, MapFlags::ANY)
                 .context("batch update of the reverse-NAT table")?;
             i += n;
-            if show {
-                eprint!(
-                    "\rfilling a connection table: {i} / {to} ({:.1} s)",
-                    started.elapsed().as_secs_f64()
-                );
-            }
-        }
-        if show {
-            eprintln!();
+            progress.set_message(format!("filling a connection table: {i} / {to}"));
         }
         Ok(())
     }

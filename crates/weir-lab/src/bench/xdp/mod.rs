@@ -62,6 +62,7 @@ use weir_dataplane::loader::{self, LoadOptions, LoadedLb};
 use weir_dataplane::maps::Maps;
 use weir_dataplane::minimal;
 use weir_dataplane::testrun::{self, XdpAction};
+use weir_progress::Progress;
 
 mod instance;
 mod packet;
@@ -223,6 +224,12 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     let capacity = u64::from(largest) + u64::from(largest) / 4 + misses + 4096;
     let conn_capacity = u32::try_from(capacity).context("connection table too large")?;
 
+    // One step per run of every series: hit hot and spread, then miss,
+    // in every mode.
+    let progress = Progress::bar(
+        "weir bench xdp",
+        u64::from(args.runs) * 3 * modes.len() as u64,
+    );
     let lo = lo_ifindex()?;
     let floor = minimal::load()?;
     let mut rng = SplitMix(args.seed);
@@ -231,7 +238,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     for &size in &sizes {
         let inst = Inst::new(u64::from(size), conn_capacity, lo)?;
         let t = Instant::now();
-        inst.fill()?;
+        inst.fill(&progress)?;
         fill_seconds += t.elapsed().as_secs_f64();
         inst.verify_installed(&mut rng)?;
         insts.push(inst);
@@ -251,7 +258,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
         }
 
         // Hot mode: every instance's own random connections, one per run.
-        eprintln!("measuring the hit path, {} mode, hot", mode.name());
+        progress.set_message(format!("hit path, {} mode, hot", mode.name()));
         let hot_pkts: Vec<Vec<Set>> = insts
             .iter()
             .map(|i| {
@@ -266,12 +273,12 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             repeat: args.repeat,
             runs: args.runs,
         };
-        let hot = series.run(floor_prog, &insts, &hot_pkts)?;
+        let hot = series.run(floor_prog, &insts, &hot_pkts, &progress)?;
         rows.extend(series.rows(mode, &insts, &hot_pkts, &hot));
         verdicts.push(verdict(mode, "hot", &insts, &hot));
 
         // Spread mode: `spread` random connections per run, one call each.
-        eprintln!("measuring the hit path, {} mode, spread", mode.name());
+        progress.set_message(format!("hit path, {} mode, spread", mode.name()));
         let spread_pkts: Vec<Vec<Set>> = insts
             .iter()
             .map(|i| {
@@ -286,7 +293,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             repeat: 1,
             runs: args.runs,
         };
-        let spread = series.run(floor_prog, &insts, &spread_pkts)?;
+        let spread = series.run(floor_prog, &insts, &spread_pkts, &progress)?;
         rows.extend(series.rows(mode, &insts, &spread_pkts, &spread));
         verdicts.push(verdict(mode, "spread", &insts, &spread));
     }
@@ -296,7 +303,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     let mut next_fresh = u64::from(largest) + 1_000_000;
     for &mode in &modes {
         big[0].set_mode(mode)?;
-        eprintln!("measuring the miss path, {} mode, spread", mode.name());
+        progress.set_message(format!("miss path, {} mode, spread", mode.name()));
         let batches: Vec<Vec<Set>> = vec![(0..args.runs)
             .map(|_| {
                 (0..args.spread)
@@ -313,9 +320,14 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             repeat: 1,
             runs: args.runs,
         };
-        let m = series.run(floor_prog, big, &batches)?;
+        let m = series.run(floor_prog, big, &batches, &progress)?;
         rows.extend(series.rows(mode, big, &batches, &m));
     }
+    progress.finish(format!(
+        "{} rows, {} runs of each series",
+        rows.len(),
+        args.runs
+    ));
 
     Ok(Report {
         bench: "xdp",
@@ -369,12 +381,14 @@ struct RunTimes {
 impl Series {
     /// `pkts[inst][set]` is a set of packets; run r uses set r mod len. With
     /// repeat > 1 a set is one packet repeated; with repeat 1 every packet
-    /// of the set is one call and the run's figure is the mean.
+    /// of the set is one call and the run's figure is the mean. Each run is
+    /// one step of `progress`.
     fn run(
         &self,
         floor: &ProgramMut<'_>,
         insts: &[Inst],
         pkts: &[Vec<Set>],
+        progress: &Progress,
     ) -> Result<Vec<RunTimes>> {
         let time = |prog: &ProgramMut<'_>, set: &[Vec<u8>]| -> Result<f64> {
             let mut sum = 0.0;
@@ -420,6 +434,7 @@ impl Series {
                 }
             }
             out.push(t);
+            progress.inc(1);
         }
         for (i, inst) in insts.iter().enumerate() {
             let after = inst.maps.stats()?;
