@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use weir_control::config::Config;
 use weir_control::runtime::{self, RunRecord, ServeOptions, DEFAULT_RUN_DIR};
 use weir_control::status;
@@ -99,6 +99,12 @@ enum Command {
     Bench(BenchCommand),
     /// The memcached switch: `weir kv --nutcracker nc.yml`, `weir kv --config kv.toml`, `weir kv status`.
     Kv(weir_kv::cli::KvArgs),
+    /// Shell completions on stdout, generated from this CLI (`make install`).
+    #[command(hide = true)]
+    Completions { shell: clap_complete::Shell },
+    /// Man pages, weir.1 and one per subcommand, into DIR (`make install`).
+    #[command(hide = true)]
+    Man { dir: PathBuf },
 }
 
 #[derive(Subcommand)]
@@ -206,6 +212,16 @@ fn run(cli: Cli) -> Result<()> {
             stats_file,
             std::time::Duration::from_millis(window_ms),
         ),
+        Command::Completions { shell } => {
+            // Into a buffer first: clap_complete panics on a failed write.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "weir", &mut script);
+            std::io::Write::write_all(&mut std::io::stdout(), &script)
+                .context("writing the completions")
+        }
+        Command::Man { dir } => std::fs::create_dir_all(&dir)
+            .and_then(|()| clap_mangen::generate_to(Cli::command(), &dir))
+            .with_context(|| format!("writing man pages into {}", dir.display())),
         Command::Reload { run_dir } => {
             let pid = runtime::request_reload(&run_dir)?;
             println!("asked weir serve (pid {pid}) to reload its configuration");
