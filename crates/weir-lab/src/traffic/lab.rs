@@ -94,6 +94,7 @@ pub struct GenArgs {
     /// Zipf skew, with --dist zipf (0 = uniform).
     #[arg(long, default_value_t = 1.0)]
     pub zipf_s: f64,
+    /// Transport protocol.
     #[arg(long, value_enum, default_value = "udp")]
     pub proto: ProtoArg,
     /// TCP flags, comma-separated (with --proto tcp).
