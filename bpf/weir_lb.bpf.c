@@ -7,6 +7,12 @@
  * no round trip to user space (HNLB II-A, Spotlight IV-B). In nat mode the
  * DIP's replies match the reverse table and are rewritten back to the VIP.
  * Everything else is passed to the kernel or dropped, as configured.
+ *
+ * That is the xdp tier (cfg_tier). In the software tier this program only
+ * steers: VIP traffic and nat replies go to the AF_XDP workers, which keep
+ * the connection table, dispatch and rewrite. In the hybrid tier (HNLB) the
+ * connection table is the bounded fast table the workers fill: a hit is
+ * forwarded here as in the xdp tier, anything else goes to the workers.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -20,6 +26,7 @@
 #include "lib/nat.h"
 #include "lib/forward.h"
 #include "lib/telemetry.h"
+#include "lib/software.h"
 
 /* Load-time knobs, set by the loader from the configuration. */
 const volatile __u32 cfg_not_vip_action = WEIR_ACT_PASS;
@@ -93,12 +100,14 @@ struct handshake {
  * `conns`. A non-SYN packet with no entry at all (a table lost across a
  * restart, a flow moved here) is dispatched as configured and goes through
  * the same half-open step. Returns the DIP, or NULL with `hs->drop_stat`
- * set. */
+ * set. `entry` is the caller's zeroed scratch entry: one on the stack, not
+ * two, keeps the frame within BPF's 512 bytes with dispatch()'s on top. */
 static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const struct packet *pkt,
-					     const struct weir_vip *vip, struct handshake *hs)
+					     const struct weir_vip *vip, struct handshake *hs,
+					     struct weir_conn *entry)
 {
 	int nat = vip->mode == WEIR_MODE_NAT;
-	struct weir_conn *half, entry = {};
+	struct weir_conn *half;
 	struct weir_dip *dip = NULL;
 	__u32 now = hs->now;
 
@@ -111,12 +120,12 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 		return dip;
 	}
 	if (dip) {
-		entry = *half;
-		entry.atime = now;
-		conn_note_close(&entry, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
+		*entry = *half;
+		entry->atime = now;
+		conn_note_close(entry, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
 		if (cfg_passive_telemetry && nat)
-			telemetry_request(&entry, pkt, entry.dip_id);
-		if (bpf_map_update_elem(&conns, &pkt->key, &entry, BPF_ANY) == 0) {
+			telemetry_request(entry, pkt, entry->dip_id);
+		if (bpf_map_update_elem(&conns, &pkt->key, entry, BPF_ANY) == 0) {
 			stat_inc(WEIR_STAT_CONN_NEW);
 			hs->new_conn = 1;
 		} else {
@@ -130,7 +139,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 			bpf_map_delete_elem(&half_open_rev, &rkey);
 		}
 		bpf_map_delete_elem(&half_open, &pkt->key);
-		hs->dip_id = entry.dip_id;
+		hs->dip_id = entry->dip_id;
 		return dip;
 	}
 
@@ -141,27 +150,52 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 			return NULL;
 		}
 	}
-	dip = dispatch(pkt, vip, &entry, now);
+	dip = dispatch(pkt, vip, entry, now);
 	if (!dip) {
 		hs->drop_stat = WEIR_STAT_DROP_NO_BACKEND;
 		return NULL;
 	}
-	if (bpf_map_update_elem(&half_open, &pkt->key, &entry, BPF_ANY) == 0)
+	if (bpf_map_update_elem(&half_open, &pkt->key, entry, BPF_ANY) == 0)
 		stat_inc(WEIR_STAT_HALF_OPEN_NEW);
 	else
 		stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
 	if (nat)
 		install_reverse(ctx, &half_open_rev, pkt, dip, vip->vip_id);
-	hs->dip_id = entry.dip_id;
+	hs->dip_id = entry->dip_id;
 	return dip;
+}
+
+/* Counts a client packet of a connection to `dip`, rewrites it (nat) and
+ * sends it. `established`: it had an entry, whose reverse entry (nat) is
+ * re-checked now and then. */
+static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
+				  const struct weir_vip *vip, const struct weir_dip *dip,
+				  __u32 dip_id, int new_conn, int established)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u64 bytes = data_end - data;
+
+	traffic_add(&vip_traffic, vip->vip_id, bytes, new_conn);
+	traffic_add(&dip_traffic, dip_id, bytes, new_conn);
+
+	if (vip->mode == WEIR_MODE_NAT) {
+		/* Replies keep the reverse entry fresh in its LRU, so an established
+		 * connection only re-checks it now and then (the lookup is a third
+		 * of the nat hit path's cost). */
+		if (established && (bpf_get_prandom_u32() & REV_CHECK_MASK) == 0)
+			ensure_reverse(ctx, pkt, dip, vip->vip_id);
+		if (rewrite_endpoint(data, data_end, pkt, 1, dip->addr, dip->port) < 0) {
+			stat_inc(WEIR_STAT_DROP_MALFORMED);
+			return XDP_DROP;
+		}
+	}
+	return forward_to_dip(ctx, dip, pkt->l3_len);
 }
 
 static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 				   const struct weir_vip *vip)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
-	__u64 bytes = data_end - data;
 	int tcp = pkt->key.proto == IPPROTO_TCP;
 	int syn = tcp && (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
 	int nat = vip->mode == WEIR_MODE_NAT;
@@ -205,7 +239,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	if (!conn && tcp) {
 		struct handshake hs = { .now = now, .syn = syn };
 
-		dip = handshake(ctx, pkt, vip, &hs);
+		dip = handshake(ctx, pkt, vip, &hs, &entry);
 		if (!dip) {
 			stat_inc(hs.drop_stat);
 			return XDP_DROP;
@@ -230,22 +264,57 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			install_reverse(ctx, &rev_nat, pkt, dip, vip->vip_id);
 		new_conn = 1;
 	}
+	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn, conn && !stale);
+}
 
-	traffic_add(&vip_traffic, vip->vip_id, bytes, new_conn);
-	traffic_add(&dip_traffic, dip_id, bytes, new_conn);
+/* The hybrid tier. A packet whose connection the fast table holds is
+ * forwarded here, with the xdp tier's expiry and close rules, and counted in
+ * the entry's `hits`. Everything else goes to the software tier, which keeps
+ * the full table, dispatches and installs fast entries: a miss, and every
+ * SYN (a new connection on the tuple, or one the workers have not confirmed;
+ * its fast entry goes, as in the xdp tier). An expired entry, or one whose
+ * DIP was removed, goes too. */
+static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
+				     const struct weir_vip *vip)
+{
+	int tcp = pkt->key.proto == IPPROTO_TCP;
+	int syn = tcp && (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+	int nat = vip->mode == WEIR_MODE_NAT;
+	__u32 now = now_ticks(), dip_id;
+	struct weir_conn *conn;
+	struct weir_dip *dip;
 
-	if (nat) {
-		/* Replies keep the reverse entry fresh in its LRU, so an established
-		 * connection only re-checks it now and then (the lookup is a third
-		 * of the nat hit path's cost). */
-		if (conn && !stale && (bpf_get_prandom_u32() & REV_CHECK_MASK) == 0)
-			ensure_reverse(ctx, pkt, dip, vip->vip_id);
-		if (rewrite_endpoint(data, data_end, pkt, 1, dip->addr, dip->port) < 0) {
-			stat_inc(WEIR_STAT_DROP_MALFORMED);
-			return XDP_DROP;
-		}
+	conn = bpf_map_lookup_elem(&conns, &pkt->key);
+	if (!conn)
+		goto miss;
+	dip = conn_dip(conn);
+	if (syn) {
+		stat_inc(WEIR_STAT_CONN_REUSED);
+		conn_forget(pkt, dip, nat);
+		goto miss;
 	}
-	return forward_to_dip(ctx, dip, pkt->l3_len);
+	if (conn_expired(conn, pkt->key.proto, now)) {
+		stat_inc(WEIR_STAT_CONN_EXPIRED);
+		conn_forget(pkt, dip, nat);
+		goto miss;
+	}
+	if (!dip) {
+		stat_inc(WEIR_STAT_CONN_STALE);
+		conn_forget(pkt, dip, nat);
+		goto miss;
+	}
+	stat_inc(WEIR_STAT_CONN_HIT);
+	dip_id = conn->dip_id;
+	conn->hits += 1;
+	conn_touch(conn, now);
+	if (tcp)
+		conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
+	if (cfg_passive_telemetry && nat)
+		telemetry_request(conn, pkt, dip_id);
+	return to_dip(ctx, pkt, vip, dip, dip_id, 0, 1);
+miss:
+	stat_inc(WEIR_STAT_CONN_MISS);
+	return to_software(ctx);
 }
 
 static __always_inline int reverse_nat(struct xdp_md *ctx, struct packet *pkt,
@@ -279,13 +348,14 @@ static __always_inline int from_nat_dip(const struct packet *pkt)
 	return bpf_map_lookup_elem(&nat_endpoints, &ep) != NULL;
 }
 
-/* Such a packet is a reply whose connection weir no longer knows (or never
- * did): forwarded by the kernel it would reach the client with the DIP's
- * address, so it is dropped when the FIB says the kernel would forward it.
- * Anything else goes to the kernel: replies addressed to this host (health
- * checks, the operator's own connections to the DIP), and packets the
- * kernel will not forward anyway. Not inlined: its FIB query would count
- * against the main frame's stack. */
+/* Such a packet is a reply whose connection XDP does not know (or no one
+ * does): forwarded by the kernel it would reach the client with the DIP's
+ * address. When the FIB says the kernel would forward it, it goes to the
+ * software tier, which knows the connection or drops the reply; in the xdp
+ * tier it is dropped. Anything else goes to the kernel: replies addressed
+ * to this host (health checks, the operator's own connections to the DIP),
+ * and packets the kernel will not forward anyway. Not inlined: its FIB
+ * query would count against the main frame's stack. */
 static __noinline int reply_without_state(struct xdp_md *ctx, const struct packet *pkt)
 {
 	struct bpf_fib_lookup fib = {};
@@ -299,6 +369,8 @@ static __noinline int reply_without_state(struct xdp_md *ctx, const struct packe
 		fib.ipv4_dst = pkt->key.dst[0];
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		if (cfg_tier != WEIR_TIER_XDP)
+			return to_software(ctx);
 		stat_inc(WEIR_STAT_DROP_REPLY_NO_STATE);
 		return XDP_DROP;
 	}
@@ -341,14 +413,23 @@ int weir_lb(struct xdp_md *ctx)
 	vkey.proto = pkt.key.proto;
 	vkey.family = pkt.key.family;
 	vip = bpf_map_lookup_elem(&vips, &vkey);
-	if (vip)
+	if (vip) {
+		if (cfg_tier == WEIR_TIER_SOFTWARE)
+			return to_software(ctx);
+		if (cfg_tier == WEIR_TIER_HYBRID)
+			return fast_path(ctx, &pkt, vip);
 		return balance(ctx, &pkt, vip);
+	}
 
-	rev = bpf_map_lookup_elem(&rev_nat, &pkt.key);
-	if (!rev)
-		rev = bpf_map_lookup_elem(&half_open_rev, &pkt.key);
-	if (rev)
-		return reverse_nat(ctx, &pkt, rev);
+	/* The software tier keeps every reverse entry itself; the hybrid tier
+	 * has only the fast table's and no half-open one. */
+	if (cfg_tier != WEIR_TIER_SOFTWARE) {
+		rev = bpf_map_lookup_elem(&rev_nat, &pkt.key);
+		if (!rev && cfg_tier == WEIR_TIER_XDP)
+			rev = bpf_map_lookup_elem(&half_open_rev, &pkt.key);
+		if (rev)
+			return reverse_nat(ctx, &pkt, rev);
+	}
 	if (from_nat_dip(&pkt))
 		return reply_without_state(ctx, &pkt);
 

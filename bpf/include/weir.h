@@ -27,6 +27,17 @@
 #define WEIR_ACT_PASS 0
 #define WEIR_ACT_DROP 1
 
+/* Data-plane tiers (rodata cfg_tier of weir_lb). */
+#define WEIR_TIER_XDP 0      /* everything in XDP: dispatch, connection table, rewrite */
+#define WEIR_TIER_SOFTWARE 1 /* XDP steers VIP traffic and nat replies to the workers */
+#define WEIR_TIER_HYBRID 2   /* XDP forwards what its bounded fast table holds, the
+			      * workers the rest (HNLB) */
+
+/* The software tier's AF_XDP sockets sit in the XSKMAP `xsks` at
+ * xsk_slot * WEIR_MAX_QUEUES + RX queue, xsk_slot being the interface's
+ * (weir_iface). A packet from a queue at or past this bound finds no worker. */
+#define WEIR_MAX_QUEUES 256
+
 /* What a TCP packet that misses the connection table and is not a SYN does. */
 #define WEIR_NONSYN_DISPATCH 0 /* dispatch like a new flow and install it */
 #define WEIR_NONSYN_DROP 1
@@ -72,7 +83,8 @@ _Static_assert(sizeof(struct weir_flow_key) == 40, "weir_flow_key size");
 /* Connection table value: which DIP slot (and which incarnation of that
  * slot) a connection was dispatched to, and when it was last used. The
  * half-open table (connections that have not completed their handshake)
- * holds the same value. */
+ * holds the same value. In the hybrid tier the software tier writes these
+ * entries (the fast table) and XDP counts their packets in `hits`. */
 struct weir_conn {
 	__u32 dip_id;
 	__u32 dip_gen;     /* must equal dips[dip_id].gen, else the DIP was removed */
@@ -85,8 +97,11 @@ struct weir_conn {
 			    * refreshed at most once per conntrack.h ATIME_REFRESH */
 	__u8 close_flags;  /* WEIR_CONN_F_* */
 	__u8 pad[3];
+	__u64 hits;        /* hybrid: client packets XDP forwarded by this entry (the
+			    * offload policy's measure); not atomic: RSS keeps a
+			    * connection on one CPU, a lost count costs accuracy only */
 };
-_Static_assert(sizeof(struct weir_conn) == 32, "weir_conn size");
+_Static_assert(sizeof(struct weir_conn) == 40, "weir_conn size");
 
 /* Idle timeouts by connection state, in ticks (rodata of weir_lb; the
  * loader converts the configured seconds). */
@@ -209,6 +224,9 @@ enum weir_stat {
 	WEIR_STAT_REDIRECT,         /* XDP_REDIRECT via devmap */
 	WEIR_STAT_DROP_REDIRECT,    /* redirect target not in tx_ports */
 	WEIR_STAT_DROP_REPLY_NO_STATE, /* a nat DIP's reply with no reverse entry */
+	WEIR_STAT_TO_SOFTWARE,      /* XDP_REDIRECT to a software-tier worker's socket */
+	WEIR_STAT_DROP_NO_WORKER,   /* for the software tier, but no socket on its queue */
+	WEIR_STAT_LAST_OUTCOME = WEIR_STAT_DROP_NO_WORKER, /* outcomes are contiguous */
 	/* events */
 	WEIR_STAT_CONN_HIT,
 	WEIR_STAT_CONN_MISS,
@@ -230,8 +248,9 @@ enum weir_stat {
 struct weir_iface {
 	__u8 mac[6];
 	__u8 pad[2];
+	__u32 xsk_slot; /* its block of WEIR_MAX_QUEUES entries in `xsks` */
 };
-_Static_assert(sizeof(struct weir_iface) == 8, "weir_iface size");
+_Static_assert(sizeof(struct weir_iface) == 12, "weir_iface size");
 
 /* Per-VIP and per-DIP per-CPU counters. */
 struct weir_traffic {

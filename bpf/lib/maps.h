@@ -18,7 +18,9 @@
 
 /* 5-tuple of a client's packets -> the DIP its connection is pinned to.
  * Only confirmed connections live here (TCP: the client's first packet after
- * its SYN), so a flood of SYNs cannot push them out. */
+ * its SYN), so a flood of SYNs cannot push them out. In the hybrid tier this
+ * is the fast table: bounded (fast_table_size), written only by the software
+ * tier, and an insert into a full table evicts the least recently used. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, WEIR_DEFAULT_CONNS);
@@ -100,6 +102,15 @@ struct {
 	__type(value, struct weir_class_members);
 } class_members SEC(".maps");
 
+/* The software tier's AF_XDP sockets, at xsk_slot * WEIR_MAX_QUEUES + RX
+ * queue (weir_iface.xsk_slot); sized by the loader for the interfaces. */
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, WEIR_MAX_QUEUES);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
 /* Interfaces weir is attached to: redirect targets. */
 struct {
 	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
@@ -108,7 +119,8 @@ struct {
 	__type(value, __u32);
 } tx_ports SEC(".maps");
 
-/* ifindex -> that interface's MAC (source MAC of what leaves by it). */
+/* ifindex -> that interface's MAC (source MAC of what leaves by it) and
+ * its slot in `xsks`. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);

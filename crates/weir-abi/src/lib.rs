@@ -80,11 +80,12 @@ mod tests {
     #[test]
     fn sizes_match_the_header_assertions() {
         assert_eq!(std::mem::size_of::<weir_flow_key>(), 40);
-        assert_eq!(std::mem::size_of::<weir_conn>(), 32);
+        assert_eq!(std::mem::size_of::<weir_conn>(), 40);
         assert_eq!(std::mem::size_of::<weir_conn_timeouts>(), 20);
         assert_eq!(std::mem::size_of::<weir_endpoint>(), 20);
         assert_eq!(std::mem::size_of::<weir_rev_nat>(), 40);
         assert_eq!(std::mem::size_of::<weir_dip>(), 44);
+        assert_eq!(std::mem::size_of::<weir_iface>(), 12);
         assert_eq!(std::mem::size_of::<weir_class_ranges>(), 136);
         assert_eq!(
             std::mem::size_of::<weir_class_members>(),

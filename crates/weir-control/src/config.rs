@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 use weir_core::flow::Proto;
+pub use weir_core::offload::OffloadPolicy;
 
 pub use crate::diag::ConfigError;
 use crate::diag::{key_at, line_of};
@@ -35,6 +36,21 @@ pub enum Verdict {
 pub enum NonSynMiss {
     Dispatch,
     Drop,
+}
+
+/// `[dataplane] tier`: which tier handles the traffic of the VIPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Everything in XDP (dispatch, connection table, rewrite).
+    #[default]
+    Xdp,
+    /// XDP steers VIP traffic and nat replies to the workers, which keep
+    /// the connections, dispatch and rewrite (HNLB's software LB).
+    Software,
+    /// XDP forwards the connections its bounded fast table holds; the
+    /// workers handle the rest and fill the fast table (HNLB).
+    Hybrid,
 }
 
 /// XDP attach mode.
@@ -78,6 +94,24 @@ fn one() -> Spanned<u32> {
 fn seed() -> u32 {
     weir_core::hash::DEFAULT_SEED
 }
+fn heavy() -> Spanned<OffloadPolicy> {
+    Spanned::new(0..0, OffloadPolicy::Heavy)
+}
+/// One worker on the last CPU weir may use (the first ones usually take
+/// the interrupts and everything else).
+fn last_cpu() -> Spanned<Vec<u32>> {
+    Spanned::new(
+        0..0,
+        crate::cpus::usable()
+            .last()
+            .map(|&c| vec![c])
+            .unwrap_or_default(),
+    )
+}
+/// A defaulted Spanned has an empty span: the key is absent from the file.
+fn given<T>(v: &Spanned<T>) -> bool {
+    v.span().end > 0
+}
 
 /// `[dataplane]`: where and how the XDP program runs.
 #[derive(Debug, Clone, Deserialize)]
@@ -113,6 +147,18 @@ pub struct Dataplane {
     pub pin_dir: PathBuf,
     #[serde(default = "seed")]
     pub hash_seed: u32,
+    #[serde(default)]
+    pub tier: Tier,
+    /// Hybrid: entries of the XDP fast table (a NIC Flow Director holds
+    /// 2000 to 8000); at most `conn_table_size`, the workers' table.
+    /// Default 8192, or `conn_table_size` if that is smaller.
+    pub fast_table_size: Option<Spanned<u32>>,
+    /// Hybrid: which connections the fast table holds.
+    #[serde(default = "heavy")]
+    pub offload: Spanned<OffloadPolicy>,
+    /// Software and hybrid: one worker thread pinned to each of these CPUs.
+    #[serde(default = "last_cpu")]
+    pub workers: Spanned<Vec<u32>>,
 }
 
 /// `[dataplane.timeouts]`: idle timeouts of connection entries, in seconds,
@@ -173,6 +219,13 @@ impl Dataplane {
     pub fn half_open_size(&self) -> u32 {
         self.half_open_table_size
             .unwrap_or((self.conn_table_size / 4).max(1))
+    }
+
+    /// `fast_table_size`, or its default.
+    pub fn fast_size(&self) -> u32 {
+        self.fast_table_size
+            .as_ref()
+            .map_or(8192.min(self.conn_table_size), |s| *s.get_ref())
     }
 }
 
@@ -484,6 +537,7 @@ impl Config {
                 ),
             ));
         }
+        self.validate_tier(ck, &mut warnings)?;
         let max_s = weir_dataplane::loader::ConnTimeouts::MAX.as_secs();
         for (name, v) in dp.timeouts.fields() {
             if !(1..=max_s).contains(v.get_ref()) {
@@ -691,6 +745,74 @@ fn not_unicast(a: &IpAddr) -> Option<String> {
 }
 
 impl Config {
+    /// `tier` and the keys that only some tiers read.
+    fn validate_tier(
+        &self,
+        ck: &Checker<'_>,
+        warnings: &mut Vec<ConfigWarning>,
+    ) -> Result<(), ConfigError> {
+        let dp = &self.dataplane;
+        // The default is always in range; a given size is checked in any
+        // tier, so switching to hybrid later brings no surprise.
+        if !(1..=dp.conn_table_size).contains(&dp.fast_size()) {
+            return Err(ck.err(
+                dp.fast_table_size.as_ref().map(|s| s.span()),
+                "dataplane.fast_table_size",
+                format!(
+                    "must be between 1 and conn_table_size ({}): the fast table holds a part of \
+                     the workers' connections",
+                    dp.conn_table_size
+                ),
+            ));
+        }
+        if dp.tier != Tier::Hybrid {
+            let only_hybrid = [
+                (
+                    "fast_table_size",
+                    dp.fast_table_size.as_ref().map(|s| s.span()),
+                ),
+                ("offload", given(&dp.offload).then(|| dp.offload.span())),
+            ];
+            for (key, span) in only_hybrid.into_iter().filter(|(_, s)| s.is_some()) {
+                warnings.push(ck.err(
+                    span,
+                    format!("dataplane.{key}"),
+                    "only tier = \"hybrid\" has a fast table; this is ignored",
+                ));
+            }
+        }
+        if dp.tier == Tier::Xdp && given(&dp.workers) {
+            warnings.push(ck.err(
+                Some(dp.workers.span()),
+                "dataplane.workers",
+                "tier = \"xdp\" runs no workers; this is ignored",
+            ));
+        }
+        let workers = dp.workers.get_ref();
+        let err = |msg: String| ck.err(Some(dp.workers.span()), "dataplane.workers", msg);
+        if workers.is_empty() {
+            return Err(err(
+                "list at least one CPU to run a worker on, e.g. [1]".into()
+            ));
+        }
+        let usable = crate::cpus::usable();
+        let mut seen = HashSet::new();
+        for cpu in workers {
+            if !seen.insert(cpu) {
+                return Err(err(format!(
+                    "CPU {cpu} is listed twice; a worker busy-polls its CPU, list each CPU once"
+                )));
+            }
+            if !usable.contains(cpu) {
+                return Err(err(format!(
+                    "CPU {cpu} does not exist or weir may not run on it; usable CPUs: {}",
+                    crate::cpus::format(&usable)
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn validate_controller(&self, ck: &Checker<'_>) -> Result<(), ConfigError> {
         for (i, vip) in self.vips.iter().enumerate() {
             let Some(h) = &vip.health else { continue };
@@ -1114,6 +1236,132 @@ mode = "nat"
             .replace("telemetry = \"agent\"", "telemetry = \"passive\"")
             .replace("  agent = \"10.1.0.1:9300\"\n", "");
         Config::parse("t.toml", &passive).unwrap();
+    }
+
+    /// GOOD with `keys` added to its [dataplane] (from line 4 on).
+    fn dataplane_with(keys: &str) -> String {
+        GOOD.replace(
+            "interfaces = [\"veth0\"]\n",
+            &format!("interfaces = [\"veth0\"]\n{keys}\n"),
+        )
+    }
+
+    #[test]
+    fn the_tier_is_xdp_unless_asked_and_its_keys_default() {
+        let last = *crate::cpus::usable().last().unwrap();
+        let dp = Config::parse("t.toml", GOOD).unwrap().dataplane;
+        assert_eq!(dp.tier, Tier::Xdp);
+        assert_eq!(dp.fast_size(), 8192);
+        assert_eq!(*dp.offload.get_ref(), OffloadPolicy::Heavy);
+        assert_eq!(dp.workers.get_ref(), &vec![last]);
+
+        let src = dataplane_with(&format!(
+            "tier = \"hybrid\"\nfast_table_size = 2000\noffload = \"first\"\nworkers = [{last}]"
+        ));
+        let c = Config::parse("t.toml", &src).unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let dp = c.dataplane;
+        assert_eq!((dp.tier, dp.fast_size()), (Tier::Hybrid, 2000));
+        assert_eq!(*dp.offload.get_ref(), OffloadPolicy::First);
+        let sw = dataplane_with("tier = \"software\"");
+        assert_eq!(
+            Config::parse("t.toml", &sw).unwrap().dataplane.tier,
+            Tier::Software
+        );
+        // A connection table smaller than the default fast table caps it.
+        let small = dataplane_with("tier = \"hybrid\"\nconn_table_size = 4096");
+        let dp = Config::parse("t.toml", &small).unwrap().dataplane;
+        assert_eq!(dp.fast_size(), 4096);
+    }
+
+    #[test]
+    fn tier_mistakes_name_the_field_and_the_line() {
+        let last = *crate::cpus::usable().last().unwrap();
+        let cases = [
+            (
+                "tier = \"hybrid\"\nfast_table_size = 0".to_string(),
+                "dataplane.fast_table_size",
+                5,
+                "between 1 and conn_table_size (1048576)",
+            ),
+            (
+                "tier = \"hybrid\"\nconn_table_size = 1000\nfast_table_size = 2000".into(),
+                "dataplane.fast_table_size",
+                6,
+                "between 1 and conn_table_size (1000)",
+            ),
+            (
+                "fast_table_size = 0".into(),
+                "dataplane.fast_table_size",
+                4,
+                "between 1 and conn_table_size",
+            ),
+            (
+                "tier = \"fpga\"".into(),
+                "dataplane.tier",
+                4,
+                "unknown variant `fpga`",
+            ),
+            (
+                "offload = \"all\"".into(),
+                "dataplane.offload",
+                4,
+                "unknown variant `all`",
+            ),
+            (
+                "tier = \"software\"\nworkers = [100000]".into(),
+                "dataplane.workers",
+                5,
+                "CPU 100000 does not exist or weir may not run on it; usable CPUs: ",
+            ),
+            (
+                "tier = \"software\"\nworkers = []".into(),
+                "dataplane.workers",
+                5,
+                "at least one CPU",
+            ),
+            (
+                format!("tier = \"hybrid\"\nworkers = [{last}, {last}]"),
+                "dataplane.workers",
+                5,
+                "listed twice",
+            ),
+        ];
+        for (keys, field, line, what) in cases {
+            let e = err_of(&dataplane_with(&keys));
+            assert_eq!(
+                (e.field.as_str(), e.line),
+                (field, Some(line)),
+                "{keys}: {e}"
+            );
+            assert!(e.message.contains(what), "{keys}: {e}");
+        }
+    }
+
+    #[test]
+    fn keys_the_tier_does_not_read_are_warned_about() {
+        let last = *crate::cpus::usable().last().unwrap();
+        let warned = |keys: &str| {
+            let w = Config::parse("t.toml", &dataplane_with(keys))
+                .unwrap()
+                .warnings;
+            w.iter()
+                .map(|w| (w.field.clone(), w.line.unwrap()))
+                .collect::<Vec<_>>()
+        };
+        let field = |f: &str, l: usize| (f.to_string(), l);
+        assert_eq!(
+            warned("fast_table_size = 100"),
+            [field("dataplane.fast_table_size", 4)]
+        );
+        assert_eq!(
+            warned(&format!("workers = [{last}]\noffload = \"first\"")),
+            [field("dataplane.offload", 5), field("dataplane.workers", 4)]
+        );
+        assert_eq!(
+            warned("tier = \"software\"\noffload = \"heavy\""),
+            [field("dataplane.offload", 5)]
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod apply;
 pub mod bpffs;
 pub mod config;
 pub mod controller;
+pub mod cpus;
 pub mod diag;
 pub mod health;
 pub mod http;

@@ -20,7 +20,7 @@ use weir_dataplane::maps::Maps;
 
 use crate::apply::apply;
 use crate::bpffs::{self, Persistence};
-use crate::config::{Config, Mode, NonSynMiss, Verdict, XdpModeCfg};
+use crate::config::{Config, Mode, NonSynMiss, Tier, Verdict, XdpModeCfg};
 use crate::controller::{Controller, Shared};
 use crate::signals::SignalSet;
 use crate::takeover::{self, Predecessor, Takeover};
@@ -150,8 +150,16 @@ pub fn preflight(opts: &ServeOptions) -> Result<Preflight> {
 fn load_options(cfg: &Config) -> LoadOptions {
     let dp = &cfg.dataplane;
     LoadOptions {
+        tier: match dp.tier {
+            Tier::Xdp => loader::Tier::Xdp,
+            Tier::Software => loader::Tier::Software,
+            Tier::Hybrid => loader::Tier::Hybrid,
+        },
         conn_capacity: dp.conn_table_size,
         half_open_capacity: dp.half_open_size(),
+        fast_table_size: dp.fast_size(),
+        // The configuration refuses an empty list and a repeated interface.
+        interfaces: dp.interfaces.get_ref().len() as u32,
         timeouts: dp.timeouts.to_conn_timeouts(),
         max_vips: dp.max_vips,
         max_dips: dp.max_dips,
@@ -227,8 +235,9 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     let lb = loader::load(&load_options(&cfg))?;
     let started = (|| -> Result<_> {
         let maps = Maps::of(&lb.skel)?;
-        for i in &ifaces {
-            maps.put_iface(i.ifindex, i.mac)?;
+        // An interface's slot in the workers' socket map is its position.
+        for (slot, i) in ifaces.iter().enumerate() {
+            maps.put_iface_in_slot(i.ifindex, i.mac, slot as u32)?;
         }
         let report = apply(&maps, &cfg)?;
         log(format!(

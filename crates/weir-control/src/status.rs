@@ -32,6 +32,8 @@ pub const STAT_NAMES: [&str; WEIR_STAT_MAX as usize] = [
     "redirect",
     "drop_redirect",
     "drop_reply_no_state",
+    "to_software",
+    "drop_no_worker",
     "conn_hit",
     "conn_miss",
     "conn_new",
@@ -50,7 +52,7 @@ pub const STAT_NAMES: [&str; WEIR_STAT_MAX as usize] = [
 /// The outcome counters: every packet ends in exactly one of them, so
 /// their sum equals `rx`.
 pub fn outcome_names() -> &'static [&'static str] {
-    &STAT_NAMES[1..=WEIR_STAT_DROP_REPLY_NO_STATE as usize]
+    &STAT_NAMES[1..=WEIR_STAT_LAST_OUTCOME as usize]
 }
 
 #[derive(Debug, Clone, Serialize)]

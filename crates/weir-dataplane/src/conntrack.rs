@@ -9,20 +9,22 @@
 //! never refreshes an entry once it has expired, so an entry seen expired
 //! here stays expired; each one is read again right before its deletion, and
 //! only an entry that is still the same one (same creation time) is removed.
+//!
+//! In the hybrid tier the software tier writes the connection table (the
+//! fast table) with [`new_entry`]s; XDP and the sweep age them by the same
+//! rules.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use weir_abi::*;
 
 use crate::loader::ConnTimeouts;
-use crate::maps::Maps;
+use crate::maps::{read_all, Maps};
 
 const TCP: u8 = 6;
-/// Entries read per batch syscall.
-const BATCH: u32 = 4096;
 
 /// `d` in the data plane's ticks of 2^WEIR_TICK_SHIFT ns.
 pub fn ticks(d: Duration) -> u32 {
@@ -42,16 +44,47 @@ pub fn now_ticks() -> u32 {
     (ns >> WEIR_TICK_SHIFT) as u32
 }
 
+/// Now on the clock of `weir_conn.created_ns` (bpf_ktime_get_ns).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A new entry for a connection dispatched to DIP slot `dip_id` (of
+/// generation `dip_gen`) by table `table_version`, created and used now:
+/// what the software tier installs in the hybrid tier's fast table.
+pub fn new_entry(dip_id: u32, dip_gen: u32, table_version: u32) -> weir_conn {
+    weir_conn {
+        dip_id,
+        dip_gen,
+        table_version,
+        created_ns: monotonic_ns(),
+        atime: now_ticks(),
+        ..Default::default()
+    }
+}
+
+/// FINs both ways, or a RST: the connection is over (its entry lives out
+/// the short closed timeout).
+pub fn closed(conn: &weir_conn) -> bool {
+    let both_fins = (WEIR_CONN_F_FIN_CLIENT | WEIR_CONN_F_FIN_SERVER) as u8;
+    let f = conn.close_flags;
+    f & WEIR_CONN_F_RST as u8 != 0 || f & both_fins == both_fins
+}
+
 /// The idle timeout of an established-table entry in its state, in ticks
 /// (the twin of `conn_timeout` in conntrack.h).
 pub fn timeout(conn: &weir_conn, proto: u8, t: &weir_conn_timeouts) -> u32 {
-    let both_fins = (WEIR_CONN_F_FIN_CLIENT | WEIR_CONN_F_FIN_SERVER) as u8;
-    let f = conn.close_flags;
     if proto != TCP {
         t.udp
-    } else if f & WEIR_CONN_F_RST as u8 != 0 || f & both_fins == both_fins {
+    } else if closed(conn) {
         t.tcp_closed
-    } else if f != 0 {
+    } else if conn.close_flags != 0 {
         t.tcp_closing
     } else {
         t.tcp_established
@@ -110,20 +143,12 @@ fn sweep_table(
     dips: &HashMap<u32, weir_dip>,
     expired: impl Fn(&weir_flow_key, &weir_conn) -> bool,
 ) -> Result<(usize, usize)> {
-    let mut seen = 0;
-    let mut victims = Vec::new();
-    let entries = table
-        .lookup_batch(BATCH, MapFlags::ANY, MapFlags::ANY)
-        .context("reading a connection table")?;
-    for (k, v) in entries {
-        seen += 1;
-        if let (Some(key), Some(conn)) = (weir_flow_key::from_bytes(&k), weir_conn::from_bytes(&v))
-        {
-            if expired(&key, &conn) {
-                victims.push((key, conn));
-            }
-        }
-    }
+    let entries: Vec<(weir_flow_key, weir_conn)> = read_all(table)?;
+    let seen = entries.len();
+    let victims: Vec<_> = entries
+        .into_iter()
+        .filter(|(key, conn)| expired(key, conn))
+        .collect();
     let mut removed = 0;
     for (key, seen_conn) in victims {
         // Read again: only the same, still expired entry goes.
@@ -188,6 +213,27 @@ mod tests {
         assert_eq!(timeout(&conn(both), TCP, &t), t.tcp_closed);
         assert_eq!(timeout(&conn(WEIR_CONN_F_RST), TCP, &t), t.tcp_closed);
         assert_eq!(timeout(&conn(0), 17, &t), t.udp);
+    }
+
+    #[test]
+    fn closed_means_fins_both_ways_or_a_rst() {
+        assert!(!closed(&conn(0)));
+        assert!(!closed(&conn(WEIR_CONN_F_FIN_CLIENT)));
+        assert!(!closed(&conn(WEIR_CONN_F_FIN_SERVER)));
+        assert!(closed(&conn(
+            WEIR_CONN_F_FIN_CLIENT | WEIR_CONN_F_FIN_SERVER
+        )));
+        assert!(closed(&conn(WEIR_CONN_F_RST)));
+    }
+
+    #[test]
+    fn a_new_entry_is_fresh_and_unclosed() {
+        let t = ConnTimeouts::default().ticks();
+        let e = new_entry(7, 3, 12);
+        assert_eq!((e.dip_id, e.dip_gen, e.table_version), (7, 3, 12));
+        assert_eq!((e.hits, e.close_flags, e.req_us), (0, 0, 0));
+        assert_ne!(e.created_ns, 0);
+        assert!(!idle_past(e.atime, timeout(&e, TCP, &t), now_ticks()));
     }
 
     #[test]

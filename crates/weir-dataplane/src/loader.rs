@@ -38,6 +38,30 @@ pub enum NonSynMiss {
     Drop,
 }
 
+/// Which tier handles the traffic of the VIPs (weir.h WEIR_TIER_*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tier {
+    /// Everything in XDP: dispatch, connection table, rewrite.
+    #[default]
+    Xdp,
+    /// XDP steers VIP traffic and nat replies to the AF_XDP workers, which
+    /// keep the connection table, dispatch and rewrite.
+    Software,
+    /// XDP forwards the connections of its bounded fast table, which the
+    /// workers fill; every other packet goes to the workers (HNLB).
+    Hybrid,
+}
+
+impl Tier {
+    fn raw(self) -> u32 {
+        match self {
+            Tier::Xdp => weir_abi::WEIR_TIER_XDP,
+            Tier::Software => weir_abi::WEIR_TIER_SOFTWARE,
+            Tier::Hybrid => weir_abi::WEIR_TIER_HYBRID,
+        }
+    }
+}
+
 /// Idle timeouts of connection entries, by state (conntrack.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnTimeouts {
@@ -84,11 +108,19 @@ impl ConnTimeouts {
 /// Load-time parameters of the data plane.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
-    /// Entries of the connection table (and of the reverse-NAT table).
+    pub tier: Tier,
+    /// Entries of the connection table (and of the reverse-NAT table) in
+    /// the xdp tier. The other tiers keep their connections in the workers.
     pub conn_capacity: u32,
     /// Entries of the half-open table (and of its reverse-NAT table): TCP
-    /// connections whose handshake is not done yet.
+    /// connections whose handshake is not done yet (xdp tier only).
     pub half_open_capacity: u32,
+    /// Entries of the fast table (the connection and reverse-NAT tables)
+    /// in the hybrid tier.
+    pub fast_table_size: u32,
+    /// Interfaces the program serves: each has WEIR_MAX_QUEUES slots for
+    /// workers' sockets in `xsks` (software and hybrid tiers).
+    pub interfaces: u32,
     /// Idle timeouts of connection entries by state.
     pub timeouts: ConnTimeouts,
     pub max_vips: u32,
@@ -110,8 +142,11 @@ pub struct LoadOptions {
 impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
+            tier: Tier::Xdp,
             conn_capacity: 1 << 20,
             half_open_capacity: 1 << 18,
+            fast_table_size: 8192,
+            interfaces: 1,
             timeouts: ConnTimeouts::default(),
             max_vips: 256,
             max_dips: 4096,
@@ -167,13 +202,20 @@ impl LoadedLb {
     }
 }
 
+/// Sizes of the maps that have a pin. A table a tier does not use gets one
+/// entry: these are preallocated, and a million-entry LRU costs about 100 MiB.
 fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 11] {
     let slots = weir_abi::WEIR_TABLE_SLOTS;
+    let (conns, half_open) = match opts.tier {
+        Tier::Xdp => (opts.conn_capacity, opts.half_open_capacity),
+        Tier::Software => (1, 1),
+        Tier::Hybrid => (opts.fast_table_size, 1),
+    };
     [
-        ("conns", opts.conn_capacity),
-        ("rev_nat", opts.conn_capacity),
-        ("half_open", opts.half_open_capacity),
-        ("half_open_rev", opts.half_open_capacity),
+        ("conns", conns),
+        ("rev_nat", conns),
+        ("half_open", half_open),
+        ("half_open_rev", half_open),
         ("nat_endpoints", opts.max_dips),
         ("vips", opts.max_vips),
         ("dips", opts.max_dips),
@@ -204,6 +246,7 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     ro.cfg_hash_seed = opts.hash_seed;
     ro.cfg_fib_lookup = u32::from(opts.fib_lookup);
     ro.cfg_passive_telemetry = u32::from(opts.passive_telemetry);
+    ro.cfg_tier = opts.tier.raw();
     let t = opts.timeouts.ticks();
     ro.cfg_timeouts.tcp_half_open = t.tcp_half_open;
     ro.cfg_timeouts.tcp_established = t.tcp_established;
@@ -211,11 +254,19 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     ro.cfg_timeouts.tcp_closed = t.tcp_closed;
     ro.cfg_timeouts.udp = t.udp;
 
+    let xsks = match opts.tier {
+        Tier::Xdp => 1,
+        Tier::Software | Tier::Hybrid => opts
+            .interfaces
+            .checked_mul(weir_abi::WEIR_MAX_QUEUES)
+            .context("too many interfaces for the workers' socket map xsks")?,
+    };
     let want: Vec<(&str, u32)> = sizes(opts)
         .into_iter()
         .chain([
             ("dip_traffic", opts.max_dips),
             ("dip_telemetry", opts.max_dips),
+            ("xsks", xsks),
         ])
         .collect();
     let object = open.open_object_mut();
@@ -274,9 +325,10 @@ fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Vec<Pa
             }
             if pinned.max_entries() != map.max_entries() || pinned.map_type() != map.map_type() {
                 bail!(
-                    "pinned map {} has {} entries but the configuration asks for {}; \
-                     keep the old size or drop the saved state with `weir serve --reset-state` \
-                     (this drops established connections)",
+                    "pinned map {} has {} entries but the configuration asks for {} (the \
+                     table sizes and dataplane.tier decide it); keep the old settings or drop \
+                     the saved state with `weir serve --reset-state` (this drops established \
+                     connections)",
                     path.display(),
                     pinned.max_entries(),
                     map.max_entries()

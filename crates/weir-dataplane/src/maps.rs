@@ -2,9 +2,10 @@
 //! pins of a running one. Values go in and out as the `weir-abi` structs.
 
 use std::collections::HashSet;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use weir_abi::*;
 use weir_core::awfd::AwfdTable;
@@ -30,10 +31,28 @@ pub struct Maps {
     pub dip_telemetry: MapHandle,
     /// Only on a loaded program: interface maps are not pinned.
     pub ifaces: Option<(MapHandle, MapHandle)>,
+    /// The software tier's AF_XDP sockets; only on a loaded program (a
+    /// socket lives as long as the process that made it).
+    pub xsks: Option<MapHandle>,
 }
 
 fn handle(map: &libbpf_rs::Map<'_>) -> Result<MapHandle> {
     MapHandle::try_from(map).context("duplicating a map handle")
+}
+
+/// Where the socket for RX queue `queue` of the interface in `xsk_slot`
+/// sits in `xsks` (weir.h: slot * WEIR_MAX_QUEUES + queue).
+pub fn xsk_index(xsk_slot: u32, queue: u32) -> Result<u32> {
+    if queue >= WEIR_MAX_QUEUES {
+        bail!(
+            "RX queue {queue}: weir steers the first {WEIR_MAX_QUEUES} queues of an interface to \
+             workers; reduce the interface's queues (ethtool -L)"
+        );
+    }
+    xsk_slot
+        .checked_mul(WEIR_MAX_QUEUES)
+        .and_then(|base| base.checked_add(queue))
+        .with_context(|| format!("interface slot {xsk_slot} is out of range"))
 }
 
 fn u32_key(k: u32) -> [u8; 4] {
@@ -99,6 +118,7 @@ impl Maps {
             dip_traffic: handle(&m.dip_traffic)?,
             dip_telemetry: handle(&m.dip_telemetry)?,
             ifaces: Some((handle(&m.tx_ports)?, handle(&m.ifaces)?)),
+            xsks: Some(handle(&m.xsks)?),
         })
     }
 
@@ -129,6 +149,7 @@ impl Maps {
             dip_traffic: open("dip_traffic")?,
             dip_telemetry: open("dip_telemetry")?,
             ifaces: None,
+            xsks: None,
         })
     }
 
@@ -259,8 +280,16 @@ impl Maps {
         )
     }
 
-    /// Registers an interface as a redirect target with its MAC.
+    /// Registers an interface as a redirect target with its MAC, as the
+    /// first interface of the software tier (`xsks` slot 0).
     pub fn put_iface(&self, ifindex: u32, mac: [u8; 6]) -> Result<()> {
+        self.put_iface_in_slot(ifindex, mac, 0)
+    }
+
+    /// Registers an interface as a redirect target with its MAC; its
+    /// workers' sockets go in `xsks` slot `xsk_slot` (see [`xsk_index`]).
+    /// weir numbers the interfaces of its configuration 0, 1, ...
+    pub fn put_iface_in_slot(&self, ifindex: u32, mac: [u8; 6], xsk_slot: u32) -> Result<()> {
         let (tx_ports, ifaces) = self
             .ifaces
             .as_ref()
@@ -268,10 +297,39 @@ impl Maps {
         tx_ports
             .update(&u32_key(ifindex), &u32_key(ifindex), MapFlags::ANY)
             .with_context(|| format!("adding ifindex {ifindex} to tx_ports"))?;
-        let v = weir_iface { mac, pad: [0; 2] };
+        let v = weir_iface {
+            mac,
+            pad: [0; 2],
+            xsk_slot,
+        };
         ifaces
             .update(&u32_key(ifindex), v.as_bytes(), MapFlags::ANY)
             .with_context(|| format!("adding ifindex {ifindex} to ifaces"))
+    }
+
+    /// Puts a worker's AF_XDP socket where the program sends the packets
+    /// of RX queue `queue` of the interface in `xsk_slot`. The kernel takes
+    /// a socket out of the map when it closes.
+    pub fn put_worker(&self, xsk_slot: u32, queue: u32, socket: &impl AsRawFd) -> Result<()> {
+        let xsks = self
+            .xsks
+            .as_ref()
+            .context("the socket map xsks belongs to the process that loaded the program")?;
+        let index = xsk_index(xsk_slot, queue)?;
+        if index >= xsks.max_entries() {
+            bail!(
+                "interface slot {xsk_slot} is past the {} interfaces the program was loaded for",
+                xsks.max_entries() / WEIR_MAX_QUEUES
+            );
+        }
+        let fd = socket.as_raw_fd();
+        xsks.update(&u32_key(index), &fd.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| {
+                format!(
+                    "registering the AF_XDP socket of queue {queue} (interface slot {xsk_slot}) \
+                     in xsks; it must be bound (tier software or hybrid loads xsks)"
+                )
+            })
     }
 
     /// Every counter of `enum weir_stat`, added up over CPUs.
@@ -327,6 +385,53 @@ impl Maps {
 
     pub fn rev_nat(&self, key: &weir_flow_key) -> Result<Option<weir_rev_nat>> {
         get(&self.rev_nat, key.as_bytes())
+    }
+
+    /// Hybrid tier: puts a connection in the fast table, and in nat mode
+    /// its reverse entry (the reply's tuple and where the reply goes) first,
+    /// so the connection's first fast packet never leaves before its
+    /// replies can come back through XDP. The table is an LRU of
+    /// `fast_table_size` entries: an insert into a full table evicts the
+    /// least recently used entry (the offload policy demotes first).
+    pub fn install_fast(
+        &self,
+        key: &weir_flow_key,
+        conn: &weir_conn,
+        reverse: Option<(&weir_flow_key, &weir_rev_nat)>,
+    ) -> Result<()> {
+        if let Some((rkey, rev)) = reverse {
+            self.rev_nat
+                .update(rkey.as_bytes(), rev.as_bytes(), MapFlags::ANY)
+                .context("writing a fast reverse-NAT entry")?;
+        }
+        self.conns
+            .update(key.as_bytes(), conn.as_bytes(), MapFlags::ANY)
+            .context("writing a fast-table entry")
+    }
+
+    /// Hybrid tier: takes a connection out of the fast table, with its
+    /// reverse entry (nat) after it: its packets go to the software tier
+    /// again. Returns whether the connection was there (the data plane
+    /// drops expired entries and the LRU evicts, so it may be gone).
+    pub fn remove_fast(
+        &self,
+        key: &weir_flow_key,
+        reverse: Option<&weir_flow_key>,
+    ) -> Result<bool> {
+        let removed = delete_if_present(&self.conns, key.as_bytes())
+            .context("deleting a fast-table entry")?;
+        if let Some(rkey) = reverse {
+            delete_if_present(&self.rev_nat, rkey.as_bytes())
+                .context("deleting a fast reverse-NAT entry")?;
+        }
+        Ok(removed)
+    }
+
+    /// Hybrid tier: every fast-table entry with its `hits` (batched reads,
+    /// for the offload policy). Entries change meanwhile: each is read
+    /// whole, but the set is no snapshot.
+    pub fn fast_entries(&self) -> Result<Vec<(weir_flow_key, weir_conn)>> {
+        read_all(&self.conns).context("reading the fast table")
     }
 
     /// Entries in the half-open table (walks it: O(n)).
@@ -389,6 +494,82 @@ impl PublishReport {
 fn same_members(a: &weir_class_members, b: &weir_class_members) -> bool {
     let n = a.nr.min(WEIR_MAX_CLASS_MEMBERS) as usize;
     a.nr == b.nr && a.dip_id[..n] == b.dip_id[..n]
+}
+
+/// Deletes `key`; false when it was not there.
+fn delete_if_present(map: &MapHandle, key: &[u8]) -> Result<bool> {
+    match map.delete(key) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Entries per batch syscall of [`read_all`].
+const BATCH: u32 = 4096;
+
+/// Every entry of a hash map, read in batches (BPF_MAP_LOOKUP_BATCH).
+///
+/// libbpf-rs's batch iterator takes a short batch for the last one, but a
+/// hash map returns whole buckets, so a short batch may come anywhere: this
+/// reads on until the kernel says the map is done (ENOENT).
+pub(crate) fn read_all<K: AsBytes, V: AsBytes>(map: &MapHandle) -> Result<Vec<(K, V)>> {
+    let (ks, vs) = (map.key_size() as usize, map.value_size() as usize);
+    if (ks, vs) != (std::mem::size_of::<K>(), std::mem::size_of::<V>()) {
+        bail!(
+            "map {} has keys/values of {ks}/{vs} bytes, not {}/{}",
+            map.name().to_string_lossy(),
+            std::mem::size_of::<K>(),
+            std::mem::size_of::<V>()
+        );
+    }
+    let mut keys = vec![0u8; ks * BATCH as usize];
+    let mut values = vec![0u8; vs * BATCH as usize];
+    // The position between batches: for hash maps a bucket index (u32).
+    let (mut pos_in, mut pos_out) = ([0u8; 8], [0u8; 8]);
+    let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    let mut first = true;
+    loop {
+        let mut count = BATCH;
+        // SAFETY: the buffers hold BATCH keys and values of the map's sizes
+        // and the positions 8 bytes, more than a hash map's token.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
+                map.as_fd().as_raw_fd(),
+                if first {
+                    std::ptr::null_mut()
+                } else {
+                    pos_in.as_mut_ptr().cast()
+                },
+                pos_out.as_mut_ptr().cast(),
+                keys.as_mut_ptr().cast(),
+                values.as_mut_ptr().cast(),
+                &mut count,
+                &opts,
+            )
+        };
+        if rc < 0 && rc != -libc::ENOENT {
+            bail!(
+                "BPF_MAP_LOOKUP_BATCH on map {}: {}",
+                map.name().to_string_lossy(),
+                std::io::Error::from_raw_os_error(-rc)
+            );
+        }
+        for i in 0..count as usize {
+            let k = K::from_bytes(&keys[i * ks..(i + 1) * ks]);
+            let v = V::from_bytes(&values[i * vs..(i + 1) * vs]);
+            out.extend(k.zip(v));
+        }
+        if rc == -libc::ENOENT {
+            return Ok(out);
+        }
+        pos_in = pos_out;
+        first = false;
+    }
 }
 
 fn traffic(map: &MapHandle, id: u32) -> Result<Traffic> {

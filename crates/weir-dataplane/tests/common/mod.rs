@@ -34,8 +34,7 @@ pub fn dip_mac(id: u32) -> [u8; 6] {
 }
 
 /// Every outcome counter: each packet ends in exactly one of them.
-pub const OUTCOMES: std::ops::RangeInclusive<u32> =
-    WEIR_STAT_PASS_NOT_IP..=WEIR_STAT_DROP_REPLY_NO_STATE;
+pub const OUTCOMES: std::ops::RangeInclusive<u32> = WEIR_STAT_PASS_NOT_IP..=WEIR_STAT_LAST_OUTCOME;
 
 pub fn stat_name(i: u32) -> &'static str {
     const NAMES: [&str; WEIR_STAT_MAX as usize] = [
@@ -57,6 +56,8 @@ pub fn stat_name(i: u32) -> &'static str {
         "REDIRECT",
         "DROP_REDIRECT",
         "DROP_REPLY_NO_STATE",
+        "TO_SOFTWARE",
+        "DROP_NO_WORKER",
         "CONN_HIT",
         "CONN_MISS",
         "CONN_NEW",
