@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args;
 use serde::Serialize;
+use weir_progress::Progress;
 
 use crate::config::parse_nutcracker;
 use crate::proxy::Proxy;
@@ -183,8 +184,12 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
     if args.udp {
         return crate::bench_udp::run(args);
     }
+    let progress = Progress::bar("weir bench kv", 3 * args.value_sizes.len() as u64);
     let mut rows = Vec::new();
     for &vs in &args.value_sizes {
+        progress.set_message(format!(
+            "{vs} B values: starting memcached, nutcracker, weir"
+        ));
         let ports: Vec<u16> = (0..2).map(|_| free_port()).collect();
         let _mc: Vec<_> = ports
             .iter()
@@ -235,7 +240,7 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
             ("weir tcp", proxy.local_addr()),
         ];
         for (name, addr) in paths {
-            eprintln!("bench kv: {name}, {vs} B values, {} s ...", args.seconds);
+            progress.set_message(format!("{name}, {vs} B values, {} s", args.seconds));
             let c0 = match name {
                 "nutcracker" => proc_cpu_ticks(&format!("/proc/{}/stat", nc.pid())),
                 "weir tcp" => weir_threads_ticks(),
@@ -263,10 +268,12 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
                 proxy_ns_per_req: cpu.map(|c| c * 1e9 / n as f64),
                 req_per_cpu_s: cpu.map(|c| if c > 0.0 { n as f64 / c } else { f64::INFINITY }),
             });
+            progress.inc(1);
         }
         proxy.stop();
         let _ = std::fs::remove_dir_all(&dir);
     }
+    progress.finish(format!("{} rows", rows.len()));
     println!(
         "{:<28} {:>7} {:>10} {:>9} {:>9} {:>12} {:>14}",
         "path", "value", "req/s", "p50 us", "p99 us", "proxy ns/req", "req/proxy-cpu-s"

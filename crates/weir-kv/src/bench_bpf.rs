@@ -18,6 +18,7 @@ use weir_core::csum::checksum;
 use weir_core::kv::{DistKind, Distribution, HashKind, Server};
 use weir_dataplane::kv::{self as xdp, KvLoadOptions, LoadedKv, ServerAddr};
 use weir_dataplane::testrun::XdpAction;
+use weir_progress::Progress;
 
 const PORT: u16 = 11211;
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 8, 0, 2);
@@ -100,10 +101,9 @@ pub fn run(args: &KvBpfBenchArgs) -> Result<()> {
         XdpAction::Tx,
     ));
 
-    for round in 0..args.runs {
-        if round % 1000 == 0 {
-            eprint!("\rweir bench kv-bpf: round {round}/{}", args.runs);
-        }
+    let progress = Progress::bar("weir bench kv-bpf", args.runs as u64);
+    progress.set_message(format!("{} paths per round", paths.len()));
+    for _ in 0..args.runs {
         for p in &mut paths {
             let (action, ns) = once(&pools[p.pool], &p.frame)?;
             ensure!(
@@ -114,8 +114,9 @@ pub fn run(args: &KvBpfBenchArgs) -> Result<()> {
             );
             p.ns.push(ns);
         }
+        progress.inc(1);
     }
-    eprintln!("\rweir bench kv-bpf: {} rounds done      ", args.runs);
+    progress.finish(format!("{} rounds of {} paths", args.runs, paths.len()));
     let stats = pools[0].stats()?;
     ensure!(
         stats.by_name("cache_tx").unwrap_or(0) >= args.runs as u64,

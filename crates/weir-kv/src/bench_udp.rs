@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use weir_progress::Progress;
 
 use crate::bench::{load as tcp_load, pct, proc_cpu_ticks, ticks_per_s, KvBenchArgs, Zipf};
 use crate::lab::{in_ns, server_ip, KvLab, UdpMc, MC_PORT, NUTCRACKER_PORT, SWITCH_IP, VIP};
@@ -279,8 +280,10 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         Ok(())
     })?;
     lab.adopt(nc);
+    let progress = Progress::bar("weir bench kv --udp", 4 * args.value_sizes.len() as u64);
     let mut rows = Vec::new();
     for &vs in &args.value_sizes {
+        progress.set_message(format!("{vs} B: preloading {} keys", args.keys));
         // preload every key on its owner
         let (keys, d2) = (args.keys, dist.clone());
         in_ns(&lab.client, move || {
@@ -300,7 +303,7 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
             }
             Ok(())
         })?;
-        eprintln!("bench kv --udp: {vs} B: memcached direct (udp) ...");
+        progress.set_message(format!("{vs} B: memcached direct (udp)"));
         let (a, d2) = (args.clone(), dist.clone());
         let l = in_ns(&lab.client, move || {
             udp_load(&a, a.seconds, 42 + vs as u64, |k| {
@@ -309,8 +312,9 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
             })
         })?;
         rows.push(row("memcached direct (udp)", vs, l, None, None)?);
+        progress.inc(1);
 
-        eprintln!("bench kv --udp: {vs} B: nutcracker (tcp) ...");
+        progress.set_message(format!("{vs} B: nutcracker (tcp)"));
         let c0 = proc_cpu_ticks(&format!("/proc/{nc_pid}/stat"));
         let a = args.clone();
         let t0 = Instant::now();
@@ -332,13 +336,17 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         )?;
         r.rps = n as f64 / wall;
         rows.push(r);
+        progress.inc(1);
 
-        eprintln!("bench kv --udp: {vs} B: weir xdp, no cache ...");
+        progress.set_message(format!("{vs} B: weir xdp, no cache"));
         rows.push(weir_row(&lab, args, vs, false)?);
-        eprintln!("bench kv --udp: {vs} B: weir xdp with cache ...");
+        progress.inc(1);
+        progress.set_message(format!("{vs} B: weir xdp with cache"));
         rows.push(weir_row(&lab, args, vs, true)?);
+        progress.inc(1);
     }
     lab.teardown();
+    progress.finish(format!("{} rows; lab torn down", rows.len()));
     let _ = std::fs::remove_dir_all(&dir);
     print_rows(&rows);
     if let Some(p) = &args.json {
