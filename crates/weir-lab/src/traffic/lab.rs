@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use serde::Serialize;
+use weir_progress::Progress;
 
 use super::{
     mac_in, start, tcp_flags, FlowDist, GenSpec, OfferSpec, Offered, Sink, SinkOptions, L4,
@@ -298,25 +299,28 @@ pub fn run(args: &GenArgs) -> Result<()> {
             ..offer_spec
         },
     )?;
+    // The bar runs over the duration, in ms; a --count may end the run first.
+    let progress = Progress::bar("weir lab gen", (args.duration * 1e3) as u64);
     let t0 = Instant::now();
     let mut last = (t0, 0u64, 0u64);
     while !offering.is_finished() {
         std::thread::sleep(Duration::from_millis(50));
+        progress.set_position(t0.elapsed().as_millis() as u64);
         if last.0.elapsed() >= Duration::from_secs(1) {
             let (now, sent, received) = (Instant::now(), offering.sent(), sink.stats()?.packets);
             let dt = (now - last.0).as_secs_f64();
-            eprintln!(
-                "  {:5.1} s  offered {:6.3} Mpps  received {:6.3} Mpps  ({sent} sent, {received} received)",
-                (now - t0).as_secs_f64(),
+            progress.set_message(format!(
+                "offered {:.3} Mpps, received {:.3} Mpps ({sent} sent, {received} received)",
                 mpps(sent - last.1, dt),
                 mpps(received - last.2, dt),
-            );
+            ));
             last = (now, sent, received);
         }
     }
     let offered = offering.wait()?;
     std::thread::sleep(DRAIN);
     let got = sink.stats()?;
+    progress.finish(format!("{} sent, {} received", offered.sent, got.packets));
     let report = GenReport {
         args: args.clone(),
         frame_bytes: spec.frame_len(),
