@@ -6,6 +6,7 @@ pub mod bench;
 pub mod client;
 pub mod daemon;
 pub mod demo;
+pub mod hnlb;
 pub mod leaks;
 pub mod netns;
 pub mod spotlight;

@@ -83,6 +83,9 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         window_ms: u64,
     },
+    /// Add, remove, reweight or drain a DIP of the running daemon (through its API;
+    /// the change is written back to its configuration file).
+    Dip(weir_control::api::cli::DipArgs),
     /// Make the running daemon re-read its configuration (same as SIGHUP).
     Reload {
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
@@ -118,6 +121,9 @@ enum LabCommand {
     /// Spoofed SYN floods at rising rates against a small connection table: established
     /// connections broken, new connections served, replies leaked.
     Synflood(weir_lab::synflood::SynFloodArgs),
+    /// HNLB's experiments (Fig. 4, 5, 7): software vs hybrid tier (xdp for reference),
+    /// loss-free rates and the workers' utilization metric.
+    Hnlb(weir_lab::hnlb::HnlbArgs),
 }
 
 #[derive(Subcommand)]
@@ -197,6 +203,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Lab(LabCommand::Synflood(args)) => {
             weir_lab::synflood::run(&std::env::current_exe()?, &args).map(|_| ())
         }
+        Command::Lab(LabCommand::Hnlb(args)) => {
+            weir_lab::hnlb::run(&std::env::current_exe()?, &args).map(|_| ())
+        }
         Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
         Command::Bench(BenchCommand::Sim(args)) => weir_sim::cli::run_bench(&args),
         Command::Bench(BenchCommand::Kv(args)) => weir_kv::bench::run(&args),
@@ -222,6 +231,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Man { dir } => std::fs::create_dir_all(&dir)
             .and_then(|()| clap_mangen::generate_to(Cli::command(), &dir))
             .with_context(|| format!("writing man pages into {}", dir.display())),
+        Command::Dip(args) => weir_control::api::cli::run(&args),
         Command::Reload { run_dir } => {
             let pid = runtime::request_reload(&run_dir)?;
             println!("asked weir serve (pid {pid}) to reload its configuration");

@@ -1,0 +1,455 @@
+//! What `weir lab hnlb` shows: a text table per figure, next to the
+//! paper's claims, and an SVG per figure (weir-plot).
+
+use anyhow::{anyhow, Result};
+use weir_plot::{Axis, Bar, Bars, Figure, Lines, Panel, Point, Series as Line, Style};
+
+use super::search::Ended;
+use super::throughput::SearchRow;
+use super::utilization::UtilizationRow;
+use super::variant::{Mix, Series, Variant};
+use super::{Plan, Report};
+
+/// HNLB's claim for Fig. 5: hybrid over software at 8000 connections.
+const PAPER_GAIN_AT_8000: f64 = 1.5;
+
+fn mpps(pps: f64) -> String {
+    format!("{:.3}", pps / 1e6)
+}
+
+/// A loss-free rate, starred when the generator was the limit.
+fn loss_free(r: &SearchRow) -> String {
+    let star = if r.found.ended == Ended::GeneratorBound {
+        "*"
+    } else {
+        ""
+    };
+    format!("{}{star}", mpps(r.found.loss_free_pps))
+}
+
+/// Left-aligned first column, the others right-aligned, two spaces apart.
+fn table(header: &[String], rows: &[Vec<String>]) -> String {
+    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, cell) in width.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&width).enumerate() {
+            if i == 0 {
+                s += &format!("{cell:<w$}");
+            } else {
+                s += &format!("  {cell:>w$}");
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header);
+    for r in rows {
+        out += &line(r);
+    }
+    out
+}
+
+fn setting(plan: &Plan) -> String {
+    format!(
+        "{}-byte UDP frames to a nat VIP, loss <= {}%, {} s trials",
+        plan.frame_bytes_on_wire,
+        plan.limits.loss_threshold * 100.0,
+        plan.duration_s
+    )
+}
+
+fn ended(r: &SearchRow) -> String {
+    format!(
+        "{}, {} trials",
+        r.found.ended.describe(),
+        r.found.trials.len()
+    )
+}
+
+/// `num`'s loss-free rate over `den`'s, as "1.52x".
+fn ratio(num: Option<&SearchRow>, den: Option<&SearchRow>) -> String {
+    match (num, den) {
+        (Some(n), Some(d)) if d.found.loss_free_pps > 0.0 => {
+            format!("{:.2}x", n.found.loss_free_pps / d.found.loss_free_pps)
+        }
+        _ => "-".to_string(),
+    }
+}
+
+fn find(rows: &[SearchRow], variant: Variant, zipf: bool, connections: u32) -> Option<&SearchRow> {
+    rows.iter().find(|r| {
+        r.series.variant == variant
+            && matches!(r.series.mix, Mix::Zipf { .. }) == zipf
+            && r.connections == connections
+    })
+}
+
+pub fn fig4_table(plan: &Plan, rows: &[SearchRow]) -> String {
+    let software = rows.iter().find(|r| r.series.variant == Variant::Software);
+    let header: Vec<String> = [
+        "variant",
+        "loss-free Mpps",
+        "first loss Mpps",
+        "full speed: offered",
+        "received",
+        "vs software",
+        "search",
+    ]
+    .map(String::from)
+    .to_vec();
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.series.label(),
+                loss_free(r),
+                r.found.first_loss_pps.map_or("-".into(), mpps),
+                mpps(r.found.full_speed_offered_pps),
+                mpps(r.found.full_speed_received_pps),
+                ratio(Some(r), software),
+                ended(r),
+            ]
+        })
+        .collect();
+    format!(
+        "\nFig. 4: highest loss-free rate, 1 flow, 1 DIP ({}; * = the generator's full \
+         speed was loss-free)\n{}",
+        setting(plan),
+        table(&header, &body)
+    )
+}
+
+/// The series of `rows` in order of first appearance.
+fn series_of(rows: &[SearchRow]) -> Vec<Series> {
+    let mut out: Vec<Series> = Vec::new();
+    for r in rows {
+        if !out.contains(&r.series) {
+            out.push(r.series);
+        }
+    }
+    out
+}
+
+fn connections_of(rows: &[SearchRow]) -> Vec<u32> {
+    let mut out: Vec<u32> = rows.iter().map(|r| r.connections).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+pub fn fig5_table(plan: &Plan, rows: &[SearchRow]) -> String {
+    let series = series_of(rows);
+    let conns = connections_of(rows);
+    let by_conns = |value: &dyn Fn(&SearchRow) -> String| -> String {
+        let mut header = vec!["connections".to_string()];
+        header.extend(series.iter().map(|s| s.label()));
+        let body: Vec<Vec<String>> = conns
+            .iter()
+            .map(|&c| {
+                let mut row = vec![c.to_string()];
+                row.extend(series.iter().map(|s| {
+                    rows.iter()
+                        .find(|r| r.series == *s && r.connections == c)
+                        .map_or("-".into(), value)
+                }));
+                row
+            })
+            .collect();
+        table(&header, &body)
+    };
+    let mut out = format!(
+        "\nFig. 5: highest loss-free rate (Mpps) vs concurrent connections, {} DIPs ({}; * = \
+         the generator's full speed was loss-free)\n{}",
+        plan.dips,
+        setting(plan),
+        by_conns(&loss_free)
+    );
+    out += &format!(
+        "\nFig. 5, throughput at the generator's full speed (received Mpps)\n{}",
+        by_conns(&|r: &SearchRow| mpps(r.found.full_speed_received_pps))
+    );
+
+    let gains: Vec<(&str, Variant, Variant, bool)> = vec![
+        (
+            "hybrid-first / software",
+            Variant::HybridFirst,
+            Variant::Software,
+            false,
+        ),
+        (
+            "hybrid-first / software (Zipf)",
+            Variant::HybridFirst,
+            Variant::Software,
+            true,
+        ),
+        (
+            "hybrid-heavy / software (Zipf)",
+            Variant::HybridHeavy,
+            Variant::Software,
+            true,
+        ),
+    ];
+    let gains: Vec<_> = gains
+        .into_iter()
+        .filter(|(_, a, b, z)| {
+            rows.iter()
+                .any(|r| r.series.variant == *a && is_zipf(r) == *z)
+                && rows
+                    .iter()
+                    .any(|r| r.series.variant == *b && is_zipf(r) == *z)
+        })
+        .collect();
+    if !gains.is_empty() {
+        let mut header = vec!["connections".to_string()];
+        header.extend(gains.iter().map(|g| g.0.to_string()));
+        let body: Vec<Vec<String>> = conns
+            .iter()
+            .map(|&c| {
+                let mut row = vec![c.to_string()];
+                row.extend(
+                    gains
+                        .iter()
+                        .map(|&(_, a, b, z)| ratio(find(rows, a, z, c), find(rows, b, z, c))),
+                );
+                row
+            })
+            .collect();
+        out += &format!(
+            "\nFig. 5, hybrid over software (loss-free rates)\n{}paper (HNLB V-A): HNLB / SLB = \
+             {PAPER_GAIN_AT_8000:.1}x at 8000 connections\n",
+            table(&header, &body)
+        );
+    }
+    out
+}
+
+fn percent(v: Option<f64>) -> String {
+    v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0))
+}
+
+pub fn fig7_table(plan: &Plan, worker_cpu: usize, rows: &[UtilizationRow]) -> String {
+    let mut out = format!(
+        "\nFig. 7: the worker's utilization (HNLB eq. 2/3) vs offered rate, one worker on CPU \
+         {worker_cpu}, {} DIPs ({}; * = the loss onset)\n",
+        plan.dips,
+        setting(plan)
+    );
+    let header: Vec<String> = [
+        "offered Mpps",
+        "received Mpps",
+        "loss",
+        "U (eq. 2/3)",
+        "U_c (eq. 1)",
+        "burst fill",
+        "cost-model load",
+        "windows",
+    ]
+    .map(String::from)
+    .to_vec();
+    for r in rows {
+        let onset = r
+            .points
+            .iter()
+            .position(|p| Some(p.offered_pps) == r.onset_pps);
+        let body: Vec<Vec<String>> = r
+            .points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let star = if Some(i) == onset { "*" } else { "" };
+                vec![
+                    format!("{}{star}", mpps(p.offered_pps)),
+                    mpps(p.received_pps),
+                    format!("{:.3}%", p.loss * 100.0),
+                    percent(p.utilization),
+                    percent(p.busy_fraction),
+                    percent(p.burst_fill),
+                    percent(p.load),
+                    p.windows.to_string(),
+                ]
+            })
+            .collect();
+        out += &format!(
+            "\n{}, {} connections (loss-free rate {} Mpps)\n{}",
+            r.series.label(),
+            r.connections,
+            mpps(r.search.loss_free_pps),
+            table(&header, &body)
+        );
+        out += &match r.fit {
+            Some(f) => format!(
+                "below the onset: U = {:.3} + {:.3} x rate (Mpps), R^2 = {:.4} over {} rates\n",
+                f.intercept, f.slope, f.r2, f.n
+            ),
+            None => "below the onset: fewer than 3 rates with a utilization, no fit\n".into(),
+        };
+        out += &format!(
+            "U at the highest loss-free rate {}, at the onset {}\n",
+            percent(r.utilization_last_loss_free),
+            match r.onset_pps {
+                Some(_) => percent(r.utilization_at_onset),
+                None => "(no loss at any rate offered)".into(),
+            }
+        );
+    }
+    out + "paper (HNLB V-B): U linear in the rate below the onset, 100% at the onset\n"
+}
+
+fn is_zipf(r: &SearchRow) -> bool {
+    matches!(r.series.mix, Mix::Zipf { .. })
+}
+
+/// Each figure's SVG, named.
+pub fn svgs(report: &Report) -> Result<Vec<(&'static str, String)>> {
+    let mut out = Vec::new();
+    let draw = |f: Figure| f.svg().map_err(|e| anyhow!("{e}"));
+    if !report.fig4.is_empty() {
+        out.push(("hnlb-fig4.svg", draw(fig4_figure(report))?));
+    }
+    if !report.fig5.is_empty() {
+        out.push(("hnlb-fig5.svg", draw(fig5_figure(report))?));
+    }
+    if !report.fig7.is_empty() {
+        out.push(("hnlb-fig7.svg", draw(fig7_figure(report))?));
+    }
+    Ok(out)
+}
+
+/// One color per variant, the same in every figure; dashed under Zipf.
+fn style(s: Series) -> Style {
+    let color = match s.variant {
+        Variant::Xdp => 2,
+        Variant::Software => 0,
+        Variant::HybridFirst => 1,
+        Variant::HybridHeavy => 3,
+    };
+    match s.mix {
+        Mix::RoundRobin => Style::solid(color),
+        Mix::Zipf { .. } => Style::dashed(color),
+    }
+}
+
+fn fig4_figure(report: &Report) -> Figure {
+    Figure {
+        title: "HNLB Fig. 4: highest loss-free rate, 1 flow, 1 DIP".into(),
+        subtitle: Some(format!(
+            "{}; * the generator's full speed was loss-free",
+            setting(&report.plan)
+        )),
+        panels: vec![Panel::Bars(Bars {
+            title: String::new(),
+            y: Axis::new("loss-free rate (Mpps)"),
+            bars: report
+                .fig4
+                .iter()
+                .map(|r| Bar {
+                    label: if r.found.ended == Ended::GeneratorBound {
+                        format!("{} *", r.series.label())
+                    } else {
+                        r.series.label()
+                    },
+                    value: r.found.loss_free_pps / 1e6,
+                    err: None,
+                    style: style(r.series),
+                })
+                .collect(),
+        })],
+        columns: 1,
+        size: (720, 440),
+    }
+}
+
+fn fig5_figure(report: &Report) -> Figure {
+    let rows = &report.fig5;
+    let conns = connections_of(rows);
+    let x = Axis::new("concurrent connections").log().ticks(
+        conns
+            .iter()
+            .map(|&c| (f64::from(c), c.to_string()))
+            .collect(),
+    );
+    Figure {
+        title: "HNLB Fig. 5: highest loss-free rate vs concurrent connections".into(),
+        subtitle: Some(format!(
+            "{} DIPs, {}",
+            report.plan.dips,
+            setting(&report.plan)
+        )),
+        panels: vec![Panel::Lines(Lines {
+            title: String::new(),
+            x,
+            y: Axis::new("loss-free rate (Mpps)").from_zero(),
+            series: series_of(rows)
+                .into_iter()
+                .map(|s| Line {
+                    name: s.label(),
+                    style: style(s),
+                    points: rows
+                        .iter()
+                        .filter(|r| r.series == s)
+                        .map(|r| Point::new(f64::from(r.connections), r.found.loss_free_pps / 1e6))
+                        .collect(),
+                })
+                .collect(),
+        })],
+        columns: 1,
+        size: (900, 480),
+    }
+}
+
+/// A panel per number of connections: each series' utilization, and a
+/// dashed vertical line of its color at its loss onset.
+fn fig7_figure(report: &Report) -> Figure {
+    let rows = &report.fig7;
+    let mut conns: Vec<u32> = rows.iter().map(|r| r.connections).collect();
+    conns.dedup();
+    let panels: Vec<Panel> = conns
+        .iter()
+        .map(|&c| {
+            let mut series = Vec::new();
+            for r in rows.iter().filter(|r| r.connections == c) {
+                let color = style(r.series).color;
+                series.push(Line {
+                    name: r.series.label(),
+                    style: Style::solid(color),
+                    points: r
+                        .points
+                        .iter()
+                        .filter_map(|p| {
+                            Some(Point::new(p.offered_pps / 1e6, p.utilization? * 100.0))
+                        })
+                        .collect(),
+                });
+                if let Some(onset) = r.onset_pps {
+                    series.push(Line {
+                        name: r.series.label(),
+                        style: Style::dashed(color),
+                        points: vec![Point::new(onset / 1e6, 0.0), Point::new(onset / 1e6, 100.0)],
+                    });
+                }
+            }
+            Panel::Lines(Lines {
+                title: format!("{c} connections"),
+                x: Axis::new("offered rate (Mpps)").from_zero(),
+                y: Axis::new("utilization (%)").from_zero(),
+                series,
+            })
+        })
+        .collect();
+    Figure {
+        title: "HNLB Fig. 7: worker utilization vs offered rate (dashed: loss onset)".into(),
+        subtitle: Some(format!(
+            "one worker on CPU {}, {} DIPs, {}",
+            report.worker_cpu,
+            report.plan.dips,
+            setting(&report.plan)
+        )),
+        columns: panels.len().max(1),
+        panels,
+        size: (1000, 480),
+    }
+}
