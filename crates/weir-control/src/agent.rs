@@ -29,9 +29,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::http::{Response, Server};
+use crate::http::Server;
 use crate::signals::SignalSet;
 
 /// Cumulative counters of a service.
@@ -216,25 +219,34 @@ impl Agent {
                     }
                 })?
         };
-        let server = Server::on(l, move |path| {
-            if path != "/load" {
-                return Response::not_found();
-            }
+        let load = move || {
             sample();
             let st = state.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(e) = &st.1 {
-                return Response::new(
-                    503,
-                    "application/json",
-                    serde_json::json!({ "error": e }).to_string(),
-                );
+            match &st.1 {
+                Some(e) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(serde_json::json!({ "error": e })),
+                ),
+                None => (StatusCode::OK, Json(serde_json::json!(st.0.report()))),
             }
-            Response::new(
-                200,
-                "application/json",
-                serde_json::to_string(&st.0.report()).unwrap_or_default(),
-            )
-        })?;
+        };
+        let app = Router::new().route(
+            "/load",
+            get(move || {
+                let load = load.clone();
+                // The stats file is read on the blocking pool: a slow disk
+                // must not stall the server.
+                async move {
+                    tokio::task::spawn_blocking(load).await.unwrap_or_else(|_| {
+                        (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            Json(serde_json::json!({ "error": "the sampler panicked" })),
+                        )
+                    })
+                }
+            }),
+        );
+        let server = Server::on(l, app)?;
         Ok(Agent {
             addr: server.addr,
             _server: server,
@@ -340,9 +352,13 @@ mod tests {
         assert_eq!(r.samples, 8, "{out}");
         assert!((r.processing_time_s - 0.002).abs() < 1e-9, "{r:?}");
         assert!(r.rate_per_s > 0.0 && r.window_s > 0.0, "{r:?}");
+        // The controller's own poller reads it.
+        let polled = crate::telemetry::agent::poll(agent.addr, Duration::from_secs(2)).unwrap();
+        assert!((polled.processing_time_s.unwrap() - 0.002).abs() < 1e-9);
         std::fs::write(&f, "garbage").unwrap();
         let out = get_load(agent.addr);
-        assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+        assert_eq!(out.split_whitespace().nth(1), Some("503"), "{out}");
+        assert!(out.contains("expected {"), "{out}");
         drop(agent);
         let _ = std::fs::remove_dir_all(&dir);
     }

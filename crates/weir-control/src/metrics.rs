@@ -1,232 +1,293 @@
-//! Prometheus text metrics (`[metrics] listen`, default 127.0.0.1:9100):
-//! the controller's per-DIP view (capacity, load, available capacity,
-//! weight, class, share of new connections, health, agent errors) and the
-//! data plane's counters, at `GET /metrics`.
+//! Prometheus metrics of `weir serve` (`[metrics] listen`, default
+//! 127.0.0.1:9100) at `GET /metrics`: the controller's per-DIP view
+//! (capacity, load, available capacity, weight, class, share of new
+//! connections, health, agent errors) and the data plane's counters.
+//!
+//! Every value already lives elsewhere (the controller's [`Snapshot`], the
+//! pinned maps), so a scrape reads them once ([`Scrape::read`]) and
+//! prometheus-client encodes them, as a collector of constant metrics, in
+//! the OpenMetrics text format. Counter samples carry the `_total` suffix.
 
-use std::fmt::Write as _;
+use std::collections::BTreeMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
+use axum::http::header;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 use weir_dataplane::maps::Maps;
 
-use crate::controller::{Shared, Snapshot};
-use crate::http::{Response, Server};
+use crate::controller::{DipSnapshot, Shared, Snapshot};
+use crate::http::Server;
 use crate::status::STAT_NAMES;
 use crate::telemetry::agent::AgentError;
 
-fn esc(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+/// The media type of the exposition.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// What one scrape exposes, read from the controller and the maps.
+#[derive(Debug, Default, Clone)]
+pub struct Scrape {
+    pub snapshot: Option<Snapshot>,
+    /// New connections dispatched to each DIP slot.
+    pub new_conns: BTreeMap<u32, u64>,
+    /// The `enum weir_stat` counters, in [`STAT_NAMES`] order (empty
+    /// without the maps).
+    pub stats: Vec<u64>,
 }
 
-fn help(o: &mut String, name: &str, kind: &str, text: &str) {
-    let _ = writeln!(o, "# HELP {name} {text}\n# TYPE {name} {kind}");
-}
-
-/// The exposition text of a controller snapshot and the data plane's
-/// counters (either may be missing).
-pub fn render(snap: Option<&Snapshot>, maps: Option<&Maps>) -> String {
-    let mut o = String::new();
-    if let Some(s) = snap {
-        help(
-            &mut o,
-            "weir_controller_ticks_total",
-            "counter",
-            "Controller intervals run.",
-        );
-        let _ = writeln!(o, "weir_controller_ticks_total {}", s.ticks);
-        help(
-            &mut o,
-            "weir_controller_tables_published_total",
-            "counter",
-            "AWFD table versions the controller published.",
-        );
-        let _ = writeln!(
-            o,
-            "weir_controller_tables_published_total {}",
-            s.tables_published
-        );
-        help(
-            &mut o,
-            "weir_controller_entries_written_total",
-            "counter",
-            "Stage-1/stage-2 map entries those publications wrote.",
-        );
-        let _ = writeln!(
-            o,
-            "weir_controller_entries_written_total {}",
-            s.entries_written
-        );
-        help(
-            &mut o,
-            "weir_vip_table_version",
-            "gauge",
-            "Active AWFD table version of a VIP.",
-        );
-        for v in &s.vips {
-            let _ = writeln!(
-                o,
-                "weir_vip_table_version{{vip=\"{}\"}} {}",
-                esc(&v.name),
-                v.table_version
-            );
-        }
-        type Get = fn(&crate::controller::DipSnapshot) -> Option<f64>;
-        let gauges: [(&str, &str, Get); 8] = [
-            (
-                "weir_dip_capacity",
-                "Estimated capacity C = 1 / mean processing time (requests/s).",
-                |d| d.capacity,
-            ),
-            ("weir_dip_load", "Smoothed load R (requests/s).", |d| d.load),
-            (
-                "weir_dip_available",
-                "Available capacity A = C - R (requests/s).",
-                |d| d.available,
-            ),
-            (
-                "weir_dip_weight",
-                "Weight in the published table (0 = no new connections).",
-                |d| Some(f64::from(d.weight)),
-            ),
-            (
-                "weir_dip_class",
-                "AWFD priority class k of the DIP (0 = none).",
-                |d| Some(f64::from(d.class.unwrap_or(0))),
-            ),
-            (
-                "weir_dip_new_conn_share",
-                "Share of the VIP's new connections over the last second.",
-                |d| d.share,
-            ),
-            (
-                "weir_dip_healthy",
-                "1 healthy, 0 failing its health checks (absent without checks).",
-                |d| d.healthy.map(|h| if h { 1.0 } else { 0.0 }),
-            ),
-            (
-                "weir_dip_agent_silent",
-                "1 when the DIP's agent missed silent_after polls in a row.",
-                |d| Some(if d.agent_silent { 1.0 } else { 0.0 }),
-            ),
-        ];
-        for (name, text, get) in gauges {
-            help(&mut o, name, "gauge", text);
-            for v in &s.vips {
-                for d in &v.dips {
-                    if let Some(x) = get(d).filter(|x| x.is_finite()) {
-                        let _ = writeln!(
-                            o,
-                            "{name}{{vip=\"{}\",dip=\"{}:{}\"}} {x}",
-                            esc(&v.name),
-                            d.address,
-                            d.port
-                        );
-                    }
-                }
-            }
-        }
-        help(
-            &mut o,
-            "weir_dip_agent_errors_total",
-            "counter",
-            "Failed agent polls by kind.",
-        );
-        for v in &s.vips {
-            for d in &v.dips {
-                for kind in AgentError::KINDS {
-                    let n = d.agent_errors.get(kind).copied().unwrap_or(0);
-                    let _ = writeln!(o, "weir_dip_agent_errors_total{{vip=\"{}\",dip=\"{}:{}\",kind=\"{kind}\"}} {n}", esc(&v.name), d.address, d.port);
-                }
-            }
-        }
-        help(
-            &mut o,
-            "weir_dip_health_failures_total",
-            "counter",
-            "Failed health checks.",
-        );
-        for v in &s.vips {
-            for d in &v.dips {
-                if d.healthy.is_some() {
-                    let _ = writeln!(
-                        o,
-                        "weir_dip_health_failures_total{{vip=\"{}\",dip=\"{}:{}\"}} {}",
-                        esc(&v.name),
-                        d.address,
-                        d.port,
-                        d.health_failures
-                    );
-                }
-            }
-        }
-        if let Some(m) = maps {
-            help(
-                &mut o,
-                "weir_dip_new_conns_total",
-                "counter",
-                "New connections dispatched to the DIP.",
-            );
-            for v in &s.vips {
-                for d in &v.dips {
-                    if let Ok(t) = m.dip_traffic(d.slot) {
-                        let _ = writeln!(
-                            o,
-                            "weir_dip_new_conns_total{{vip=\"{}\",dip=\"{}:{}\"}} {}",
-                            esc(&v.name),
-                            d.address,
-                            d.port,
-                            t.new_conns
-                        );
-                    }
-                }
-            }
+impl Scrape {
+    /// Reads the controller's last snapshot and, with `maps`, the counters.
+    pub fn read(shared: &Shared, maps: Option<&Maps>) -> Scrape {
+        let snapshot = shared.snapshot();
+        let Some(m) = maps else {
+            return Scrape {
+                snapshot,
+                ..Scrape::default()
+            };
+        };
+        let new_conns = snapshot
+            .iter()
+            .flat_map(|s| &s.vips)
+            .flat_map(|v| &v.dips)
+            .filter_map(|d| Some((d.slot, m.dip_traffic(d.slot).ok()?.new_conns)))
+            .collect();
+        Scrape {
+            snapshot,
+            new_conns,
+            stats: m.stats().unwrap_or_default(),
         }
     }
-    if let Some(m) = maps {
-        if let Ok(stats) = m.stats() {
-            help(
-                &mut o,
-                "weir_packets_total",
-                "counter",
+
+    /// The exposition text.
+    pub fn render(self) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry)
+            .expect("encoding into a String cannot fail");
+        out
+    }
+}
+
+/// One metric family: a descriptor, then a sample per label set.
+fn family<L: EncodeLabelSet, M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    samples: impl IntoIterator<Item = (L, M)>,
+) -> fmt::Result {
+    let mut fam = enc.encode_descriptor(name, help, None, kind)?;
+    for (labels, metric) in samples {
+        metric.encode(fam.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A family with one unlabelled sample.
+fn single<M: EncodeMetric>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> fmt::Result {
+    metric.encode(enc.encode_descriptor(name, help, None, metric.metric_type())?)
+}
+
+type DipLabels = [(&'static str, String); 2];
+
+fn dip_labels(vip: &str, d: &DipSnapshot) -> DipLabels {
+    [
+        ("vip", vip.to_string()),
+        ("dip", format!("{}:{}", d.address, d.port)),
+    ]
+}
+
+/// Every DIP of the snapshot with its VIP's name.
+fn dips(s: &Snapshot) -> impl Iterator<Item = (&str, &DipSnapshot)> {
+    s.vips
+        .iter()
+        .flat_map(|v| v.dips.iter().map(move |d| (v.name.as_str(), d)))
+}
+
+type Get = fn(&DipSnapshot) -> Option<f64>;
+
+/// The per-DIP gauges: name, help, value (None: not exported).
+const DIP_GAUGES: [(&str, &str, Get); 8] = [
+    (
+        "weir_dip_capacity",
+        "Estimated capacity C = 1 / mean processing time (requests/s).",
+        |d| d.capacity,
+    ),
+    ("weir_dip_load", "Smoothed load R (requests/s).", |d| d.load),
+    (
+        "weir_dip_available",
+        "Available capacity A = C - R (requests/s).",
+        |d| d.available,
+    ),
+    (
+        "weir_dip_weight",
+        "Weight in the published table (0 = no new connections).",
+        |d| Some(f64::from(d.weight)),
+    ),
+    (
+        "weir_dip_class",
+        "AWFD priority class k of the DIP (0 = none).",
+        |d| Some(f64::from(d.class.unwrap_or(0))),
+    ),
+    (
+        "weir_dip_new_conn_share",
+        "Share of the VIP's new connections over the last second.",
+        |d| d.share,
+    ),
+    (
+        "weir_dip_healthy",
+        "1 healthy, 0 failing its health checks (absent without checks).",
+        |d| d.healthy.map(|h| if h { 1.0 } else { 0.0 }),
+    ),
+    (
+        "weir_dip_agent_silent",
+        "1 when the DIP's agent missed silent_after polls in a row.",
+        |d| Some(if d.agent_silent { 1.0 } else { 0.0 }),
+    ),
+];
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        if let Some(s) = &self.snapshot {
+            single(
+                &mut enc,
+                "weir_controller_ticks",
+                "Controller intervals run.",
+                ConstCounter::new(s.ticks),
+            )?;
+            single(
+                &mut enc,
+                "weir_controller_tables_published",
+                "AWFD table versions the controller published.",
+                ConstCounter::new(s.tables_published),
+            )?;
+            single(
+                &mut enc,
+                "weir_controller_entries_written",
+                "Stage-1/stage-2 map entries those publications wrote.",
+                ConstCounter::new(s.entries_written),
+            )?;
+            family(
+                &mut enc,
+                "weir_vip_table_version",
+                "Active AWFD table version of a VIP.",
+                MetricType::Gauge,
+                s.vips.iter().map(|v| {
+                    (
+                        [("vip", v.name.clone())],
+                        ConstGauge::new(i64::from(v.table_version)),
+                    )
+                }),
+            )?;
+            for (name, help, get) in DIP_GAUGES {
+                family(
+                    &mut enc,
+                    name,
+                    help,
+                    MetricType::Gauge,
+                    dips(s).filter_map(|(vip, d)| {
+                        let x = get(d).filter(|x| x.is_finite())?;
+                        Some((dip_labels(vip, d), ConstGauge::new(x)))
+                    }),
+                )?;
+            }
+            family(
+                &mut enc,
+                "weir_dip_agent_errors",
+                "Failed agent polls by kind.",
+                MetricType::Counter,
+                dips(s).flat_map(|(vip, d)| {
+                    AgentError::KINDS.into_iter().map(move |kind| {
+                        let [v, a] = dip_labels(vip, d);
+                        let n = d.agent_errors.get(kind).copied().unwrap_or(0);
+                        ([v, a, ("kind", kind.to_string())], ConstCounter::new(n))
+                    })
+                }),
+            )?;
+            family(
+                &mut enc,
+                "weir_dip_health_failures",
+                "Failed health checks.",
+                MetricType::Counter,
+                dips(s)
+                    .filter(|(_, d)| d.healthy.is_some())
+                    .map(|(vip, d)| (dip_labels(vip, d), ConstCounter::new(d.health_failures))),
+            )?;
+            if !self.new_conns.is_empty() {
+                family(
+                    &mut enc,
+                    "weir_dip_new_conns",
+                    "New connections dispatched to the DIP.",
+                    MetricType::Counter,
+                    dips(s).filter_map(|(vip, d)| {
+                        let n = *self.new_conns.get(&d.slot)?;
+                        Some((dip_labels(vip, d), ConstCounter::new(n)))
+                    }),
+                )?;
+            }
+        }
+        if !self.stats.is_empty() {
+            family(
+                &mut enc,
+                "weir_packets",
                 "Data-plane outcome and event counters (enum weir_stat).",
-            );
-            for (name, v) in STAT_NAMES.iter().zip(stats) {
-                let _ = writeln!(o, "weir_packets_total{{counter=\"{name}\"}} {v}");
-            }
+                MetricType::Counter,
+                STAT_NAMES
+                    .iter()
+                    .zip(&self.stats)
+                    .map(|(name, v)| ([("counter", *name)], ConstCounter::new(*v))),
+            )?;
         }
+        Ok(())
     }
-    o
+}
+
+/// `GET /metrics` over the controller's state and the maps pinned in
+/// `pin_dir` (opened once; without them only the controller's view).
+pub fn router(shared: Arc<Shared>, pin_dir: &Path) -> Router {
+    let maps = Arc::new(Mutex::new(Maps::pinned(pin_dir).ok()));
+    Router::new().route(
+        "/metrics",
+        get(move || async move {
+            let text = tokio::task::spawn_blocking(move || {
+                let maps = maps.lock().unwrap_or_else(|e| e.into_inner());
+                Scrape::read(&shared, maps.as_ref()).render()
+            })
+            .await
+            .unwrap_or_default();
+            ([(header::CONTENT_TYPE, CONTENT_TYPE)], text)
+        }),
+    )
 }
 
 /// Serves `/metrics` on `addr` until dropped.
 pub fn serve(addr: SocketAddr, shared: Arc<Shared>, pin_dir: &Path) -> Result<Server> {
-    let maps = Mutex::new(Maps::pinned(pin_dir).ok());
-    Server::start(addr, move |path| match path {
-        "/metrics" => {
-            let snap = shared.snapshot();
-            let maps = maps.lock().unwrap_or_else(|e| e.into_inner());
-            Response::new(
-                200,
-                "text/plain; version=0.0.4",
-                render(snap.as_ref(), maps.as_ref()),
-            )
-        }
-        _ => Response::not_found(),
-    })
+    Server::start(addr, router(shared, pin_dir))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::{OnSilent, PolicyName, TelemetryKind};
-    use crate::controller::{DipSnapshot, VipSnapshot};
+    use crate::controller::VipSnapshot;
 
-    #[test]
-    fn exposition_has_one_line_per_dip_and_skips_unknowns() {
+    fn scrape() -> Scrape {
         let d = DipSnapshot {
             slot: 3,
             address: "10.0.0.2".into(),
@@ -245,39 +306,72 @@ mod tests {
             agent_errors: [("parse".to_string(), 2)].into_iter().collect(),
             last_error: None,
         };
-        let s = Snapshot {
-            policy: PolicyName::Awfd,
-            m: 4,
-            update_interval_ms: 100,
-            telemetry: Some(TelemetryKind::Agent),
-            on_agent_silent: OnSilent::Keep,
-            at_unix_ms: 0,
-            ticks: 7,
-            tables_published: 2,
-            entries_written: 5,
-            vips: vec![VipSnapshot {
-                name: "we\"b".into(),
-                vip_id: 0,
-                table_version: 12,
-                dips: vec![d],
-            }],
-        };
-        let t = render(Some(&s), None);
-        assert!(
-            t.contains("weir_dip_capacity{vip=\"we\\\"b\",dip=\"10.0.0.2:8080\"} 500\n"),
-            "{t}"
-        );
-        assert!(t.contains("weir_dip_weight{vip=\"we\\\"b\",dip=\"10.0.0.2:8080\"} 4\n"));
-        assert!(t.contains("kind=\"parse\"} 2\n"));
-        assert!(t.contains("kind=\"timeout\"} 0\n"));
-        assert!(t.contains("weir_vip_table_version{vip=\"we\\\"b\"} 12\n"));
+        Scrape {
+            snapshot: Some(Snapshot {
+                policy: PolicyName::Awfd,
+                m: 4,
+                update_interval_ms: 100,
+                telemetry: Some(TelemetryKind::Agent),
+                on_agent_silent: OnSilent::Keep,
+                at_unix_ms: 0,
+                ticks: 7,
+                tables_published: 2,
+                entries_written: 5,
+                vips: vec![VipSnapshot {
+                    name: "we\"b".into(),
+                    vip_id: 0,
+                    table_version: 12,
+                    dips: vec![d],
+                }],
+            }),
+            new_conns: [(3, 42)].into_iter().collect(),
+            stats: (0..STAT_NAMES.len() as u64).collect(),
+        }
+    }
+
+    #[test]
+    fn exposition_has_one_sample_per_dip_and_skips_unknowns() {
+        let t = scrape().render();
+        let dip = "{vip=\"we\\\"b\",dip=\"10.0.0.2:8080\"}";
+        for line in [
+            format!("weir_dip_capacity{dip} 500.0"),
+            format!("weir_dip_weight{dip} 4.0"),
+            format!("weir_dip_healthy{dip} 1.0"),
+            format!("weir_dip_new_conns_total{dip} 42"),
+            format!("weir_dip_health_failures_total{dip} 1"),
+            "weir_dip_agent_errors_total{vip=\"we\\\"b\",dip=\"10.0.0.2:8080\",kind=\"parse\"} 2"
+                .into(),
+            "weir_dip_agent_errors_total{vip=\"we\\\"b\",dip=\"10.0.0.2:8080\",kind=\"timeout\"} 0"
+                .into(),
+            "weir_vip_table_version{vip=\"we\\\"b\"} 12".into(),
+            "weir_controller_ticks_total 7".into(),
+            "weir_packets_total{counter=\"rx\"} 0".into(),
+            "weir_packets_total{counter=\"pass_not_ip\"} 1".into(),
+            "# TYPE weir_dip_agent_errors counter".into(),
+            "# TYPE weir_dip_capacity gauge".into(),
+        ] {
+            assert!(t.lines().any(|l| l == line), "no `{line}` in\n{t}");
+        }
         assert!(
             !t.contains("weir_dip_new_conn_share{"),
-            "unknown share is not exported"
+            "an unknown share is not exported:\n{t}"
         );
+        assert!(t.ends_with("# EOF\n"), "{t}");
         for line in t.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
             assert!(value.parse::<f64>().is_ok(), "{line}");
         }
+    }
+
+    #[test]
+    fn without_a_controller_only_the_counters() {
+        let s = Scrape {
+            snapshot: None,
+            ..scrape()
+        };
+        let t = s.render();
+        assert!(t.contains("weir_packets_total{counter=\"rx\"} 0\n"), "{t}");
+        assert!(!t.contains("weir_dip_"), "{t}");
+        assert_eq!(Scrape::default().render(), "# EOF\n");
     }
 }

@@ -1,22 +1,23 @@
 //! `weir kv`: run the memcached switch (TCP proxy, metrics), check a
 //! configuration, or show a running switch's statistics.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use weir_control::http::{Response, Server};
+use weir_control::http::Server;
 use weir_control::signals::SignalSet;
 
 use crate::config::{parse_metrics, KvConfig, UdpConfig};
 use crate::invalidate::Invalidation;
 use crate::proxy::Proxy;
-use crate::stats::Snapshot;
-use crate::udp::{StatusHandle, UdpStatus, UdpSwitch, XdpInvalidator};
+use crate::status::{render, status_of};
+use crate::udp::{UdpSwitch, XdpInvalidator};
+
+pub use crate::endpoint::http_get;
+pub use crate::status::Status;
 
 #[derive(Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -240,9 +241,8 @@ pub fn start(cfg: &KvConfig) -> Result<Running> {
     let metrics = match listener {
         Some(l) => {
             let (proxy, cfg) = (proxy.clone(), cfg.clone());
-            let srv = Server::on(l, move |path| {
-                metrics_page(path, &status_of(&proxy, &cfg, udp_status.as_ref()))
-            })?;
+            let status = Arc::new(move || status_of(&proxy, &cfg, udp_status.as_ref()));
+            let srv = crate::endpoint::serve(l, status)?;
             eprintln!("weir kv: metrics on http://{}/metrics", srv.addr);
             Some(srv)
         }
@@ -253,265 +253,4 @@ pub fn start(cfg: &KvConfig) -> Result<Running> {
         metrics,
         switch,
     })
-}
-
-/// What `/status` returns.
-#[derive(serde::Serialize, serde::Deserialize, Debug)]
-pub struct Status {
-    pub pool: String,
-    pub listen: String,
-    pub hash: String,
-    pub distribution: String,
-    pub servers: Vec<String>,
-    pub stats: Snapshot,
-    /// Hot keys of the XDP cache (empty while the UDP path is not loaded).
-    pub hot_keys: Vec<String>,
-    /// The XDP switch, when `[udp]` is configured.
-    #[serde(default)]
-    pub udp: Option<UdpStatus>,
-}
-
-pub fn status_of(proxy: &Proxy, cfg: &KvConfig, udp: Option<&StatusHandle>) -> Status {
-    let udp = udp.map(|h| h.get());
-    Status {
-        pool: cfg.pool.clone(),
-        listen: proxy.local_addr().to_string(),
-        hash: cfg.hash.to_string(),
-        distribution: cfg.distribution.to_string(),
-        servers: cfg
-            .servers
-            .iter()
-            .map(|s| format!("{}:{}:{}", s.addr, s.port, s.weight))
-            .collect(),
-        stats: proxy.stats(),
-        hot_keys: udp.as_ref().map(|u| u.hot_keys.clone()).unwrap_or_default(),
-        udp,
-    }
-}
-
-pub fn render(st: &Status) -> String {
-    let s = &st.stats;
-    let mut out = format!(
-        "pool {} on {} ({} / {})\nclients {} (total {})  requests {}  writes {}\nget keys {}  hits {}  misses {}\nerrors: client {}  server {}  timeouts {}  binary refused {}\ninvalidations {} (failed {})\n",
-        st.pool, st.listen, st.hash, st.distribution,
-        s.client_connections, s.client_connections_total, s.requests, s.writes,
-        s.get_keys, s.get_hits, s.get_keys.saturating_sub(s.get_hits),
-        s.client_errors, s.server_errors, s.timeouts, s.binary_refused,
-        s.invalidations, s.invalidation_failures
-    );
-    out.push_str("server                     requests\n");
-    for (i, name) in st.servers.iter().enumerate() {
-        out.push_str(&format!(
-            "{name:<26} {}\n",
-            s.server_requests.get(i).copied().unwrap_or(0)
-        ));
-    }
-    out.push_str(&format!(
-        "hot keys: {}\n",
-        if st.hot_keys.is_empty() {
-            "-".into()
-        } else {
-            st.hot_keys.join(" ")
-        }
-    ));
-    if let Some(u) = &st.udp {
-        let x = |n: &str| u.xdp.get(n).copied().unwrap_or(0);
-        let passed: u64 = u
-            .xdp
-            .iter()
-            .filter(|(k, _)| k.starts_with("pass_"))
-            .map(|(_, v)| *v)
-            .sum();
-        out.push_str(&format!(
-            "udp (XDP, prog {}) on {} port {} {}: rx {}  forwarded {}  to kernel {}  writes {}\n\
-             cache {}: hits {}  misses {}  cached {}  installs {}  races {}  settle skips {}  \
-             evictions {}  fetch errors {}  too large {}\n",
-            u.prog_id,
-            u.interfaces.join(","),
-            u.port,
-            u.forward,
-            x("rx"),
-            x("tx") + x("redirect"),
-            passed,
-            x("write"),
-            if u.cache_enabled { "on" } else { "off" },
-            u.cache_hits,
-            u.cache_misses,
-            u.cached_keys,
-            u.installs,
-            u.install_races,
-            u.settle_skips,
-            u.evictions,
-            u.fetch_errors,
-            u.too_large
-        ));
-        for (i, name) in st.servers.iter().enumerate() {
-            out.push_str(&format!(
-                "{name:<26} {} (udp)\n",
-                u.server_requests.get(i).copied().unwrap_or(0)
-            ));
-        }
-        if u.bpf_run_cnt > 0 {
-            out.push_str(&format!(
-                "bpf: {} runs, {:.0} ns/run\n",
-                u.bpf_run_cnt,
-                u.bpf_run_time_ns as f64 / u.bpf_run_cnt as f64
-            ));
-        }
-    }
-    out
-}
-
-/// Prometheus text format.
-pub fn prometheus(st: &Status) -> String {
-    let s = &st.stats;
-    let mut o = String::new();
-    let mut c = |name: &str, help: &str, v: u64| {
-        o.push_str(&format!(
-            "# HELP weir_kv_{name} {help}\n# TYPE weir_kv_{name} counter\nweir_kv_{name} {v}\n"
-        ));
-    };
-    c(
-        "requests_total",
-        "Requests received from clients.",
-        s.requests,
-    );
-    c("writes_total", "Mutating requests.", s.writes);
-    c("get_keys_total", "Keys asked for by get/gets.", s.get_keys);
-    c("get_hits_total", "Keys found.", s.get_hits);
-    c(
-        "get_misses_total",
-        "Keys not found.",
-        s.get_keys.saturating_sub(s.get_hits),
-    );
-    c(
-        "client_errors_total",
-        "Bad requests answered with an error.",
-        s.client_errors,
-    );
-    c(
-        "server_errors_total",
-        "SERVER_ERROR replies.",
-        s.server_errors,
-    );
-    c("timeouts_total", "Requests timed out.", s.timeouts);
-    c(
-        "invalidations_total",
-        "Cache invalidations.",
-        s.invalidations,
-    );
-    c(
-        "invalidation_failures_total",
-        "Failed invalidations (write refused).",
-        s.invalidation_failures,
-    );
-    c(
-        "client_connections_total",
-        "Client connections accepted.",
-        s.client_connections_total,
-    );
-    o.push_str("# HELP weir_kv_client_connections Open client connections.\n# TYPE weir_kv_client_connections gauge\n");
-    o.push_str(&format!(
-        "weir_kv_client_connections {}\n",
-        s.client_connections
-    ));
-    o.push_str("# HELP weir_kv_server_requests_total Requests sent to each server.\n# TYPE weir_kv_server_requests_total counter\n");
-    for (i, name) in st.servers.iter().enumerate() {
-        o.push_str(&format!(
-            "weir_kv_server_requests_total{{server=\"{name}\"}} {}\n",
-            s.server_requests.get(i).copied().unwrap_or(0)
-        ));
-    }
-    if let Some(u) = &st.udp {
-        let mut c = |name: &str, help: &str, v: u64| {
-            o.push_str(&format!(
-                "# HELP weir_kv_{name} {help}\n# TYPE weir_kv_{name} counter\nweir_kv_{name} {v}\n"
-            ));
-        };
-        c(
-            "udp_cache_hits_total",
-            "GETs answered by XDP from the in-switch cache.",
-            u.cache_hits,
-        );
-        c(
-            "udp_cache_misses_total",
-            "Single-key GETs the cache could not answer.",
-            u.cache_misses,
-        );
-        c(
-            "udp_cache_installs_total",
-            "Hot values installed.",
-            u.installs,
-        );
-        c(
-            "udp_cache_install_races_total",
-            "Installs refused because a write came after the ticket.",
-            u.install_races,
-        );
-        c(
-            "udp_cache_evictions_total",
-            "Keys evicted as no longer hot.",
-            u.evictions,
-        );
-        c(
-            "udp_hotkey_fetch_errors_total",
-            "Failed fetches of hot values.",
-            u.fetch_errors,
-        );
-        c("udp_samples_total", "Keys sampled by XDP.", u.samples);
-        o.push_str(
-            "# HELP weir_kv_udp_hot_keys Hot keys now.\n# TYPE weir_kv_udp_hot_keys gauge\n",
-        );
-        o.push_str(&format!("weir_kv_udp_hot_keys {}\n", u.hot_keys.len()));
-        o.push_str("# HELP weir_kv_udp_cached_keys Keys in the cache map.\n# TYPE weir_kv_udp_cached_keys gauge\n");
-        o.push_str(&format!("weir_kv_udp_cached_keys {}\n", u.cached_keys));
-        o.push_str("# HELP weir_kv_xdp_total XDP counters of weir_kv by name.\n# TYPE weir_kv_xdp_total counter\n");
-        for (k, v) in &u.xdp {
-            o.push_str(&format!("weir_kv_xdp_total{{counter=\"{k}\"}} {v}\n"));
-        }
-        o.push_str("# HELP weir_kv_udp_server_requests_total Requests XDP forwarded to each server.\n# TYPE weir_kv_udp_server_requests_total counter\n");
-        for (i, name) in st.servers.iter().enumerate() {
-            o.push_str(&format!(
-                "weir_kv_udp_server_requests_total{{server=\"{name}\"}} {}\n",
-                u.server_requests.get(i).copied().unwrap_or(0)
-            ));
-        }
-        o.push_str("# HELP weir_kv_bpf_run_time_ns_total BPF run time of weir_kv (kernel.bpf_stats_enabled=1).\n# TYPE weir_kv_bpf_run_time_ns_total counter\n");
-        o.push_str(&format!(
-            "weir_kv_bpf_run_time_ns_total {}\n",
-            u.bpf_run_time_ns
-        ));
-    }
-    o
-}
-
-/// The metrics endpoint's answer to a GET of `path`.
-fn metrics_page(path: &str, st: &Status) -> Response {
-    match path {
-        "/metrics" => Response::new(200, "text/plain; version=0.0.4", prometheus(st)),
-        "/status" => Response::new(
-            200,
-            "application/json",
-            serde_json::to_string_pretty(st).unwrap_or_default(),
-        ),
-        _ => Response::new(404, "text/plain", "try /metrics or /status\n"),
-    }
-}
-
-/// GETs `path` from a running switch's metrics endpoint: the body of a 200.
-pub fn http_get(addr: SocketAddr, path: &str) -> Result<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .with_context(|| format!("no weir kv answers on {addr} (is it running? --metrics ADDR)"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .with_context(|| format!("asking {addr} for {path}"))?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp)
-        .with_context(|| format!("reading {path} from {addr}"))?;
-    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
-    let status = head.lines().next().unwrap_or("");
-    if status.split_whitespace().nth(1) != Some("200") {
-        bail!("{addr}{path} answered `{status}`: is this the metrics address of a weir kv?");
-    }
-    Ok(body.to_string())
 }

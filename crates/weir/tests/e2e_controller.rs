@@ -601,7 +601,7 @@ fn d_bad_agent_replies_are_counted_and_never_crash() {
     })
     .join()
     .unwrap();
-    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(metrics.starts_with("HTTP/1.0 200"), "{metrics}");
     let parse_line =
         "weir_dip_agent_errors_total{vip=\"web\",dip=\"10.77.1.2:8080\",kind=\"parse\"}";
     let n: u64 = metrics
