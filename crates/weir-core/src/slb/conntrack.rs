@@ -24,7 +24,7 @@ use weir_abi::{
     WEIR_CONN_F_FIN_SERVER, WEIR_CONN_F_RST, WEIR_TICK_SHIFT,
 };
 
-use super::lru::{flow_index, FlowIndex, FlowKey, Lru, Slot};
+use super::lru::{Hashed, Lru, Slot, SlotIndex};
 use super::packet::{IPPROTO_TCP, TCP_FIN, TCP_RST};
 
 /// `d` in ticks of 2^`WEIR_TICK_SHIFT` ns (about 1.05 ms), saturating: the
@@ -205,20 +205,16 @@ pub fn note_close(c: &mut weir_conn, tcp_flags: u8, fin: u8, now: u32) -> Option
 pub struct Reverse {
     /// The replies' 5-tuple: DIP -> client.
     pub key: weir_flow_key,
+    hash: u64,
     pub value: weir_rev_nat,
-    /// Whether the reverse index points at this entry. Another connection
-    /// with the same reply tuple (the same client address and port to two
-    /// VIPs on one DIP) takes it over, as in weir_lb's map; the entry gets
-    /// it back when the other one goes.
-    linked: bool,
 }
 
 impl Reverse {
-    pub fn new(key: weir_flow_key, value: weir_rev_nat) -> Reverse {
+    pub fn new(key: &Hashed, value: weir_rev_nat) -> Reverse {
         Reverse {
-            key,
+            key: key.key,
+            hash: key.hash,
             value,
-            linked: false,
         }
     }
 }
@@ -238,12 +234,37 @@ pub enum Kind {
     Established,
 }
 
+/// An entry's reverse entry, as the hot part of a node knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rev {
+    /// dsr: none.
+    None,
+    /// The reverse index points at this entry.
+    Linked,
+    /// Another connection with the same reply tuple (the same client
+    /// address and port to two VIPs on one DIP) took the index over, as in
+    /// weir_lb's map; this entry takes it back once that one is gone.
+    Unlinked,
+}
+
+/// What a forwarded packet reads: the node holds only this (with the key),
+/// so a hit touches two cache lines; the reverse entry lives apart.
+#[derive(Debug, Clone, Copy)]
+struct Hot {
+    conn: weir_conn,
+    rev: Rev,
+}
+
 /// One connection table with its reverse index.
 #[derive(Debug, Clone)]
 pub struct Table {
     kind: Kind,
-    lru: Lru<Entry>,
-    reverse: FlowIndex<Slot>,
+    lru: Lru<Hot>,
+    /// Reverse entries by slot (valid where the node's `rev` is not None);
+    /// filled as slots are first used.
+    cold: Vec<Reverse>,
+    /// Reply tuple -> slot, the key being the slot's reverse key.
+    reverse: SlotIndex,
 }
 
 impl Table {
@@ -255,7 +276,8 @@ impl Table {
         Table {
             kind,
             lru: Lru::new(capacity, classes),
-            reverse: flow_index(capacity),
+            cold: Vec::with_capacity(capacity),
+            reverse: SlotIndex::with_capacity(capacity),
         }
     }
 
@@ -263,7 +285,7 @@ impl Table {
         self.lru.len()
     }
 
-    pub fn find(&self, key: &weir_flow_key) -> Option<Slot> {
+    pub fn find(&self, key: &Hashed) -> Option<Slot> {
         self.lru.find(key)
     }
 
@@ -271,20 +293,41 @@ impl Table {
         self.lru.key(slot)
     }
 
-    pub fn entry(&self, slot: Slot) -> &Entry {
-        self.lru.get(slot)
+    pub fn conn(&self, slot: Slot) -> &weir_conn {
+        &self.lru.get(slot).conn
+    }
+
+    pub fn reverse_of(&self, slot: Slot) -> Option<Reverse> {
+        match self.lru.get(slot).rev {
+            Rev::None => None,
+            Rev::Linked | Rev::Unlinked => Some(self.cold[slot.0 as usize]),
+        }
+    }
+
+    pub fn entry(&self, slot: Slot) -> Entry {
+        Entry {
+            conn: *self.conn(slot),
+            reverse: self.reverse_of(slot),
+        }
+    }
+
+    /// Whether slot `s` is an entry whose replies have the tuple `reply`.
+    fn replies_with(&self, s: u32, reply: &weir_flow_key) -> bool {
+        self.lru.get(Slot(s)).rev != Rev::None && self.cold[s as usize].key == *reply
     }
 
     /// The entry whose replies have this 5-tuple, and its reverse entry.
-    pub fn by_reply(&self, reply: &weir_flow_key) -> Option<(Slot, Reverse)> {
-        let slot = *self.reverse.get(&FlowKey(*reply))?;
-        Some((slot, self.entry(slot).reverse?))
+    pub fn by_reply(&self, reply: &Hashed) -> Option<(Slot, Reverse)> {
+        let s = self
+            .reverse
+            .find(reply.hash, |s| self.replies_with(s, &reply.key))?;
+        Some((Slot(s), self.cold[s as usize]))
     }
 
-    fn class_of(&self, key: &weir_flow_key, entry: &Entry) -> usize {
+    fn class_of(&self, key: &weir_flow_key, conn: &weir_conn) -> usize {
         match self.kind {
             Kind::HalfOpen => 0,
-            Kind::Established => State::of(&entry.conn, key.proto).class(),
+            Kind::Established => State::of(conn, key.proto).class(),
         }
     }
 
@@ -297,36 +340,42 @@ impl Table {
 
     /// Idle past its state's timeout: weir_lb treats it as absent.
     pub fn expired(&self, slot: Slot, now: u32, t: &Timeouts) -> bool {
-        idle_past(self.entry(slot).conn.atime, self.timeout(slot, t), now)
+        idle_past(self.conn(slot).atime, self.timeout(slot, t), now)
     }
 
     /// Adds an entry for a key that has none, evicting the least recently
     /// used entry if the table is full; returns the evicted one.
     pub fn insert(
         &mut self,
-        key: weir_flow_key,
+        key: &Hashed,
         entry: Entry,
         now: u32,
     ) -> Option<(weir_flow_key, Entry)> {
         let evicted = self.lru.is_full().then(|| self.evict(now));
-        let class = self.class_of(&key, &entry);
-        let slot = self.lru.insert(key, entry, class);
-        self.link(slot);
+        let class = self.class_of(&key.key, &entry.conn);
+        let hot = Hot {
+            conn: entry.conn,
+            rev: Rev::None,
+        };
+        let slot = self.lru.insert(key, hot, class);
+        self.set_reverse(slot, entry.reverse);
         evicted
     }
 
     /// Replaces the entry at `slot` (same key) by a new one, at the front.
     pub fn replace(&mut self, slot: Slot, entry: Entry) {
         self.unlink(slot);
-        *self.lru.get_mut(slot) = entry;
-        let class = self.class_of(self.lru.key(slot), &entry);
+        self.lru.get_mut(slot).conn = entry.conn;
+        let class = self.class_of(self.lru.key(slot), &entry.conn);
         self.lru.move_to_front(slot, class);
-        self.link(slot);
+        self.set_reverse(slot, entry.reverse);
     }
 
     pub fn remove(&mut self, slot: Slot) -> (weir_flow_key, Entry) {
+        let entry = self.entry(slot);
         self.unlink(slot);
-        self.lru.remove(slot)
+        let (key, _) = self.lru.remove(slot);
+        (key, entry)
     }
 
     /// conntrack.h's `conn_touch`: atime follows the clock at most once per
@@ -365,18 +414,24 @@ impl Table {
         now: u32,
     ) -> Option<CloseChange> {
         let change = note_close(&mut self.lru.get_mut(slot).conn, tcp_flags, fin, now)?;
-        let class = self.class_of(self.lru.key(slot), self.lru.get(slot));
+        let class = self.class_of(self.lru.key(slot), self.conn(slot));
         self.lru.move_to_front(slot, class);
         Some(change)
     }
 
     /// Points the reverse index back at an entry that lost it to another
-    /// connection with the same reply tuple, once that one is gone.
+    /// connection with the same reply tuple, once that one is gone. Free
+    /// unless it was lost: one flag of the node.
     pub fn relink(&mut self, slot: Slot) {
-        let Some(r) = self.lru.get(slot).reverse else {
+        if self.lru.get(slot).rev != Rev::Unlinked {
             return;
-        };
-        if !r.linked && !self.reverse.contains_key(&FlowKey(r.key)) {
+        }
+        let r = self.cold[slot.0 as usize];
+        if self
+            .reverse
+            .find(r.hash, |s| self.replies_with(s, &r.key))
+            .is_none()
+        {
             self.link(slot);
         }
     }
@@ -385,70 +440,88 @@ impl Table {
     /// no entry has expired: each state's list is in atime order, so only
     /// its tail needs a look.
     pub fn pop_expired(&mut self, now: u32, t: &Timeouts) -> Option<(weir_flow_key, Entry)> {
-        let classes = match self.kind {
-            Kind::HalfOpen => 1,
-            Kind::Established => State::ALL.len(),
-        };
-        let slot = (0..classes)
+        let slot = (0..self.classes())
             .filter_map(|c| self.lru.oldest(c))
             .find(|&s| self.expired(s, now, t))?;
         Some(self.remove(slot))
     }
 
-    /// Removes the entry idle longest: the oldest of the lists' tails.
-    fn evict(&mut self, now: u32) -> (weir_flow_key, Entry) {
-        let classes = match self.kind {
+    fn classes(&self) -> usize {
+        match self.kind {
             Kind::HalfOpen => 1,
             Kind::Established => State::ALL.len(),
-        };
-        let slot = (0..classes)
+        }
+    }
+
+    /// Removes the entry idle longest: the oldest of the lists' tails.
+    fn evict(&mut self, now: u32) -> (weir_flow_key, Entry) {
+        let slot = (0..self.classes())
             .filter_map(|c| self.lru.oldest(c))
-            .max_by_key(|&s| now.wrapping_sub(self.entry(s).conn.atime))
+            .max_by_key(|&s| now.wrapping_sub(self.conn(s).atime))
             .expect("a full table has entries");
         self.remove(slot)
     }
 
-    fn link(&mut self, slot: Slot) {
-        let Some(r) = self.lru.get(slot).reverse else {
+    /// Stores a (new) slot's reverse entry and points the index at it.
+    fn set_reverse(&mut self, slot: Slot, reverse: Option<Reverse>) {
+        let Some(r) = reverse else {
+            self.lru.get_mut(slot).rev = Rev::None;
             return;
         };
-        if let Some(other) = self.reverse.insert(FlowKey(r.key), slot) {
-            if other != slot {
-                if let Some(o) = self.lru.get_mut(other).reverse.as_mut() {
-                    o.linked = false;
-                }
-            }
+        let i = slot.0 as usize;
+        if i >= self.cold.len() {
+            // A slot's first use (slots before it may have had no reverse
+            // entry): within the capacity reserved, no reallocation.
+            self.cold.resize(i + 1, r);
         }
-        if let Some(r) = self.lru.get_mut(slot).reverse.as_mut() {
-            r.linked = true;
-        }
+        self.cold[i] = r;
+        self.lru.get_mut(slot).rev = Rev::Unlinked;
+        self.link(slot);
     }
 
-    fn unlink(&mut self, slot: Slot) {
-        if let Some(r) = self.lru.get_mut(slot).reverse.as_mut() {
-            if r.linked {
-                r.linked = false;
-                let key = r.key;
-                self.reverse.remove(&FlowKey(key));
-            }
+    fn link(&mut self, at: Slot) {
+        let r = self.cold[at.0 as usize];
+        let Table {
+            lru, cold, reverse, ..
+        } = self;
+        let before = reverse.set(
+            r.hash,
+            at.0,
+            |s| lru.get(Slot(s)).rev != Rev::None && cold[s as usize].key == r.key,
+            |s| cold[s as usize].hash,
+        );
+        if let Some(other) = before.filter(|&o| o != at.0) {
+            lru.get_mut(Slot(other)).rev = Rev::Unlinked;
         }
+        lru.get_mut(at).rev = Rev::Linked;
+    }
+
+    fn unlink(&mut self, at: Slot) {
+        if self.lru.get(at).rev == Rev::Linked {
+            self.reverse.remove(self.cold[at.0 as usize].hash, at.0);
+        }
+        self.lru.get_mut(at).rev = Rev::None;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::slb::lru::KeyHasher;
 
     const TCP: u8 = 6;
     const UDP: u8 = 17;
 
-    fn key(port: u16, proto: u8) -> weir_flow_key {
-        weir_flow_key {
+    /// Keys hashed by one hasher for the whole test binary's tables.
+    fn key(port: u16, proto: u8) -> Hashed {
+        thread_local!(static H: KeyHasher = KeyHasher::new());
+        let k = weir_flow_key {
             sport: port,
             proto,
             family: 2,
             ..Default::default()
-        }
+        };
+        H.with(|h| h.hashed(&k))
     }
 
     fn entry(atime: u32, reply: Option<u16>) -> Entry {
@@ -459,7 +532,7 @@ mod tests {
                 created_ns: 1,
                 ..Default::default()
             },
-            reverse: reply.map(|p| Reverse::new(key(p, TCP), weir_rev_nat::default())),
+            reverse: reply.map(|p| Reverse::new(&key(p, TCP), weir_rev_nat::default())),
         }
     }
 
@@ -514,10 +587,10 @@ mod tests {
     #[test]
     fn eviction_takes_the_oldest_tail_of_any_state() {
         let mut t = Table::new(Kind::Established, 3);
-        t.insert(key(1, TCP), entry(100, None), 100);
-        t.insert(key(2, UDP), entry(50, None), 100);
-        t.insert(key(3, TCP), entry(120, None), 120);
-        let (k, _) = t.insert(key(4, TCP), entry(130, None), 130).unwrap();
+        t.insert(&key(1, TCP), entry(100, None), 100);
+        t.insert(&key(2, UDP), entry(50, None), 100);
+        t.insert(&key(3, TCP), entry(120, None), 120);
+        let (k, _) = t.insert(&key(4, TCP), entry(130, None), 130).unwrap();
         assert_eq!(k.sport, 2, "the UDP entry was idle longest");
         // A touch within ATIME_REFRESH keeps the order; past it, moves.
         let s1 = t.find(&key(1, TCP)).unwrap();
@@ -525,7 +598,7 @@ mod tests {
         assert_eq!(t.entry(s1).conn.atime, 100);
         t.touch(s1, 100 + ATIME_REFRESH);
         assert_eq!(t.entry(s1).conn.atime, 100 + ATIME_REFRESH);
-        let (k, _) = t.insert(key(5, TCP), entry(2000, None), 2000).unwrap();
+        let (k, _) = t.insert(&key(5, TCP), entry(2000, None), 2000).unwrap();
         assert_eq!(k.sport, 3);
     }
 
@@ -539,9 +612,9 @@ mod tests {
             udp: 30,
         };
         let mut t = Table::new(Kind::Established, 8);
-        t.insert(key(1, TCP), entry(0, None), 0);
-        t.insert(key(2, UDP), entry(0, None), 0);
-        t.insert(key(3, TCP), entry(0, None), 0);
+        t.insert(&key(1, TCP), entry(0, None), 0);
+        t.insert(&key(2, UDP), entry(0, None), 0);
+        t.insert(&key(3, TCP), entry(0, None), 0);
         let s3 = t.find(&key(3, TCP)).unwrap();
         t.note_close(s3, TCP_RST, 0, 20);
         assert!(t.pop_expired(30, &to).is_none());
@@ -555,19 +628,37 @@ mod tests {
         assert_eq!(t.pop_expired(101, &to).unwrap().0.sport, 1);
         assert_eq!(t.len(), 0);
         let mut h = Table::new(Kind::HalfOpen, 2);
-        h.insert(key(9, TCP), entry(0, None), 0);
+        h.insert(&key(9, TCP), entry(0, None), 0);
         let s = h.find(&key(9, TCP)).unwrap();
         assert!(!h.expired(s, 5, &to) && h.expired(s, 6, &to));
     }
 
     #[test]
+    fn dsr_and_nat_entries_share_a_table() {
+        let mut t = Table::new(Kind::Established, 4);
+        t.insert(&key(1, TCP), entry(0, None), 0);
+        t.insert(&key(2, UDP), entry(0, None), 0);
+        t.insert(&key(3, TCP), entry(0, Some(903)), 0);
+        let s3 = t.find(&key(3, TCP)).unwrap();
+        assert_eq!(t.by_reply(&key(903, TCP)).map(|r| r.0), Some(s3));
+        let s1 = t.find(&key(1, TCP)).unwrap();
+        assert_eq!(t.reverse_of(s1), None);
+        t.remove(s1);
+        t.insert(&key(4, TCP), entry(1, Some(904)), 1);
+        assert_eq!(
+            t.by_reply(&key(904, TCP)).map(|r| t.key(r.0).sport),
+            Some(4)
+        );
+    }
+
+    #[test]
     fn reverse_entries_live_and_die_with_their_connection() {
         let mut t = Table::new(Kind::Established, 2);
-        t.insert(key(1, TCP), entry(0, Some(901)), 0);
+        t.insert(&key(1, TCP), entry(0, Some(901)), 0);
         let a = t.find(&key(1, TCP)).unwrap();
         assert_eq!(t.by_reply(&key(901, TCP)).map(|r| r.0), Some(a));
         // Another connection with the same reply tuple takes the index ...
-        t.insert(key(2, TCP), entry(1, Some(901)), 1);
+        t.insert(&key(2, TCP), entry(1, Some(901)), 1);
         let b = t.find(&key(2, TCP)).unwrap();
         assert_eq!(t.by_reply(&key(901, TCP)).map(|r| r.0), Some(b));
         // ... and when it goes, the first one takes it back on its next packet.
@@ -580,8 +671,8 @@ mod tests {
         assert_eq!(t.by_reply(&key(901, TCP)), None);
         assert_eq!(t.by_reply(&key(902, TCP)).map(|r| r.0), Some(a));
         // Eviction takes the reverse entry along.
-        t.insert(key(3, TCP), entry(6, None), 6);
-        t.insert(key(4, TCP), entry(7, None), 7);
+        t.insert(&key(3, TCP), entry(6, None), 6);
+        t.insert(&key(4, TCP), entry(7, None), 7);
         assert_eq!(t.by_reply(&key(902, TCP)), None);
         assert_eq!(t.find(&key(1, TCP)), None);
     }

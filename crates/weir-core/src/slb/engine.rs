@@ -24,7 +24,7 @@ use crate::hash::flow_hash;
 
 use super::config::{Action, Config, ConfigError, NonSynMiss};
 use super::conntrack::{note_close, tick_of, Entry, Kind, Reverse, Table};
-use super::lru::Slot;
+use super::lru::{Hashed, KeyHasher, Slot};
 use super::outcome::*;
 use super::packet::{self, Packet, Parsed, TCP_FIN, TCP_RST};
 use super::rewrite::{rewrite_endpoint, set_macs, End};
@@ -35,6 +35,9 @@ use super::services::{DipSlot, Services};
 #[derive(Debug, Clone)]
 pub struct Slb {
     cfg: Config,
+    /// The keyed hash of both tables' indexes (not the flow hash that
+    /// dispatches: that one is weir_lb's, with the configured seed).
+    hasher: KeyHasher,
     services: Services,
     conns: Table,
     half_open: Table,
@@ -58,6 +61,7 @@ impl Slb {
     pub fn new(cfg: Config) -> Result<Slb, ConfigError> {
         cfg.validate()?;
         Ok(Slb {
+            hasher: KeyHasher::new(),
             services: Services::new(cfg.max_vips, cfg.max_dips),
             conns: Table::new(Kind::Established, cfg.conn_capacity),
             half_open: Table::new(Kind::HalfOpen, cfg.half_open_capacity),
@@ -115,8 +119,8 @@ impl Slb {
     /// The established connection of a 5-tuple (client -> VIP) as the fast
     /// table would hold it, expired or not.
     pub fn connection(&self, key: &weir_flow_key) -> Option<Connection> {
-        let slot = self.conns.find(key)?;
-        Some(connection(*key, self.conns.entry(slot)))
+        let slot = self.conns.find(&self.hasher.hashed(key))?;
+        Some(connection(*key, &self.conns.entry(slot)))
     }
 
     /// The connection of `key` was used at `seen_ns` (the clock of
@@ -127,7 +131,7 @@ impl Slb {
     /// table's own entry, by the same rules, was alive at `seen_ns`.
     /// Returns whether the connection is here.
     pub fn refresh(&mut self, key: &weir_flow_key, seen_ns: u64) -> bool {
-        let Some(slot) = self.conns.find(key) else {
+        let Some(slot) = self.conns.find(&self.hasher.hashed(key)) else {
             return false;
         };
         self.conns.seen(slot, tick_of(seen_ns));
@@ -136,8 +140,8 @@ impl Slb {
 
     /// The half-open entry of a 5-tuple, expired or not.
     pub fn half_open_entry(&self, key: &weir_flow_key) -> Option<weir_conn> {
-        let slot = self.half_open.find(key)?;
-        Some(self.half_open.entry(slot).conn)
+        let slot = self.half_open.find(&self.hasher.hashed(key))?;
+        Some(*self.half_open.conn(slot))
     }
 
     /// The next table event, oldest first. Drain after every batch: the
@@ -211,13 +215,15 @@ impl Slb {
             proto: pkt.key.proto,
             family: pkt.key.family,
         };
+        // One hash of the key for every table it is looked up in.
+        let key = self.hasher.hashed(&pkt.key);
         if let Some(&vip) = self.services.vip(&vkey) {
-            return self.balance(frame, &pkt, vip, ingress, now_ns);
+            return self.balance(frame, &pkt, &key, vip, ingress, now_ns);
         }
-        if let Some((slot, rev)) = self.conns.by_reply(&pkt.key) {
+        if let Some((slot, rev)) = self.conns.by_reply(&key) {
             return self.reverse_nat(frame, &pkt, Kind::Established, slot, rev, ingress, now_ns);
         }
-        if let Some((slot, rev)) = self.half_open.by_reply(&pkt.key) {
+        if let Some((slot, rev)) = self.half_open.by_reply(&key) {
             return self.reverse_nat(frame, &pkt, Kind::HalfOpen, slot, rev, ingress, now_ns);
         }
         if self.is_nat_dip_reply(&pkt) {
@@ -235,6 +241,7 @@ impl Slb {
         &mut self,
         frame: &mut [u8],
         pkt: &Packet,
+        key: &Hashed,
         vip: weir_vip,
         ingress: u32,
         now_ns: u64,
@@ -243,8 +250,8 @@ impl Slb {
         let nat = u32::from(vip.mode) == WEIR_MODE_NAT;
         let mut hit = None;
         let mut stale = None;
-        if let Some(slot) = self.conns.find(&pkt.key) {
-            let conn = self.conns.entry(slot).conn;
+        if let Some(slot) = self.conns.find(key) {
+            let conn = *self.conns.conn(slot);
             let dip = self.services.dip_of(conn.dip_id, conn.dip_gen).copied();
             if pkt.is_syn() {
                 // A SYN opens a new connection on the 5-tuple: the old one
@@ -279,7 +286,7 @@ impl Slb {
         let target = match hit {
             Some(t) => t,
             None if stale.is_none() && pkt.is_tcp() => {
-                match self.handshake(pkt, &vip, nat, ingress, now_ns) {
+                match self.handshake(pkt, key, &vip, nat, ingress, now_ns) {
                     Ok(t) => t,
                     Err(reason) => return Outcome::Drop(reason),
                 }
@@ -289,7 +296,7 @@ impl Slb {
                 let Some((entry, slot)) = self.dispatch(pkt, &vip, nat, ingress, now_ns) else {
                     return Outcome::Drop(DropReason::NoBackend);
                 };
-                self.install(pkt.key, entry, stale, now);
+                self.install(key, entry, stale, now);
                 Target {
                     id: entry.conn.dip_id,
                     slot,
@@ -326,6 +333,7 @@ impl Slb {
     fn handshake(
         &mut self,
         pkt: &Packet,
+        key: &Hashed,
         vip: &weir_vip,
         nat: bool,
         ingress: u32,
@@ -333,14 +341,14 @@ impl Slb {
     ) -> Result<Target, DropReason> {
         let now = tick_of(now_ns);
         let t = self.cfg.timeouts;
-        let half = self.half_open.find(&pkt.key);
+        let half = self.half_open.find(key);
         let open = half.and_then(|s| {
-            let c = &self.half_open.entry(s).conn;
+            let c = self.half_open.conn(s);
             let dip = self.services.dip_of(c.dip_id, c.dip_gen).copied()?;
             (!self.half_open.expired(s, now, &t)).then_some((s, dip))
         });
         if let Some((slot, dip)) = open {
-            let id = self.half_open.entry(slot).conn.dip_id;
+            let id = self.half_open.conn(slot).dip_id;
             if pkt.is_syn() {
                 self.counters.bump(WEIR_STAT_SYN_RETRANSMIT);
                 return Ok(Target {
@@ -359,9 +367,9 @@ impl Slb {
             );
             if nat {
                 // The replies take the path this packet came by.
-                entry.reverse = Some(reverse_of(pkt, &dip.dip, vip.vip_id, ingress));
+                entry.reverse = Some(self.reverse_of(pkt, &dip.dip, vip.vip_id, ingress));
             }
-            self.install(pkt.key, entry, None, now);
+            self.install(key, entry, None, now);
             if let Some(ch) = change {
                 if ch.first {
                     self.counters.bump(WEIR_STAT_CONN_CLOSING);
@@ -389,7 +397,7 @@ impl Slb {
         match half {
             Some(slot) => self.half_open.replace(slot, entry),
             None => {
-                if self.half_open.insert(pkt.key, entry, now).is_some() {
+                if self.half_open.insert(key, entry, now).is_some() {
                     self.counters.half_open_evicted += 1;
                 }
             }
@@ -428,14 +436,14 @@ impl Slb {
                 atime: tick_of(now_ns),
                 ..Default::default()
             },
-            reverse: nat.then(|| reverse_of(pkt, &slot.dip, vip.vip_id, ingress)),
+            reverse: nat.then(|| self.reverse_of(pkt, &slot.dip, vip.vip_id, ingress)),
         };
         Some((entry, slot))
     }
 
     /// Puts a confirmed connection into the established table, in place of
     /// `replacing` (a stale entry of the same key) if given.
-    fn install(&mut self, key: weir_flow_key, entry: Entry, replacing: Option<Slot>, now: u32) {
+    fn install(&mut self, key: &Hashed, entry: Entry, replacing: Option<Slot>, now: u32) {
         match replacing {
             Some(slot) => self.conns.replace(slot, entry),
             None => {
@@ -446,7 +454,7 @@ impl Slb {
             }
         }
         self.counters.bump(WEIR_STAT_CONN_NEW);
-        self.emit(Event::Installed(connection(key, &entry)));
+        self.emit(Event::Installed(connection(key.key, &entry)));
     }
 
     fn forget(&mut self, slot: Slot, reason: Removal) {
@@ -499,7 +507,7 @@ impl Slb {
             Kind::Established => &self.conns,
             Kind::HalfOpen => &self.half_open,
         };
-        let (conn, dip) = (*table.key(slot), table.entry(slot).conn.dip_id);
+        let (conn, dip) = (*table.key(slot), table.conn(slot).dip_id);
         add_traffic(&mut self.vip_traffic, r.vip_id, frame.len() as u64, false);
         if rewrite_endpoint(frame, pkt, End::Src, &r.vip, r.vport).is_err() {
             return Outcome::Drop(DropReason::Malformed);
@@ -571,6 +579,37 @@ impl Slb {
         })
     }
 
+    /// The reverse entry of a nat connection to `dip`, learned from the
+    /// client's packet (conntrack.h's `reverse_key` and `install_reverse`).
+    fn reverse_of(&self, pkt: &Packet, dip: &weir_dip, vip_id: u32, ingress: u32) -> Reverse {
+        let key = weir_flow_key {
+            src: dip.addr,
+            dst: pkt.key.src,
+            sport: if dip.port != 0 {
+                dip.port
+            } else {
+                pkt.key.dport
+            },
+            dport: pkt.key.sport,
+            proto: pkt.key.proto,
+            family: pkt.key.family,
+            pad: [0; 2],
+        };
+        Reverse::new(
+            &self.hasher.hashed(&key),
+            weir_rev_nat {
+                vip: pkt.key.dst,
+                vport: pkt.key.dport,
+                family: pkt.key.family,
+                pad: 0,
+                vip_id,
+                ifindex: ingress,
+                client_mac: pkt.eth_src,
+                lb_mac: pkt.eth_dst,
+            },
+        )
+    }
+
     fn emit(&mut self, event: Event) {
         if self.cfg.event_capacity == 0 {
             return;
@@ -604,35 +643,4 @@ fn connection(key: weir_flow_key, entry: &Entry) -> Connection {
         conn: entry.conn,
         reverse: entry.reverse.map(|r| (r.key, r.value)),
     }
-}
-
-/// The reverse entry of a nat connection to `dip`, learned from the
-/// client's packet (conntrack.h's `reverse_key` and `install_reverse`).
-fn reverse_of(pkt: &Packet, dip: &weir_dip, vip_id: u32, ingress: u32) -> Reverse {
-    let key = weir_flow_key {
-        src: dip.addr,
-        dst: pkt.key.src,
-        sport: if dip.port != 0 {
-            dip.port
-        } else {
-            pkt.key.dport
-        },
-        dport: pkt.key.sport,
-        proto: pkt.key.proto,
-        family: pkt.key.family,
-        pad: [0; 2],
-    };
-    Reverse::new(
-        key,
-        weir_rev_nat {
-            vip: pkt.key.dst,
-            vport: pkt.key.dport,
-            family: pkt.key.family,
-            pad: 0,
-            vip_id,
-            ifindex: ingress,
-            client_mac: pkt.eth_src,
-            lb_mac: pkt.eth_dst,
-        },
-    )
 }

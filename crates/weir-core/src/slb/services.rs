@@ -18,6 +18,7 @@ use weir_abi::*;
 
 use crate::awfd::{AwfdTable, DipId};
 use crate::flow::addr_words;
+use crate::kv::hotkeys::SeededHash;
 
 use super::packet::{IPPROTO_TCP, IPPROTO_UDP};
 
@@ -113,13 +114,18 @@ fn check_family(what: &'static str, family: u8) -> Result<(), ServiceError> {
     }
 }
 
+/// The VIP map's hash: its keys are the operator's (a few hundred at
+/// most), so a fast unkeyed hash is enough; a sender only chooses lookups.
+const VIP_HASH: SeededHash = SeededHash(0x7669_7073);
+
 #[derive(Debug, Clone)]
 pub struct Services {
     max_vips: u32,
-    vips: HashMap<weir_vip_key, weir_vip>,
+    vips: HashMap<weir_vip_key, weir_vip, SeededHash>,
     dips: Vec<DipSlot>,
     tables: Vec<Option<Published>>,
-    ifaces: HashMap<u32, [u8; 6]>,
+    /// (ifindex, MAC): a handful, searched in order.
+    ifaces: Vec<(u32, [u8; 6])>,
     nat_endpoints: HashSet<weir_endpoint>,
     local: HashSet<([u32; 4], u8)>,
 }
@@ -128,10 +134,10 @@ impl Services {
     pub fn new(max_vips: u32, max_dips: u32) -> Services {
         Services {
             max_vips,
-            vips: HashMap::new(),
+            vips: HashMap::with_hasher(VIP_HASH),
             dips: vec![DipSlot::default(); max_dips as usize],
             tables: vec![None; max_vips as usize],
-            ifaces: HashMap::new(),
+            ifaces: Vec::new(),
             nat_endpoints: HashSet::new(),
             local: HashSet::new(),
         }
@@ -257,15 +263,18 @@ impl Services {
     /// An interface the load balancer sends by, with its MAC (weir_lb's
     /// `ifaces` and `tx_ports`).
     pub fn set_interface(&mut self, ifindex: u32, mac: [u8; 6]) {
-        self.ifaces.insert(ifindex, mac);
+        self.remove_interface(ifindex);
+        self.ifaces.push((ifindex, mac));
     }
 
     pub fn remove_interface(&mut self, ifindex: u32) {
-        self.ifaces.remove(&ifindex);
+        self.ifaces.retain(|(i, _)| *i != ifindex);
     }
 
     pub fn interface_mac(&self, ifindex: u32) -> Option<[u8; 6]> {
-        self.ifaces.get(&ifindex).copied()
+        self.ifaces
+            .iter()
+            .find_map(|&(i, mac)| (i == ifindex).then_some(mac))
     }
 
     /// The service endpoints of nat DIPs (weir_lb's `nat_endpoints`): a
