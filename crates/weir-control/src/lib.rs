@@ -1,9 +1,11 @@
 //! weir's control plane: the configuration and its diagnostics, applying it
 //! to the data plane without moving established connections, the load-aware
 //! controller with its telemetry (agent and passive) and health checks, the
-//! `weir agent` server, metrics and status.
+//! `weir agent` server, metrics, status, and the management API with the
+//! one path (`live`) through which reloads and API writes change what runs.
 
 pub mod agent;
+pub mod api;
 pub mod apply;
 pub mod bpffs;
 pub mod config;
@@ -12,6 +14,7 @@ pub mod cpus;
 pub mod diag;
 pub mod health;
 pub mod http;
+pub mod live;
 pub mod metrics;
 pub mod runtime;
 pub mod signals;
@@ -19,3 +22,4 @@ pub mod status;
 pub mod sweeper;
 pub mod takeover;
 pub mod telemetry;
+pub mod tier;

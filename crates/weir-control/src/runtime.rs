@@ -21,7 +21,8 @@ use weir_dataplane::maps::Maps;
 use crate::apply::apply;
 use crate::bpffs::{self, Persistence};
 use crate::config::{Config, Mode, NonSynMiss, Tier, Verdict, XdpModeCfg};
-use crate::controller::{Controller, Shared};
+use crate::controller::Shared;
+use crate::live::Live;
 use crate::signals::SignalSet;
 use crate::takeover::{self, Predecessor, Takeover};
 
@@ -35,6 +36,9 @@ pub struct RunRecord {
     pub config: PathBuf,
     pub pin_dir: PathBuf,
     pub interfaces: Vec<String>,
+    /// Where the management API answers (none: off, or it did not start).
+    #[serde(default)]
+    pub api: Option<SocketAddr>,
 }
 
 impl RunRecord {
@@ -77,7 +81,7 @@ fn verdict(v: Verdict) -> Action {
     }
 }
 
-fn is_alive(pid: u32) -> bool {
+pub(crate) fn is_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks for existence.
     unsafe { libc::kill(pid as i32, 0) == 0 }
 }
@@ -183,7 +187,7 @@ fn load_options(cfg: &Config) -> LoadOptions {
 
 /// DSR rewrites only L2, so the DIP's neighbour entry must exist before the
 /// first packet: a short TCP connect makes the kernel resolve it.
-fn prime_neighbours(cfg: &Config) {
+pub(crate) fn prime_neighbours(cfg: &Config) {
     let targets: Vec<SocketAddr> = cfg
         .vips
         .iter()
@@ -208,7 +212,7 @@ pub(crate) fn log(msg: impl AsRef<str>) {
 }
 
 /// What the file has that is legal but odd (a VIP with no DIPs, ...).
-fn log_warnings(cfg: &Config) {
+pub(crate) fn log_warnings(cfg: &Config) {
     for w in &cfg.warnings {
         log(format!("warning: {w}"));
     }
@@ -217,7 +221,13 @@ fn log_warnings(cfg: &Config) {
 /// Runs the daemon until SIGINT or SIGTERM.
 pub fn serve(opts: &ServeOptions) -> Result<()> {
     // Block the signals first, so no thread started below takes them.
-    let signals = SignalSet::block(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1]);
+    let signals = SignalSet::block(&[
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+    ]);
 
     let Preflight {
         cfg,
@@ -255,6 +265,25 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             return Err(e);
         }
     };
+    // The software tier's sockets are registered before XDP is attached,
+    // so no packet is steered to a queue without one; a tier that cannot
+    // start leaves nothing attached.
+    if let Some(Takeover {
+        predecessor: Predecessor::Live(p),
+        ..
+    }) = &takeover
+    {
+        if cfg.dataplane.tier != crate::config::Tier::Xdp {
+            crate::tier::release_predecessor(p.pid, &opts.run_dir);
+        }
+    }
+    let mut tier = match crate::tier::start(&cfg, &ifaces, &maps, &opts.run_dir) {
+        Ok(t) => t,
+        Err(e) => {
+            lb.remove_created_pins();
+            return Err(e.context("starting the software tier"));
+        }
+    };
     let pairs: Vec<(String, u32)> = ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect();
     let attached = match &takeover {
         Some(t) => take_over(lb.prog_fd(), &t.held, mode),
@@ -286,11 +315,24 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
 
     fs::create_dir_all(&opts.run_dir)
         .with_context(|| format!("creating {}", opts.run_dir.display()))?;
+    // The controller and the API start only now: after a takeover the
+    // predecessor (its controller, its API's port) is gone, so one process
+    // writes the tables. The API is up before the run record names it.
+    let shared = Arc::new(Shared::default());
+    let live = Arc::new(Live::start(
+        maps,
+        &opts.config,
+        cfg.clone(),
+        shared.clone(),
+        &opts.run_dir,
+    ));
+    let api = crate::api::start(live.clone(), &cfg.api, &pin_dir);
     let record = RunRecord {
         pid: std::process::id(),
         config: fs::canonicalize(&opts.config).unwrap_or(opts.config.clone()),
         pin_dir: pin_dir.clone(),
         interfaces: pairs.iter().map(|(n, _)| n.clone()).collect(),
+        api: api.as_ref().map(|s| s.addr),
     };
     fs::write(
         RunRecord::path(&opts.run_dir),
@@ -309,11 +351,6 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         }
     ));
 
-    // The controller and the metrics endpoint start only now: after a
-    // takeover the predecessor (and its controller) is gone, so one process
-    // writes the tables.
-    let shared = Arc::new(Shared::default());
-    let mut controller = start_controller(&cfg, &shared, &opts.run_dir);
     let timeouts = cfg.dataplane.timeouts.to_conn_timeouts();
     let _sweeper = crate::sweeper::Sweeper::start(&pin_dir, timeouts)
         .map_err(|e| log(format!("connection sweeper not started: {e:#}")))
@@ -332,31 +369,30 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         }
     });
 
-    let mut running = cfg;
     let mut handed_over = false;
     loop {
         match signals.wait_timeout(Duration::from_secs(1)) {
             Some(libc::SIGHUP) => {
-                running = {
-                    let _tables = shared.table_lock.lock().unwrap_or_else(|e| e.into_inner());
-                    reload(&maps, &opts.config, running)
-                };
-                match (&controller, running.wants_controller()) {
-                    (Some(c), true) => c.reconfigure(&running),
-                    (Some(_), false) => controller = None,
-                    (None, true) => controller = start_controller(&running, &shared, &opts.run_dir),
-                    (None, false) => {}
-                }
+                // Logged either way; a refused file leaves the running one.
+                let _ = live.reload();
             }
             Some(libc::SIGINT | libc::SIGTERM) => break,
             Some(libc::SIGUSR1) => {
                 handed_over = true;
                 break;
             }
+            // A successor takes over: it needs the interfaces' queues for
+            // its own sockets before it swaps the program in.
+            Some(libc::SIGUSR2) => {
+                if tier.take().is_some() {
+                    log("released the software tier's sockets to a successor");
+                }
+            }
             _ => {}
         }
     }
-    drop(controller);
+    drop(api);
+    live.stop();
     if handed_over {
         // The successor already runs its program on our interfaces and owns
         // the run record.
@@ -378,31 +414,6 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     Ok(())
 }
 
-/// Starts the controller thread when the configuration wants one.
-fn start_controller(cfg: &Config, shared: &Arc<Shared>, run_dir: &Path) -> Option<Controller> {
-    if !cfg.wants_controller() {
-        return None;
-    }
-    match Controller::start(cfg, shared.clone(), Some(run_dir.to_path_buf())) {
-        Ok(c) => {
-            let p = crate::controller::Params::of(cfg);
-            log(format!(
-                "controller: policy {:?} (m = {}), every {} ms",
-                p.policy,
-                p.effective_m(),
-                p.interval.as_millis()
-            ));
-            Some(c)
-        }
-        Err(e) => {
-            log(format!(
-                "controller not started, static weights stay: {e:#}"
-            ));
-            None
-        }
-    }
-}
-
 /// Tells the daemon we replaced to exit without detaching, and waits.
 fn retire_predecessor(pid: u32) {
     // SAFETY: plain kill(2).
@@ -414,44 +425,6 @@ fn retire_predecessor(pid: u32) {
         std::thread::sleep(Duration::from_millis(25));
     }
     log(format!("predecessor pid {pid} did not exit within 5 s"));
-}
-
-/// Applies a changed configuration; a bad one is refused and the running
-/// one stays in force.
-fn reload(maps: &Maps, path: &Path, running: Config) -> Config {
-    let next = match Config::load(path) {
-        Ok(c) => c,
-        Err(e) => {
-            log(format!(
-                "reload refused, keeping the running configuration: {e}"
-            ));
-            return running;
-        }
-    };
-    log_warnings(&next);
-    let (a, b) = (&running.dataplane, &next.dataplane);
-    if a.interfaces.get_ref() != b.interfaces.get_ref()
-        || a.conn_table_size != b.conn_table_size
-        || a.max_vips != b.max_vips
-        || a.max_dips != b.max_dips
-        || a.pin_dir != b.pin_dir
-    {
-        log("reload: [dataplane] interfaces, sizes and pin_dir take effect only on restart; applying the VIPs");
-    }
-    match apply(maps, &next) {
-        Ok(r) => {
-            log(format!(
-                "reloaded: +{} -{} VIPs, +{} -{} DIPs",
-                r.vips_added, r.vips_removed, r.dips_added, r.dips_removed
-            ));
-            prime_neighbours(&next);
-            next
-        }
-        Err(e) => {
-            log(format!("reload failed while applying ({e:#}); the tables may be partly updated, fix the file and reload again"));
-            running
-        }
-    }
 }
 
 /// Sends SIGHUP to the running daemon.

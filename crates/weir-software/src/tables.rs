@@ -4,6 +4,7 @@
 //! dispatch a new connection to the same DIP.
 
 use anyhow::{Context, Result};
+use libbpf_rs::MapCore;
 use weir_abi::*;
 use weir_core::awfd::AwfdTable;
 use weir_dataplane::maps::Maps;
@@ -23,6 +24,8 @@ pub struct Snapshot {
     pub vips: Vec<VipTable>,
     /// Occupied DIP slots, by slot id.
     pub dips: Vec<(u32, weir_dip)>,
+    /// Service endpoints of nat DIPs: packets from them are replies.
+    pub nat_endpoints: Vec<weir_endpoint>,
 }
 
 impl Snapshot {
@@ -48,7 +51,16 @@ impl Snapshot {
                 }
             }
         }
-        Ok(Snapshot { vips, dips })
+        let nat_endpoints = maps
+            .nat_endpoints
+            .keys()
+            .filter_map(|k| weir_endpoint::from_bytes(&k))
+            .collect();
+        Ok(Snapshot {
+            vips,
+            dips,
+            nat_endpoints,
+        })
     }
 
     /// The versions of every VIP's table: cheap to poll, to see whether a

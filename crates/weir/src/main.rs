@@ -83,6 +83,9 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         window_ms: u64,
     },
+    /// Add, remove, reweight or drain a DIP of the running daemon (through its API;
+    /// the change is written back to its configuration file).
+    Dip(weir_control::api::cli::DipArgs),
     /// Make the running daemon re-read its configuration (same as SIGHUP).
     Reload {
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
@@ -228,6 +231,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Man { dir } => std::fs::create_dir_all(&dir)
             .and_then(|()| clap_mangen::generate_to(Cli::command(), &dir))
             .with_context(|| format!("writing man pages into {}", dir.display())),
+        Command::Dip(args) => weir_control::api::cli::run(&args),
         Command::Reload { run_dir } => {
             let pid = runtime::request_reload(&run_dir)?;
             println!("asked weir serve (pid {pid}) to reload its configuration");

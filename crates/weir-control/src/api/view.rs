@@ -1,0 +1,271 @@
+//! What the management API shows: the running configuration (names,
+//! configured weights) joined with the data plane's maps (table versions,
+//! classes, weights in force, traffic) and the controller's snapshot
+//! (capacity, load, health, share of new connections).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use weir_abi::{weir_dip, WEIR_DIP_F_LIVE, WEIR_MAX_CLASSES};
+use weir_core::flow::{addr_words, Proto};
+use weir_dataplane::maps::Maps;
+
+use crate::apply::vip_key;
+use crate::config::{Config, Mode, OnSilent, PolicyName, TelemetryKind};
+use crate::controller::{DipSnapshot, Snapshot};
+use crate::status::STAT_NAMES;
+
+/// Connection counts are at most this old: counting walks the tables.
+pub const COUNT_MAX_AGE: Duration = Duration::from_secs(2);
+
+/// One DIP.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DipView {
+    /// `ADDR:PORT` (`[ADDR]:PORT` for IPv6): its name in the API's paths.
+    pub id: String,
+    pub address: IpAddr,
+    /// The port it serves on: its own (nat) or the VIP's (dsr).
+    pub port: u16,
+    /// The weight in the configuration (0: drained).
+    pub config_weight: u32,
+    /// The weight in the table in force (the controller's, or the
+    /// configured one); its AWFD class is this weight, none at 0.
+    pub weight: Option<u32>,
+    pub class: Option<u32>,
+    /// Its slot in the data plane (none before it is applied).
+    pub slot: Option<u32>,
+    pub mac: Option<String>,
+    pub agent: Option<SocketAddr>,
+    /// Packets and new connections the data plane sent it.
+    pub packets: u64,
+    pub new_conns: u64,
+    /// Share of the VIP's new connections over the last second.
+    pub share: Option<f64>,
+    /// The controller's estimates (requests/s): C, R and A = C - R.
+    pub capacity: Option<f64>,
+    pub load: Option<f64>,
+    pub available: Option<f64>,
+    /// None without health checks.
+    pub healthy: Option<bool>,
+    pub health_checks: u64,
+    pub health_failures: u64,
+    pub agent_silent: bool,
+    pub agent_misses: u32,
+    pub agent_errors: BTreeMap<String, u64>,
+    pub last_error: Option<String>,
+}
+
+/// One VIP and its DIPs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VipView {
+    pub name: String,
+    pub address: IpAddr,
+    pub port: u16,
+    pub protocol: String,
+    pub mode: Mode,
+    /// Its id in the data plane (none before it is applied).
+    pub vip_id: Option<u32>,
+    /// The version of its table in force; every change publishes one.
+    pub table_version: Option<u32>,
+    /// The weights of the table's priority classes, highest first.
+    pub classes: Vec<u32>,
+    pub packets: u64,
+    pub bytes: u64,
+    pub new_conns: u64,
+    /// Whether its DIPs are health-checked.
+    pub health_checks: bool,
+    pub dips: Vec<DipView>,
+}
+
+/// Entries of the connection tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Connections {
+    /// Confirmed connections (expired ones included until the next sweep).
+    pub established: u64,
+    /// TCP connections whose handshake is not done.
+    pub half_open: u64,
+    /// When they were counted (ms since the epoch).
+    pub counted_at_unix_ms: u64,
+}
+
+/// The controller's parameters and counters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControllerView {
+    pub policy: PolicyName,
+    pub m: u32,
+    pub update_interval_ms: u64,
+    pub telemetry: Option<TelemetryKind>,
+    pub on_agent_silent: OnSilent,
+    pub ticks: u64,
+    pub tables_published: u64,
+    pub entries_written: u64,
+    /// When its snapshot was taken (ms since the epoch).
+    pub at_unix_ms: u64,
+}
+
+/// Everything at once (`GET /api/v1/status`), for a dashboard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusView {
+    pub at_unix_ms: u64,
+    pub connections: Connections,
+    /// None when no controller runs (no `[controller]`, no health checks).
+    pub controller: Option<ControllerView>,
+    pub vips: Vec<VipView>,
+    /// The data plane's counters (`enum weir_stat`) by name.
+    pub counters: BTreeMap<String, u64>,
+}
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The live DIP slots of the data plane.
+fn live_slots(maps: &Maps) -> Vec<(u32, weir_dip)> {
+    (0..maps.dip_slots())
+        .filter_map(|id| Some((id, maps.dip(id).ok()??)))
+        .filter(|(_, d)| d.flags & WEIR_DIP_F_LIVE != 0)
+        .collect()
+}
+
+/// Every VIP of `cfg` as the maps and the controller's snapshot see it.
+pub fn vips(cfg: &Config, maps: &Maps, snap: Option<&Snapshot>) -> Result<Vec<VipView>> {
+    let ids: HashMap<_, u32> = maps
+        .vips()?
+        .into_iter()
+        .map(|(k, v)| (k, v.vip_id))
+        .collect();
+    let slots = live_slots(maps);
+    let mut out = Vec::with_capacity(cfg.vips.len());
+    for v in &cfg.vips {
+        let vip_id = ids.get(&vip_key(v)).copied();
+        let from_controller: HashMap<u32, &DipSnapshot> = snap
+            .and_then(|s| s.vips.iter().find(|sv| sv.name == *v.name.get_ref()))
+            .map(|sv| sv.dips.iter().map(|d| (d.slot, d)).collect())
+            .unwrap_or_default();
+        let dips = v
+            .dips
+            .iter()
+            .map(|d| {
+                let (words, _) = addr_words(*d.address.get_ref());
+                let nat_port = d.port.as_ref().map_or(0, |p| p.get_ref().to_be());
+                let slot = vip_id.and_then(|id| {
+                    slots
+                        .iter()
+                        .find(|(_, s)| s.vip_id == id && s.addr == words && s.port == nat_port)
+                });
+                let traffic = slot.and_then(|(id, _)| maps.dip_traffic(*id).ok());
+                let c = slot.and_then(|(id, _)| from_controller.get(id).copied());
+                let port = d.service_port(v);
+                let weight = slot.map(|(_, s)| s.weight);
+                DipView {
+                    id: SocketAddr::new(*d.address.get_ref(), port).to_string(),
+                    address: *d.address.get_ref(),
+                    port,
+                    config_weight: *d.weight.get_ref(),
+                    weight,
+                    class: weight.filter(|&w| w > 0),
+                    slot: slot.map(|(id, _)| *id),
+                    mac: d.mac.as_ref().map(|m| m.get_ref().clone()),
+                    agent: d.agent.as_ref().map(|a| *a.get_ref()),
+                    packets: traffic.map_or(0, |t| t.packets),
+                    new_conns: traffic.map_or(0, |t| t.new_conns),
+                    share: c.and_then(|c| c.share),
+                    capacity: c.and_then(|c| c.capacity),
+                    load: c.and_then(|c| c.load),
+                    available: c.and_then(|c| c.available),
+                    healthy: c.and_then(|c| c.healthy),
+                    health_checks: c.map_or(0, |c| c.health_checks),
+                    health_failures: c.map_or(0, |c| c.health_failures),
+                    agent_silent: c.is_some_and(|c| c.agent_silent),
+                    agent_misses: c.map_or(0, |c| c.agent_misses),
+                    agent_errors: c.map(|c| c.agent_errors.clone()).unwrap_or_default(),
+                    last_error: c.and_then(|c| c.last_error.clone()),
+                }
+            })
+            .collect();
+        let traffic = vip_id.and_then(|id| maps.vip_traffic(id).ok());
+        let classes = match vip_id {
+            Some(id) => maps
+                .active_ranges(id)?
+                .map(|r| r.class_weight[..r.nr.min(WEIR_MAX_CLASSES) as usize].to_vec())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        out.push(VipView {
+            name: v.name.get_ref().clone(),
+            address: *v.address.get_ref(),
+            port: *v.port.get_ref(),
+            protocol: match v.protocol {
+                Proto::Tcp => "tcp".into(),
+                Proto::Udp => "udp".into(),
+            },
+            mode: v.mode,
+            vip_id,
+            table_version: match vip_id {
+                Some(id) => Some(maps.table_version(id)?),
+                None => None,
+            },
+            classes,
+            packets: traffic.map_or(0, |t| t.packets),
+            bytes: traffic.map_or(0, |t| t.bytes),
+            new_conns: traffic.map_or(0, |t| t.new_conns),
+            health_checks: v.health.is_some(),
+            dips,
+        });
+    }
+    Ok(out)
+}
+
+/// The data plane's counters by name.
+pub fn counters(maps: &Maps) -> Result<BTreeMap<String, u64>> {
+    Ok(STAT_NAMES
+        .iter()
+        .map(|s| s.to_string())
+        .zip(maps.stats()?)
+        .collect())
+}
+
+pub fn controller(s: &Snapshot) -> ControllerView {
+    ControllerView {
+        policy: s.policy,
+        m: s.m,
+        update_interval_ms: s.update_interval_ms,
+        telemetry: s.telemetry,
+        on_agent_silent: s.on_agent_silent,
+        ticks: s.ticks,
+        tables_published: s.tables_published,
+        entries_written: s.entries_written,
+        at_unix_ms: s.at_unix_ms,
+    }
+}
+
+/// Connection counts, walked at most every [`COUNT_MAX_AGE`] however often
+/// they are asked for (a table can hold millions of entries).
+#[derive(Debug, Default)]
+pub struct Counts {
+    last: Mutex<Option<(Instant, Connections)>>,
+}
+
+impl Counts {
+    pub fn get(&self, maps: &Maps) -> Connections {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, c)) = *last {
+            if at.elapsed() < COUNT_MAX_AGE {
+                return c;
+            }
+        }
+        let c = Connections {
+            established: maps.conn_count() as u64,
+            half_open: maps.half_open_count() as u64,
+            counted_at_unix_ms: unix_ms(),
+        };
+        *last = Some((Instant::now(), c));
+        c
+    }
+}

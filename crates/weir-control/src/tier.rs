@@ -1,0 +1,168 @@
+//! Starting the software tier of `weir serve` (`tier = "software"` or
+//! `"hybrid"`): the configuration as the worker's load balancer, sockets
+//! and offload policy take it, and the workers' reports for `weir status`
+//! (`<run dir>/workers.json`, rewritten every second).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use weir_core::offload::OffloadConfig;
+use weir_core::slb;
+use weir_dataplane::iface::Iface;
+use weir_dataplane::maps::Maps;
+use weir_software::{SoftwareTier, TierConfig, TierInterface};
+
+use crate::config::{Config, NonSynMiss, Tier, Verdict};
+
+/// Where the workers' last reports are, for `weir status`.
+pub fn workers_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("workers.json")
+}
+
+/// The workers' last reports as `weir serve` wrote them (a JSON list of
+/// `weir_software::WorkerStats`), if it runs a tier.
+pub fn read_workers(run_dir: &Path) -> Option<serde_json::Value> {
+    let text = fs::read_to_string(workers_file(run_dir)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// The running tier and the thread that writes its reports.
+pub struct RunningTier {
+    tier: Option<SoftwareTier>,
+    stop: Arc<AtomicBool>,
+    writer: Option<JoinHandle<()>>,
+    file: PathBuf,
+}
+
+impl Drop for RunningTier {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.writer.take() {
+            let _ = t.join();
+        }
+        // Sockets first: the report's removal tells a successor the queues
+        // are free (release_predecessor).
+        drop(self.tier.take());
+        let _ = fs::remove_file(&self.file);
+    }
+}
+
+/// Asks the running daemon `pid` (a `--takeover`'s predecessor) to close
+/// its workers' sockets (SIGUSR2), and waits until it has: a queue takes one
+/// AF_XDP socket. Until the successor's sockets are registered and its
+/// program swapped in, the predecessor's program finds no socket for what
+/// it steers to the tier and drops it (`drop_no_worker`): a gap of a few
+/// milliseconds, which TCP retransmits over. The fast table's connections
+/// (hybrid) go on in XDP throughout.
+pub fn release_predecessor(pid: u32, run_dir: &Path) {
+    let file = workers_file(run_dir);
+    if !file.exists() {
+        return;
+    }
+    // SAFETY: plain kill(2).
+    unsafe { libc::kill(pid as i32, libc::SIGUSR2) };
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while file.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Starts the tier the configuration asks for (none for `tier = "xdp"`).
+pub fn start(
+    cfg: &Config,
+    ifaces: &[Iface],
+    maps: &Maps,
+    run_dir: &Path,
+) -> Result<Option<RunningTier>> {
+    let dp = &cfg.dataplane;
+    if dp.tier == Tier::Xdp {
+        return Ok(None);
+    }
+    let cpu = *dp
+        .workers
+        .get_ref()
+        .first()
+        .context("dataplane.workers: name the worker's CPU")? as usize;
+    let tc = TierConfig {
+        cpu,
+        interfaces: ifaces
+            .iter()
+            .enumerate()
+            .map(|(slot, i)| TierInterface {
+                name: i.name.clone(),
+                ifindex: i.ifindex,
+                mac: i.mac,
+                xsk_slot: slot as u32,
+            })
+            .collect(),
+        slb: slb_config(cfg),
+        offload: (dp.tier == Tier::Hybrid).then(|| {
+            let mut o = OffloadConfig::new(*dp.offload.get_ref(), dp.fast_size() as usize);
+            o.seed = u64::from(dp.hash_seed) ^ std::process::id() as u64;
+            o
+        }),
+        socket: weir_afxdp::Config::default(),
+    };
+    let tier = SoftwareTier::start(&tc, maps, &dp.pin_dir)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let file = workers_file(run_dir);
+    let writer = {
+        let (stop, shared, file) = (stop.clone(), tier.shared.clone(), file.clone());
+        std::thread::Builder::new()
+            .name("weir-tier-report".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    let all = shared
+                        .workers
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clone();
+                    let tmp = file.with_extension("json.tmp");
+                    if let Ok(text) = serde_json::to_vec_pretty(&all) {
+                        if fs::write(&tmp, text).is_ok() {
+                            let _ = fs::rename(&tmp, &file);
+                        }
+                    }
+                }
+            })?
+    };
+    Ok(Some(RunningTier {
+        tier: Some(tier),
+        stop,
+        writer: Some(writer),
+        file,
+    }))
+}
+
+/// The worker's load balancer takes the XDP program's knobs, so the tiers
+/// decide alike.
+fn slb_config(cfg: &Config) -> slb::Config {
+    let dp = &cfg.dataplane;
+    let action = |v: Verdict| match v {
+        Verdict::Pass => slb::Action::Pass,
+        Verdict::Drop => slb::Action::Drop,
+    };
+    slb::Config {
+        conn_capacity: dp.conn_table_size as usize,
+        half_open_capacity: dp.half_open_size() as usize,
+        max_vips: dp.max_vips,
+        max_dips: dp.max_dips,
+        timeouts: dp.timeouts.to_conn_timeouts().ticks().into(),
+        not_vip: action(dp.not_vip),
+        icmp: action(dp.icmp),
+        fragments: action(dp.fragments),
+        malformed: action(dp.malformed),
+        nonsyn_miss: match dp.tcp_nonsyn_miss {
+            NonSynMiss::Dispatch => slb::NonSynMiss::Dispatch,
+            NonSynMiss::Drop => slb::NonSynMiss::Drop,
+        },
+        hash_seed: dp.hash_seed,
+        event_capacity: if dp.tier == Tier::Hybrid { 4096 } else { 0 },
+    }
+}
