@@ -95,6 +95,10 @@ pub struct Status {
     /// when `weir serve` runs one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub controller: Option<crate::controller::Snapshot>,
+    /// The software tier's workers (`weir_software::WorkerStats`, as
+    /// `weir serve` last wrote them), when it runs one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers: Option<serde_json::Value>,
 }
 
 /// Reads the status; `cfg` (the running configuration) supplies VIP names.
@@ -172,6 +176,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>) -> Result<Status> {
         vips,
         counters,
         controller: None,
+        workers: None,
     })
 }
 
@@ -246,6 +251,61 @@ fn render_controller(o: &mut String, c: &crate::controller::Snapshot) {
     }
 }
 
+/// One line per worker: HNLB's utilization (eq. 2/3) and its parts, the
+/// software table, socket drops, and the offload counters (hybrid).
+fn render_workers(o: &mut String, workers: &serde_json::Value) {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let _ = writeln!(o, "\nworkers:");
+    for w in workers.as_array().into_iter().flatten() {
+        let u = &w["utilization"];
+        let (busy, all) = (n(&u["busy_cycles"]), n(&u["cycles"]).max(1));
+        let (pkts, bursts, max) = (n(&u["packets"]), n(&u["bursts"]), n(&u["max_burst"]).max(1));
+        let fill = if bursts == 0 {
+            0.0
+        } else {
+            pkts as f64 / bursts as f64 / max as f64
+        };
+        let sockets = w["sockets"].as_array().cloned().unwrap_or_default();
+        let sum = |k: &str| sockets.iter().map(|s| n(&s[k])).sum::<u64>();
+        let _ = writeln!(
+            o,
+            "  cpu {}: utilization {:.1}% (busy {:.1}% x burst fill {:.2}), {} packets in {} bursts, \
+             connections {} (half-open {}), rx {} tx {}, drops: rx ring full {} fill ring empty {} \
+             tx ring full {}",
+            n(&w["cpu"]),
+            100.0 * busy as f64 / all as f64 * fill,
+            100.0 * busy as f64 / all as f64,
+            fill,
+            pkts,
+            bursts,
+            n(&w["connections"]),
+            n(&w["half_open"]),
+            sum("rx_packets"),
+            sum("tx_packets"),
+            sum("rx_ring_full"),
+            sum("fill_ring_empty"),
+            sum("tx_ring_full"),
+        );
+        let f = &w["offload"];
+        if f.is_object() {
+            let _ = writeln!(
+                o,
+                "    fast table {}/{}: admitted {} promoted {} demoted idle {} closed {} light {}",
+                n(&f["occupancy"]),
+                n(&f["capacity"]),
+                n(&f["admitted"]),
+                n(&f["promoted"]),
+                n(&f["demoted_idle"]),
+                n(&f["demoted_closed"]),
+                n(&f["demoted_light"]),
+            );
+        }
+        if let Some(e) = w["error"].as_str() {
+            let _ = writeln!(o, "    last error: {e}");
+        }
+    }
+}
+
 /// The human table.
 pub fn render(s: &Status) -> String {
     let mut o = String::new();
@@ -289,6 +349,9 @@ pub fn render(s: &Status) -> String {
     if let Some(c) = &s.controller {
         render_controller(&mut o, c);
     }
+    if let Some(w) = &s.workers {
+        render_workers(&mut o, w);
+    }
     let _ = writeln!(o, "\ncounters:");
     for (name, v) in &s.counters {
         if *v > 0 {
@@ -301,6 +364,13 @@ pub fn render(s: &Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row_of(text: &str, needle: &str) -> String {
+        text.lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?} in\n{text}"))
+            .to_string()
+    }
     use crate::config::{OnSilent, PolicyName, TelemetryKind};
     use crate::controller::{DipSnapshot, Snapshot, VipSnapshot};
 
@@ -353,13 +423,38 @@ mod tests {
                     ],
                 }],
             }),
+            workers: Some(serde_json::json!([{
+                "cpu": 1,
+                "error": null,
+                "connections": 7,
+                "half_open": 2,
+                "utilization": {"cycles": 1000, "busy_cycles": 500, "packets": 64,
+                                "bursts": 4, "max_burst": 32},
+                "sockets": [{"rx_packets": 60, "tx_packets": 50, "rx_ring_full": 3,
+                             "fill_ring_empty": 0, "tx_ring_full": 1}],
+                "offload": {"occupancy": 5, "capacity": 16, "admitted": 5, "promoted": 2,
+                            "demoted_idle": 1, "demoted_closed": 0, "demoted_light": 0}
+            }])),
         };
         let text = render(&st);
+        // 50% busy, bursts of 16 of 32: HNLB's utilization reads 25%.
+        let worker = row_of(&text, "cpu 1:");
+        assert!(
+            worker.contains("utilization 25.0%")
+                && worker.contains("busy 50.0%")
+                && worker.contains("burst fill 0.50")
+                && worker.contains("rx ring full 3"),
+            "{worker}"
+        );
+        assert!(
+            row_of(&text, "fast table 5/16").contains("promoted 2"),
+            "{text}"
+        );
         assert!(
             text.contains("controller: policy=Awfd m=4 interval=100ms telemetry=agent"),
             "{text}"
         );
-        let row = |a: &str| text.lines().find(|l| l.contains(a)).unwrap().to_string();
+        let row = |a: &str| row_of(&text, a);
         let up = row("10.0.0.1:8080");
         assert!(
             up.contains("200.0") && up.contains("B4") && up.contains("25%") && up.contains(" up "),
