@@ -229,3 +229,50 @@ fn hybrid_tier_promotes_demotes_and_keeps_every_connection_on_its_backend() {
     assert!(status["connections"].as_u64().unwrap() <= 16, "{status}");
     d.stop().unwrap();
 }
+
+/// A queue that cannot take the worker's AF_XDP socket (another socket
+/// holds it): `weir serve` says so, exits non-zero, and leaves no program
+/// attached and nothing pinned.
+#[test]
+fn a_queue_that_takes_no_socket_fails_the_start_cleanly() {
+    let lab = Lab::build(3).expect("building the lab");
+    let ns = lab.lb.clone();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        weir_lab::netns::enter(&ns).unwrap();
+        let s = weir_afxdp::Socket::new("wc0", 0, &weir_afxdp::Config::default());
+        held_tx.send(s.is_ok()).unwrap();
+        let _ = done_rx.recv_timeout(Duration::from_secs(60));
+        drop(s);
+    });
+    assert!(
+        held_rx.recv().unwrap(),
+        "the test could not take wc0's queue"
+    );
+    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
+    d.write_config(&config("tier = \"software\"", [1, 1, 1]))
+        .unwrap();
+    let err = d.start().expect_err("weir serve started on a taken queue");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("starting the software tier") && msg.contains("wc0"),
+        "{msg}"
+    );
+    let ns = lab.lb.clone();
+    let attached = std::thread::spawn(move || {
+        weir_lab::netns::enter(&ns).unwrap();
+        ["wc0", "wb1", "wb2", "wb3"]
+            .iter()
+            .filter_map(|i| weir_dataplane::iface::Iface::by_name(i).ok())
+            .filter_map(|i| weir_dataplane::attach::attached_prog_id(i.ifindex))
+            .count()
+    })
+    .join()
+    .unwrap();
+    // The lab's own pass program sits on the backends' ends, not on weir's.
+    assert_eq!(attached, 0, "a program stayed attached");
+    assert!(!d.pin_dir.exists() || std::fs::read_dir(&d.pin_dir).unwrap().next().is_none());
+    done_tx.send(()).unwrap();
+    holder.join().unwrap();
+}
