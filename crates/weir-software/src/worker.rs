@@ -124,6 +124,7 @@ impl Worker {
                 }
             }
             self.flush(&mut staged, &mut stats);
+            self.drain_events();
             let now = Instant::now();
             if now >= next_housekeeping {
                 next_housekeeping = now + HOUSEKEEPING;
@@ -186,6 +187,11 @@ impl Worker {
             }
         }
         self.slb.expire(now_ns, EXPIRE_BUDGET);
+        self.drain_events();
+    }
+
+    /// After every round of bursts: the event queue is bounded.
+    fn drain_events(&mut self) {
         while let Some(ev) = self.slb.poll_event() {
             self.mirror(ev);
         }
@@ -205,9 +211,14 @@ impl Worker {
                     let _ = self.tx.send(ToControl::Install(conn));
                 }
             }
-            Event::Closed(key) | Event::Removed { key, .. } => {
+            Event::Closed(key) => {
                 let rkey = reverse_key_of(&self.slb, &key);
                 let _ = self.tx.send(ToControl::Remove(key, rkey));
+            }
+            // The connection is gone from the software table: its event
+            // carries the reverse key.
+            Event::Removed { key, reverse, .. } => {
+                let _ = self.tx.send(ToControl::Remove(key, reverse));
             }
         }
     }
