@@ -383,10 +383,8 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             }
             // A successor takes over: it needs the interfaces' queues for
             // its own sockets before it swaps the program in.
-            Some(libc::SIGUSR2) => {
-                if tier.take().is_some() {
-                    log("released the software tier's sockets to a successor");
-                }
+            Some(libc::SIGUSR2) if tier.take().is_some() => {
+                log("released the software tier's sockets to a successor");
             }
             _ => {}
         }

@@ -180,7 +180,7 @@ fn fast_view(entries: &[(weir_flow_key, weir_conn)]) -> Vec<FastEntry<weir_flow_
             let both = (WEIR_CONN_F_FIN_CLIENT | WEIR_CONN_F_FIN_SERVER) as u8;
             FastEntry {
                 key: *k,
-                hits: u64::from(c.hits),
+                hits: c.hits,
                 last_seen_ns: now_ns.saturating_sub(idle_ns),
                 closed: c.close_flags & WEIR_CONN_F_RST as u8 != 0 || c.close_flags & both == both,
             }
