@@ -43,7 +43,7 @@ use crate::http::{error, Server};
 use crate::live::{ChangeError, Live};
 use crate::runtime::log;
 use edit::{DipRef, NewDip, SetWeight};
-use view::{Counts, StatusView, VipView};
+use view::{Counts, Slots, StatusView, VipView};
 
 /// The answer to a write.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,6 +94,7 @@ struct Api {
     live: Arc<Live>,
     /// The pinned maps, for reads (none if they could not be opened).
     maps: Option<Arc<Maps>>,
+    slots: Arc<Slots>,
     counts: Arc<Counts>,
 }
 
@@ -111,7 +112,7 @@ impl Api {
 
     fn vips_of(&self, cfg: &Config) -> Result<Vec<VipView>, ApiError> {
         let snap = self.live.shared().snapshot();
-        view::vips(cfg, self.maps()?, snap.as_ref()).map_err(failed)
+        view::vips(cfg, self.maps()?, snap.as_ref(), &self.slots).map_err(failed)
     }
 
     fn vips(&self) -> Result<Vec<VipView>, ApiError> {
@@ -133,7 +134,8 @@ impl Api {
             at_unix_ms: view::unix_ms(),
             connections: self.counts.get(maps),
             controller: snap.as_ref().map(view::controller),
-            vips: view::vips(&self.live.running(), maps, snap.as_ref()).map_err(failed)?,
+            vips: view::vips(&self.live.running(), maps, snap.as_ref(), &self.slots)
+                .map_err(failed)?,
             counters: view::counters(maps).map_err(failed)?,
         })
     }
@@ -234,6 +236,7 @@ pub fn router(live: Arc<Live>, maps: Option<Maps>, token: Option<String>) -> Rou
     let api = Api {
         live,
         maps: maps.map(Arc::new),
+        slots: Arc::new(Slots::default()),
         counts: Arc::new(Counts::default()),
     };
     type V = UrlPath<String>;

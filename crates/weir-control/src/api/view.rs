@@ -125,22 +125,73 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// The live DIP slots of the data plane.
-fn live_slots(maps: &Maps) -> Vec<(u32, weir_dip)> {
-    (0..maps.dip_slots())
-        .filter_map(|id| Some((id, maps.dip(id).ok()??)))
-        .filter(|(_, d)| d.flags & WEIR_DIP_F_LIVE != 0)
-        .collect()
+/// A DIP's identity in the `dips` map: VIP id, address words, nat port (BE).
+type DipKey = (u32, [u32; 4], u16);
+
+/// Where each DIP lives in the `dips` map, remembered between reads. The
+/// map has `max_dips` slots (4096 by default) and reading them all costs
+/// milliseconds; a read instead checks the remembered slot of each DIP it
+/// shows, and scans all slots again only when one no longer holds its DIP.
+#[derive(Debug, Default)]
+pub struct Slots {
+    known: Mutex<HashMap<DipKey, u32>>,
+}
+
+impl Slots {
+    /// The live slot of every DIP in `wanted` that has one.
+    fn find(&self, maps: &Maps, wanted: &[DipKey]) -> HashMap<DipKey, (u32, weir_dip)> {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let holds = |slot: u32, k: &DipKey| {
+            maps.dip(slot)
+                .ok()
+                .flatten()
+                .filter(|d| d.flags & WEIR_DIP_F_LIVE != 0 && (d.vip_id, d.addr, d.port) == *k)
+        };
+        let cached = wanted.iter().try_fold(HashMap::new(), |mut found, k| {
+            let slot = *known.get(k)?;
+            found.insert(*k, (slot, holds(slot, k)?));
+            Some(found)
+        });
+        if let Some(found) = cached {
+            return found;
+        }
+        let live: HashMap<DipKey, (u32, weir_dip)> = (0..maps.dip_slots())
+            .filter_map(|id| Some((id, maps.dip(id).ok()??)))
+            .filter(|(_, d)| d.flags & WEIR_DIP_F_LIVE != 0)
+            .map(|(id, d)| ((d.vip_id, d.addr, d.port), (id, d)))
+            .collect();
+        *known = live.iter().map(|(k, (id, _))| (*k, *id)).collect();
+        live
+    }
 }
 
 /// Every VIP of `cfg` as the maps and the controller's snapshot see it.
-pub fn vips(cfg: &Config, maps: &Maps, snap: Option<&Snapshot>) -> Result<Vec<VipView>> {
+pub fn vips(
+    cfg: &Config,
+    maps: &Maps,
+    snap: Option<&Snapshot>,
+    slots: &Slots,
+) -> Result<Vec<VipView>> {
     let ids: HashMap<_, u32> = maps
         .vips()?
         .into_iter()
         .map(|(k, v)| (k, v.vip_id))
         .collect();
-    let slots = live_slots(maps);
+    let key = |vip_id: u32, d: &crate::config::Dip| -> DipKey {
+        let (words, _) = addr_words(*d.address.get_ref());
+        (
+            vip_id,
+            words,
+            d.port.as_ref().map_or(0, |p| p.get_ref().to_be()),
+        )
+    };
+    let wanted: Vec<DipKey> = cfg
+        .vips
+        .iter()
+        .filter_map(|v| Some((ids.get(&vip_key(v))?, v)))
+        .flat_map(|(id, v)| v.dips.iter().map(move |d| key(*id, d)))
+        .collect();
+    let slots = slots.find(maps, &wanted);
     let mut out = Vec::with_capacity(cfg.vips.len());
     for v in &cfg.vips {
         let vip_id = ids.get(&vip_key(v)).copied();
@@ -152,13 +203,7 @@ pub fn vips(cfg: &Config, maps: &Maps, snap: Option<&Snapshot>) -> Result<Vec<Vi
             .dips
             .iter()
             .map(|d| {
-                let (words, _) = addr_words(*d.address.get_ref());
-                let nat_port = d.port.as_ref().map_or(0, |p| p.get_ref().to_be());
-                let slot = vip_id.and_then(|id| {
-                    slots
-                        .iter()
-                        .find(|(_, s)| s.vip_id == id && s.addr == words && s.port == nat_port)
-                });
+                let slot = vip_id.and_then(|id| slots.get(&key(id, d)));
                 let traffic = slot.and_then(|(id, _)| maps.dip_traffic(*id).ok());
                 let c = slot.and_then(|(id, _)| from_controller.get(id).copied());
                 let port = d.service_port(v);
