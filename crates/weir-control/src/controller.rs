@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -312,6 +313,12 @@ pub struct Shared {
     /// the controller never publish at the same time.
     pub table_lock: Mutex<()>,
     pub snapshot: Mutex<Option<Snapshot>>,
+    /// Configurations applied since start, counted under `table_lock` (by
+    /// `live.rs`). The controller publishes only while its model is of the
+    /// last one: between an apply and the reconfigure that follows it, its
+    /// old weights would undo the change (a drained DIP would get new
+    /// connections again).
+    pub applied: AtomicU64,
 }
 
 impl Shared {
@@ -324,7 +331,8 @@ impl Shared {
 }
 
 enum Msg {
-    Reconfigure(Box<Config>),
+    /// The configuration, and `Shared::applied` when it was applied.
+    Reconfigure(Box<Config>, u64),
     Stop,
 }
 
@@ -355,6 +363,7 @@ impl Controller {
             vips: Vec::new(),
             monitor: Monitor::default(),
             passive: PassiveReader::default(),
+            model_of: shared.applied.load(Ordering::SeqCst),
             shared: shared.clone(),
             run_dir,
             ticks: 0,
@@ -376,7 +385,10 @@ impl Controller {
 
     /// Hands a newly applied configuration to the controller.
     pub fn reconfigure(&self, cfg: &Config) {
-        let _ = self.tx.send(Msg::Reconfigure(Box::new(cfg.clone())));
+        let applied = self.shared.applied.load(Ordering::SeqCst);
+        let _ = self
+            .tx
+            .send(Msg::Reconfigure(Box::new(cfg.clone()), applied));
     }
 }
 
@@ -395,6 +407,8 @@ struct State {
     vips: Vec<VipModel>,
     monitor: Monitor,
     passive: PassiveReader,
+    /// The `Shared::applied` count the model was built for.
+    model_of: u64,
     shared: Arc<Shared>,
     run_dir: Option<PathBuf>,
     ticks: u64,
@@ -416,7 +430,8 @@ impl State {
             let wait = next.saturating_duration_since(Instant::now());
             match rx.recv_timeout(wait) {
                 Ok(Msg::Stop) | Err(RecvTimeoutError::Disconnected) => break,
-                Ok(Msg::Reconfigure(cfg)) => {
+                Ok(Msg::Reconfigure(cfg, applied)) => {
+                    self.model_of = applied;
                     self.reconfigure(&cfg);
                     next = Instant::now();
                     continue;
@@ -640,6 +655,11 @@ impl State {
     fn publish(&mut self, i: usize, weights: &[u32]) -> Result<()> {
         let shared = self.shared.clone();
         let _guard = shared.table_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if shared.applied.load(Ordering::SeqCst) != self.model_of {
+            // A newer configuration is in the maps and its reconfigure on
+            // the way (which forgets what was published): publish nothing.
+            return Ok(());
+        }
         let vip = &mut self.vips[i];
         let mut pairs = Vec::with_capacity(weights.len());
         for (d, &w) in vip.dips.iter_mut().zip(weights) {

@@ -125,10 +125,17 @@ impl Live {
         })?;
         log_warnings(&next);
         warn_restart_only(&st.running, &next);
-        let report = self.apply(&st.maps, &next).map_err(|e| {
-            log(format!("reload failed while applying ({e}); the tables may be partly updated, fix the file and reload again"));
-            ChangeError::Failed(format!("applying the configuration: {e}"))
-        })?;
+        let report = match self.apply(&st.maps, &next) {
+            Ok(r) => r,
+            Err(e) => {
+                log(format!("reload failed while applying ({e}); the tables may be partly updated, fix the file and reload again"));
+                // The controller goes on with the configuration in force.
+                self.sync_controller(&mut st);
+                return Err(ChangeError::Failed(format!(
+                    "applying the configuration: {e}"
+                )));
+            }
+        };
         log(format!(
             "reloaded: +{} -{} VIPs, +{} -{} DIPs",
             report.vips_added, report.vips_removed, report.dips_added, report.dips_removed
@@ -177,10 +184,10 @@ impl Live {
         })?;
         let report = match self.apply(&st.maps, &next) {
             Ok(r) => r,
-            Err(e) => return Err(self.restore(&st, format!("applying the change failed: {e}"))),
+            Err(e) => return Err(self.restore(&mut st, format!("applying the change failed: {e}"))),
         };
         if let Err(e) = staged.commit() {
-            return Err(self.restore(&st, format!("replacing {name} failed: {e}")));
+            return Err(self.restore(&mut st, format!("replacing {name} failed: {e}")));
         }
         log(format!("api: {done}; {name} rewritten"));
         log_warnings(&next);
@@ -189,23 +196,27 @@ impl Live {
         Ok((done, report))
     }
 
-    /// Applies `cfg` under the table lock.
+    /// Applies `cfg` under the table lock, and counts it, which keeps the
+    /// controller from publishing until its reconfigure (every caller ends
+    /// with `sync_controller`).
     fn apply(&self, maps: &Maps, cfg: &Config) -> Result<ApplyReport, String> {
         let _tables = self
             .shared
             .table_lock
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        self.shared.applied.fetch_add(1, Ordering::SeqCst);
         apply(maps, cfg).map_err(|e| format!("{e:#}"))
     }
 
     /// After a failed edit: the configuration in force goes back into the
     /// maps (the file was not touched).
-    fn restore(&self, st: &State, why: String) -> ChangeError {
+    fn restore(&self, st: &mut State, why: String) -> ChangeError {
         let back = match self.apply(&st.maps, &st.running) {
             Ok(_) => "the previous configuration is in force again".to_string(),
             Err(e) => format!("restoring the previous configuration failed too ({e}); reload"),
         };
+        self.sync_controller(st);
         log(format!("api: {why}; {back}"));
         ChangeError::Failed(format!("{why}; the file is unchanged and {back}"))
     }

@@ -146,14 +146,11 @@ fn encode(s: &str) -> String {
 
 /// The API's address and the token to send.
 fn target(args: &DipArgs) -> Result<(SocketAddr, Option<String>)> {
-    let record = match (&args.api, RunRecord::read(&args.run_dir)) {
-        (_, Ok(r)) => Some(r),
-        (Some(_), Err(_)) => None,
-        (None, Err(e)) => return Err(e),
-    };
+    let record = RunRecord::read(&args.run_dir);
     let addr = match (args.api, &record) {
         (Some(a), _) => a,
-        (None, Some(r)) => {
+        (None, Err(e)) => bail!("{e:#}"),
+        (None, Ok(r)) => {
             if !is_alive(r.pid) {
                 bail!(
                     "weir serve (pid {}) recorded in {} is not running; start it",
@@ -170,9 +167,8 @@ fn target(args: &DipArgs) -> Result<(SocketAddr, Option<String>)> {
                 )
             })?
         }
-        (None, None) => unreachable!("a missing record returned above"),
     };
-    let token = match (&args.token_file, &record) {
+    let token = match (&args.token_file, record.ok()) {
         (Some(f), _) => Some(read_token(f)?),
         (None, Some(r)) => match Config::load(&r.config) {
             Ok(cfg) => cfg.api.token().map_err(anyhow::Error::msg)?,
