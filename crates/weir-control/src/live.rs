@@ -103,6 +103,11 @@ impl Live {
         &self.shared
     }
 
+    /// Where `weir serve` records itself and its workers' reports.
+    pub fn run_dir(&self) -> &Path {
+        &self.run_dir
+    }
+
     /// The configuration in force.
     pub fn running(&self) -> Config {
         self.lock().running.clone()

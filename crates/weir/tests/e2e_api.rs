@@ -244,7 +244,7 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
 
     // Reads.
     let index = get(&lab, a, "/api/v1");
-    assert_eq!(index["endpoints"].as_array().unwrap().len(), 13, "{index}");
+    assert_eq!(index["endpoints"].as_array().unwrap().len(), 14, "{index}");
     let st = get(&lab, a, "/api/v1/status");
     assert!(
         st["connections"]["established"].as_u64().unwrap() >= 24,
@@ -314,7 +314,9 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
             .unwrap()
             >= 24
     );
+    assert!(st.get("workers").is_none(), "tier = \"xdp\" has no workers");
     for (path, status, says) in [
+        ("/api/v1/workers", 404, "no software tier runs"),
         (
             "/api/v1/vips/api",
             404,

@@ -3,7 +3,7 @@
 //!
 //! Reads ([`view`]): `GET /api/v1/status` (everything, for a dashboard),
 //! `/vips`, `/vips/{vip}`, `/vips/{vip}/dips`, `/vips/{vip}/dips/{dip}`,
-//! `/counters`, `/connections`.
+//! `/counters`, `/connections`, `/workers` (the software tier's).
 //!
 //! Writes ([`edit`]), each applied through [`Live`] as a reload is, and
 //! written back to the configuration file: `POST /vips/{vip}/dips` (add),
@@ -137,6 +137,7 @@ impl Api {
             vips: view::vips(&self.live.running(), maps, snap.as_ref(), &self.slots)
                 .map_err(failed)?,
             counters: view::counters(maps).map_err(failed)?,
+            workers: crate::tier::read_workers(self.live.run_dir()),
         })
     }
 
@@ -215,7 +216,7 @@ async fn authorize(State(token): State<Option<Arc<str>>>, req: Request, next: Ne
     }
 }
 
-const ENDPOINTS: [&str; 13] = [
+const ENDPOINTS: [&str; 14] = [
     "GET /api/v1/status",
     "GET /api/v1/vips",
     "GET /api/v1/vips/{vip}",
@@ -223,6 +224,7 @@ const ENDPOINTS: [&str; 13] = [
     "GET /api/v1/vips/{vip}/dips/{dip}",
     "GET /api/v1/counters",
     "GET /api/v1/connections",
+    "GET /api/v1/workers",
     "POST /api/v1/vips/{vip}/dips",
     "DELETE /api/v1/vips/{vip}/dips/{dip}",
     "PUT /api/v1/vips/{vip}/dips/{dip}/weight",
@@ -284,6 +286,18 @@ pub fn router(live: Arc<Live>, maps: Option<Maps>, token: Option<String>) -> Rou
         .route(
             "/api/v1/connections",
             get(|State(a): State<Api>| blocking(a, |a| json(a.counts.get(a.maps()?)))),
+        )
+        .route(
+            "/api/v1/workers",
+            get(|State(a): State<Api>| {
+                blocking(a, |a| match crate::tier::read_workers(a.live.run_dir()) {
+                    Some(w) => json(w),
+                    None => Err(ApiError::new(
+                        StatusCode::NOT_FOUND,
+                        "no software tier runs (dataplane.tier = \"xdp\")",
+                    )),
+                })
+            }),
         );
     let writes = Router::new()
         .route(

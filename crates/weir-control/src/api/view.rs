@@ -117,6 +117,11 @@ pub struct StatusView {
     pub vips: Vec<VipView>,
     /// The data plane's counters (`enum weir_stat`) by name.
     pub counters: BTreeMap<String, u64>,
+    /// The software tier's workers (HNLB utilization, connections, socket
+    /// drops, offload counters), as `weir status` shows them; none with
+    /// `tier = "xdp"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<serde_json::Value>,
 }
 
 pub fn unix_ms() -> u64 {
