@@ -134,13 +134,26 @@ fn a_quick_hnlb_run_reports_every_figure_with_sane_rates() {
         "{report:#}"
     );
     for row in fig7 {
+        // The capacity comes from a full-speed trial, then fractions of it.
+        let full = &row["full_speed"];
+        assert!(u(full, "received") <= u(full, "offered"), "{row:#}");
+        assert!(f(full, "received_pps") > 0.0, "{row:#}");
         let points = row["points"].as_array().unwrap();
         assert!(!points.is_empty(), "{row:#}");
-        for p in points {
+        for p in points.iter().chain([full]) {
             assert!(u(p, "received") <= u(p, "offered"), "{p:#}");
-            let util = f(p, "utilization");
-            assert!((0.0..=1.5).contains(&util), "{p:#}");
+            // A trial may end before a whole worker window: no value then.
+            if let Some(util) = p["utilization"].as_f64() {
+                assert!((0.0..=1.5).contains(&util), "{p:#}");
+            }
         }
+        assert!(
+            points
+                .iter()
+                .chain([full])
+                .any(|p| p["windows"].as_u64() > Some(0)),
+            "no worker window in any trial: {row:#}"
+        );
     }
     if !fig7.is_empty() {
         assert!(stdout.contains("Fig. 7:"), "{stdout}");

@@ -27,6 +27,7 @@ mod search;
 mod throughput;
 mod utilization;
 mod variant;
+mod workers;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -42,6 +43,11 @@ use search::Limits;
 use throughput::SearchRow;
 use utilization::UtilizationRow;
 
+/// Fig. 7's shortest trial, seconds: workers close a window every 500 ms
+/// and weir serve writes their reports every second; the first new report
+/// of a trial is left out, so 3.5 s gives two whole windows, 2.5 s one.
+const UTILIZATION_TRIAL_S: f64 = 3.5;
+const QUICK_UTILIZATION_TRIAL_S: f64 = 2.5;
 /// The generator's most flows (its Zipf table holds one entry per flow).
 const MAX_CONNECTIONS: u32 = weir_dataplane::gen::MAX_FLOWS;
 
@@ -61,9 +67,10 @@ pub struct HnlbArgs {
     /// Fig. 7: concurrent connections.
     #[arg(long, value_delimiter = ',', default_values_t = [1000u32, 8000])]
     pub utilization_connections: Vec<u32>,
-    /// Fig. 7: offered rates, as fractions of the row's loss-free rate.
+    /// Fig. 7: offered rates, as fractions of the row's capacity (what
+    /// gets through when the generator goes as fast as it can).
     #[arg(long, value_delimiter = ',',
-          default_values_t = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.35, 1.5])]
+          default_values_t = [0.02, 0.04, 0.06, 0.08, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.2])]
     pub utilization_steps: Vec<f64>,
     /// DIPs behind the VIP in Fig. 5 and 7 (Fig. 4 has one).
     #[arg(long, default_value_t = 10)]
@@ -102,9 +109,9 @@ pub struct HnlbArgs {
     /// generator runs on the first).
     #[arg(long)]
     pub worker_cpu: Option<usize>,
-    /// A smoke test of a few seconds: 1 and 1000 connections (Fig. 7:
-    /// 1000), 2 DIPs, 0.25 s trials, 4 trials per search, 4 rates in Fig. 7.
-    /// Replaces those options.
+    /// A smoke test: 1000 connections in Fig. 5 and 7, 2 DIPs, 0.25 s
+    /// trials (Fig. 7: 2.5 s), 6 trials per search, 2 rates in Fig. 7, no
+    /// worker ledgers. Replaces those options.
     #[arg(long)]
     pub quick: bool,
     /// Write every row and trial as JSON to this file.
@@ -126,6 +133,8 @@ pub struct Plan {
     pub connections: Vec<u32>,
     pub utilization_connections: Vec<u32>,
     pub utilization_steps: Vec<f64>,
+    /// Fig. 7's trials: long enough for whole worker windows.
+    pub utilization_trial_s: f64,
     pub dips: usize,
     pub duration_s: f64,
     pub settle_s: f64,
@@ -135,6 +144,9 @@ pub struct Plan {
     pub fast_table_size: u32,
     pub limits: Limits,
     pub frame_bytes_on_wire: usize,
+    /// Count where the workers' packets went over each row (it waits for
+    /// their reports at both ends of a row).
+    pub ledgers: bool,
 }
 
 impl Plan {
@@ -145,6 +157,7 @@ impl Plan {
             connections: a.connections.clone(),
             utilization_connections: a.utilization_connections.clone(),
             utilization_steps: a.utilization_steps.clone(),
+            utilization_trial_s: a.duration.max(UTILIZATION_TRIAL_S),
             dips: a.dips,
             duration_s: a.duration,
             settle_s: a.settle,
@@ -159,17 +172,20 @@ impl Plan {
                 resolution: a.resolution,
             },
             frame_bytes_on_wire: 64,
+            ledgers: true,
         };
         if a.quick {
-            p.connections = vec![1, 1000];
+            p.connections = vec![1000];
             p.utilization_connections = vec![1000];
-            p.utilization_steps = vec![0.25, 0.5, 1.0, 1.5];
+            p.utilization_steps = vec![0.05, 0.5];
+            p.utilization_trial_s = QUICK_UTILIZATION_TRIAL_S;
+            p.ledgers = false;
             p.dips = 2;
             p.duration_s = 0.25;
             p.settle_s = 0.1;
-            p.limits.max_trials = 4;
-            p.limits.max_time = Duration::from_secs(5);
-            p.limits.resolution = 0.1;
+            p.limits.max_trials = 6;
+            p.limits.max_time = Duration::from_secs(8);
+            p.limits.resolution = 0.2;
         }
         p.validate()?;
         Ok(p)
@@ -198,8 +214,7 @@ impl Plan {
                     .utilization_steps
                     .iter()
                     .all(|s| s.is_finite() && *s > 0.0 && *s <= 10.0),
-            "--utilization-steps {:?}: give fractions of the loss-free rate, above 0 and at \
-             most 10",
+            "--utilization-steps {:?}: give fractions of the capacity, above 0 and at most 10",
             self.utilization_steps
         );
         ensure!(
@@ -271,6 +286,7 @@ impl Plan {
             install_pps: self.install_rate,
             settle: Duration::from_secs_f64(self.settle_s),
             label: format!("{tag} {}, {connections} conn.", series.label()),
+            ledgers: self.ledgers,
         }
     }
 }
@@ -495,7 +511,7 @@ pub fn run(exe: &Path, args: &HnlbArgs) -> Result<Report> {
             + report
                 .fig7
                 .iter()
-                .map(|r| r.search.trials.len() + r.points.len())
+                .map(|r| r.points.len() + 1)
                 .sum::<usize>()
     ));
     Ok(report)

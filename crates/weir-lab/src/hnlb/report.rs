@@ -4,10 +4,12 @@
 use anyhow::{anyhow, Result};
 use weir_plot::{Axis, Bar, Bars, Figure, Lines, Panel, Point, Series as Line, Style};
 
+use super::fit::LinearFit;
 use super::search::Ended;
 use super::throughput::SearchRow;
-use super::utilization::UtilizationRow;
+use super::utilization::{Point as UtilizationPoint, UtilizationRow};
 use super::variant::{Mix, Series, Variant};
+use super::workers::Ledger;
 use super::{Plan, Report};
 
 /// HNLB's claim for Fig. 5: hybrid over software at 8000 connections.
@@ -53,12 +55,12 @@ fn table(header: &[String], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn setting(plan: &Plan) -> String {
+/// The setting of a figure whose trials last `trial_s` seconds.
+fn setting(plan: &Plan, trial_s: f64) -> String {
     format!(
-        "{}-byte UDP frames to a nat VIP, loss <= {}%, {} s trials",
+        "{}-byte UDP frames to a nat VIP, loss <= {}%, {trial_s} s trials",
         plan.frame_bytes_on_wire,
         plan.limits.loss_threshold * 100.0,
-        plan.duration_s
     )
 }
 
@@ -70,12 +72,10 @@ fn ended(r: &SearchRow) -> String {
     )
 }
 
-/// `num`'s loss-free rate over `den`'s, as "1.52x".
-fn ratio(num: Option<&SearchRow>, den: Option<&SearchRow>) -> String {
+/// `num`'s `value` over `den`'s, as "1.52x".
+fn ratio(num: Option<&SearchRow>, den: Option<&SearchRow>, value: fn(&SearchRow) -> f64) -> String {
     match (num, den) {
-        (Some(n), Some(d)) if d.found.loss_free_pps > 0.0 => {
-            format!("{:.2}x", n.found.loss_free_pps / d.found.loss_free_pps)
-        }
+        (Some(n), Some(d)) if value(d) > 0.0 => format!("{:.2}x", value(n) / value(d)),
         _ => "-".to_string(),
     }
 }
@@ -96,7 +96,9 @@ pub fn fig4_table(plan: &Plan, rows: &[SearchRow]) -> String {
         "first loss Mpps",
         "full speed: offered",
         "received",
-        "vs software",
+        "vs software: loss-free",
+        "full speed",
+        "worker CPU at full speed",
         "search",
     ]
     .map(String::from)
@@ -110,16 +112,19 @@ pub fn fig4_table(plan: &Plan, rows: &[SearchRow]) -> String {
                 r.found.first_loss_pps.map_or("-".into(), mpps),
                 mpps(r.found.full_speed_offered_pps),
                 mpps(r.found.full_speed_received_pps),
-                ratio(Some(r), software),
+                ratio(Some(r), software, |r| r.found.loss_free_pps),
+                ratio(Some(r), software, |r| r.found.full_speed_received_pps),
+                percent(r.found.trials[0].worker_cpu_share),
                 ended(r),
             ]
         })
         .collect();
     format!(
         "\nFig. 4: highest loss-free rate, 1 flow, 1 DIP ({}; * = the generator's full \
-         speed was loss-free)\n{}",
-        setting(plan),
-        table(&header, &body)
+         speed was loss-free)\n{}{}",
+        setting(plan, plan.duration_s),
+        table(&header, &body),
+        ledger_table(rows.iter().map(|r| (r.series.label(), r.workers.as_ref())))
     )
 }
 
@@ -165,13 +170,20 @@ pub fn fig5_table(plan: &Plan, rows: &[SearchRow]) -> String {
         "\nFig. 5: highest loss-free rate (Mpps) vs concurrent connections, {} DIPs ({}; * = \
          the generator's full speed was loss-free)\n{}",
         plan.dips,
-        setting(plan),
+        setting(plan, plan.duration_s),
         by_conns(&loss_free)
     );
     out += &format!(
         "\nFig. 5, throughput at the generator's full speed (received Mpps)\n{}",
         by_conns(&|r: &SearchRow| mpps(r.found.full_speed_received_pps))
     );
+
+    out += &ledger_table(rows.iter().map(|r| {
+        (
+            format!("{}, {} conn.", r.series.label(), r.connections),
+            r.workers.as_ref(),
+        )
+    }));
 
     let gains: Vec<(&str, Variant, Variant, bool)> = vec![
         (
@@ -203,28 +215,80 @@ pub fn fig5_table(plan: &Plan, rows: &[SearchRow]) -> String {
                     .any(|r| r.series.variant == *b && is_zipf(r) == *z)
         })
         .collect();
-    if !gains.is_empty() {
-        let mut header = vec!["connections".to_string()];
-        header.extend(gains.iter().map(|g| g.0.to_string()));
-        let body: Vec<Vec<String>> = conns
-            .iter()
-            .map(|&c| {
-                let mut row = vec![c.to_string()];
-                row.extend(
-                    gains
-                        .iter()
-                        .map(|&(_, a, b, z)| ratio(find(rows, a, z, c), find(rows, b, z, c))),
-                );
-                row
-            })
-            .collect();
-        out += &format!(
-            "\nFig. 5, hybrid over software (loss-free rates)\n{}paper (HNLB V-A): HNLB / SLB = \
-             {PAPER_GAIN_AT_8000:.1}x at 8000 connections\n",
-            table(&header, &body)
-        );
+    if gains.is_empty() {
+        return out;
     }
-    out
+    let mut header = vec!["connections".to_string()];
+    for g in &gains {
+        header.push(format!("{}: loss-free", g.0));
+        header.push("full speed".to_string());
+    }
+    let body: Vec<Vec<String>> = conns
+        .iter()
+        .map(|&c| {
+            let mut row = vec![c.to_string()];
+            for &(_, a, b, z) in &gains {
+                let (a, b) = (find(rows, a, z, c), find(rows, b, z, c));
+                row.push(ratio(a, b, |r| r.found.loss_free_pps));
+                row.push(ratio(a, b, |r| r.found.full_speed_received_pps));
+            }
+            row
+        })
+        .collect();
+    out + &format!(
+        "\nFig. 5, hybrid over software\n{}paper (HNLB V-A): HNLB / SLB = \
+         {PAPER_GAIN_AT_8000:.1}x (loss-free) at 8000 connections\n",
+        table(&header, &body)
+    )
+}
+
+/// Where each row's worker packets went, for the rows with workers.
+fn ledger_table<'a>(rows: impl Iterator<Item = (String, Option<&'a Ledger>)>) -> String {
+    let header: Vec<String> = [
+        "row",
+        "worker rx",
+        "worker tx",
+        "RX ring full",
+        "fill ring empty",
+        "TX ring full",
+        "dropped by the LB",
+        "fast table",
+    ]
+    .map(String::from)
+    .to_vec();
+    let body: Vec<Vec<String>> = rows
+        .filter_map(|(label, l)| Some((label, l?)))
+        .map(|(label, l)| {
+            let drops = if l.lb_drops.is_empty() {
+                "0".to_string()
+            } else {
+                l.lb_drops
+                    .iter()
+                    .map(|(k, v)| format!("{v} {k}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            vec![
+                label,
+                l.rx_packets.to_string(),
+                l.tx_packets.to_string(),
+                l.rx_ring_full.to_string(),
+                l.fill_ring_empty.to_string(),
+                l.tx_ring_full.to_string(),
+                drops,
+                l.fast_table_occupancy.map_or("-".to_string(), |o| {
+                    format!("{o} held, {} promoted, {} demoted", l.promoted, l.demoted)
+                }),
+            ]
+        })
+        .collect();
+    if body.is_empty() {
+        return String::new();
+    }
+    format!(
+        "where the workers' packets went over each row's trials\n{}",
+        table(&header, &body)
+    )
 }
 
 fn percent(v: Option<f64>) -> String {
@@ -236,7 +300,7 @@ pub fn fig7_table(plan: &Plan, worker_cpu: usize, rows: &[UtilizationRow]) -> St
         "\nFig. 7: the worker's utilization (HNLB eq. 2/3) vs offered rate, one worker on CPU \
          {worker_cpu}, {} DIPs ({}; * = the loss onset)\n",
         plan.dips,
-        setting(plan)
+        setting(plan, plan.utilization_trial_s),
     );
     let header: Vec<String> = [
         "offered Mpps",
@@ -247,55 +311,76 @@ pub fn fig7_table(plan: &Plan, worker_cpu: usize, rows: &[UtilizationRow]) -> St
         "burst fill",
         "cost-model load",
         "windows",
+        "worker CPU",
     ]
     .map(String::from)
     .to_vec();
+    let line = |p: &UtilizationPoint, offered: String| {
+        vec![
+            offered,
+            mpps(p.received_pps),
+            format!("{:.3}%", p.loss * 100.0),
+            percent(p.utilization),
+            percent(p.busy_fraction),
+            percent(p.burst_fill),
+            percent(p.load),
+            p.windows.to_string(),
+            percent(p.worker_cpu_share),
+        ]
+    };
     for r in rows {
         let onset = r
             .points
             .iter()
             .position(|p| Some(p.offered_pps) == r.onset_pps);
-        let body: Vec<Vec<String>> = r
+        let mut body: Vec<Vec<String>> = r
             .points
             .iter()
             .enumerate()
             .map(|(i, p)| {
                 let star = if Some(i) == onset { "*" } else { "" };
-                vec![
-                    format!("{}{star}", mpps(p.offered_pps)),
-                    mpps(p.received_pps),
-                    format!("{:.3}%", p.loss * 100.0),
-                    percent(p.utilization),
-                    percent(p.busy_fraction),
-                    percent(p.burst_fill),
-                    percent(p.load),
-                    p.windows.to_string(),
-                ]
+                line(p, format!("{}{star}", mpps(p.offered_pps)))
             })
             .collect();
+        body.push(line(
+            &r.full_speed,
+            format!("{} (full speed)", mpps(r.full_speed.offered_pps)),
+        ));
         out += &format!(
-            "\n{}, {} connections (loss-free rate {} Mpps)\n{}",
+            "\n{}, {} connections (capacity {} Mpps: received at full speed)\n{}",
             r.series.label(),
             r.connections,
-            mpps(r.search.loss_free_pps),
+            mpps(r.full_speed.received_pps),
             table(&header, &body)
         );
-        out += &match r.fit {
+        let fit = |f: Option<LinearFit>, what: &str| match f {
             Some(f) => format!(
-                "below the onset: U = {:.3} + {:.3} x rate (Mpps), R^2 = {:.4} over {} rates\n",
+                "U = {:.3} + {:.3} x {what} Mpps, R^2 = {:.4} over {} rates",
                 f.intercept, f.slope, f.r2, f.n
             ),
-            None => "below the onset: fewer than 3 rates with a utilization, no fit\n".into(),
+            None => "fewer than 3 rates, no fit".to_string(),
         };
         out += &format!(
-            "U at the highest loss-free rate {}, at the onset {}\n",
+            "below the onset: {}\nbelow 90% of the capacity: {}\n",
+            fit(r.fit_offered, "offered"),
+            fit(r.fit_received, "received")
+        );
+        out += &format!(
+            "U at the highest loss-free rate {}, at the onset {}, at full speed {}\n",
             percent(r.utilization_last_loss_free),
             match r.onset_pps {
                 Some(_) => percent(r.utilization_at_onset),
-                None => "(no loss at any rate offered)".into(),
-            }
+                None => "(no loss below full speed)".into(),
+            },
+            percent(r.full_speed.utilization)
         );
     }
+    out += &ledger_table(rows.iter().map(|r| {
+        (
+            format!("{}, {} conn.", r.series.label(), r.connections),
+            r.workers.as_ref(),
+        )
+    }));
     out + "paper (HNLB V-B): U linear in the rate below the onset, 100% at the onset\n"
 }
 
@@ -333,71 +418,94 @@ fn style(s: Series) -> Style {
     }
 }
 
+/// Fig. 4 and 5 draw two measures side by side: the loss-free rate (the
+/// paper's) and what got through at the generator's full speed.
+type Measure = (&'static str, fn(&SearchRow) -> f64);
+const MEASURES: [Measure; 2] = [
+    ("highest loss-free rate (Mpps)", |r| {
+        r.found.loss_free_pps / 1e6
+    }),
+    ("throughput at full speed (Mpps)", |r| {
+        r.found.full_speed_received_pps / 1e6
+    }),
+];
+
 fn fig4_figure(report: &Report) -> Figure {
+    let panels = MEASURES
+        .iter()
+        .map(|(what, value)| {
+            Panel::Bars(Bars {
+                title: String::new(),
+                y: Axis::new(*what),
+                bars: report
+                    .fig4
+                    .iter()
+                    .map(|r| Bar {
+                        label: if r.found.ended == Ended::GeneratorBound {
+                            format!("{} *", r.series.label())
+                        } else {
+                            r.series.label()
+                        },
+                        value: value(r),
+                        err: None,
+                        style: style(r.series),
+                    })
+                    .collect(),
+            })
+        })
+        .collect();
     Figure {
-        title: "HNLB Fig. 4: highest loss-free rate, 1 flow, 1 DIP".into(),
+        title: "HNLB Fig. 4: 1 flow, 1 DIP".into(),
         subtitle: Some(format!(
             "{}; * the generator's full speed was loss-free",
-            setting(&report.plan)
+            setting(&report.plan, report.plan.duration_s)
         )),
-        panels: vec![Panel::Bars(Bars {
-            title: String::new(),
-            y: Axis::new("loss-free rate (Mpps)"),
-            bars: report
-                .fig4
-                .iter()
-                .map(|r| Bar {
-                    label: if r.found.ended == Ended::GeneratorBound {
-                        format!("{} *", r.series.label())
-                    } else {
-                        r.series.label()
-                    },
-                    value: r.found.loss_free_pps / 1e6,
-                    err: None,
-                    style: style(r.series),
-                })
-                .collect(),
-        })],
-        columns: 1,
-        size: (720, 440),
+        panels,
+        columns: 2,
+        size: (1100, 440),
     }
 }
 
 fn fig5_figure(report: &Report) -> Figure {
     let rows = &report.fig5;
     let conns = connections_of(rows);
-    let x = Axis::new("concurrent connections").log().ticks(
-        conns
-            .iter()
-            .map(|&c| (f64::from(c), c.to_string()))
-            .collect(),
-    );
+    let panels = MEASURES
+        .iter()
+        .map(|(what, value)| {
+            Panel::Lines(Lines {
+                title: String::new(),
+                x: Axis::new("concurrent connections").log().ticks(
+                    conns
+                        .iter()
+                        .map(|&c| (f64::from(c), c.to_string()))
+                        .collect(),
+                ),
+                y: Axis::new(*what).from_zero(),
+                series: series_of(rows)
+                    .into_iter()
+                    .map(|s| Line {
+                        name: s.label(),
+                        style: style(s),
+                        points: rows
+                            .iter()
+                            .filter(|r| r.series == s)
+                            .map(|r| Point::new(f64::from(r.connections), value(r)))
+                            .collect(),
+                    })
+                    .collect(),
+            })
+        })
+        .collect();
     Figure {
-        title: "HNLB Fig. 5: highest loss-free rate vs concurrent connections".into(),
+        title: "HNLB Fig. 5: concurrent connections".into(),
         subtitle: Some(format!(
             "{} DIPs, {}",
             report.plan.dips,
-            setting(&report.plan)
+            setting(&report.plan, report.plan.duration_s)
         )),
-        panels: vec![Panel::Lines(Lines {
-            title: String::new(),
-            x,
-            y: Axis::new("loss-free rate (Mpps)").from_zero(),
-            series: series_of(rows)
-                .into_iter()
-                .map(|s| Line {
-                    name: s.label(),
-                    style: style(s),
-                    points: rows
-                        .iter()
-                        .filter(|r| r.series == s)
-                        .map(|r| Point::new(f64::from(r.connections), r.found.loss_free_pps / 1e6))
-                        .collect(),
-                })
-                .collect(),
-        })],
-        columns: 1,
-        size: (900, 480),
+        panels,
+        columns: 2,
+        size: (1200, 520),
     }
 }
 
@@ -446,7 +554,7 @@ fn fig7_figure(report: &Report) -> Figure {
             "one worker on CPU {}, {} DIPs, {}",
             report.worker_cpu,
             report.plan.dips,
-            setting(&report.plan)
+            setting(&report.plan, report.plan.utilization_trial_s)
         )),
         columns: panels.len().max(1),
         panels,

@@ -28,6 +28,7 @@ use weir_core::flow::Proto;
 use weir_progress::Progress;
 
 use super::variant::{Mix, Variant};
+use super::workers::{self, Ledger};
 use crate::daemon::Daemon;
 use crate::topology::Lab;
 use crate::traffic::{mac_in, offer, start, FlowDist, GenSpec, OfferSpec, Sink, SinkOptions, L4};
@@ -41,6 +42,14 @@ const SOURCES: (&str, u8) = ("10.64.0.0", 10);
 const FRAME: usize = 60;
 /// Time for frames still in rings to reach the sinks after a trial.
 const DRAIN: Duration = Duration::from_millis(200);
+/// Until a worker report covers the last packets: a window closes every
+/// 500 ms, and weir serve writes the reports every second.
+const REPORT_LAG: Duration = Duration::from_millis(1600);
+/// The longest wait for a fresh weir's first worker report (written every
+/// second).
+const FIRST_REPORT: Duration = Duration::from_secs(3);
+/// The software tier's worker threads (weir-software names them).
+const WORKER_THREAD: &str = "weir-worker";
 /// The longest wait for the backends' MAC addresses.
 const NEIGHBOUR_WAIT: Duration = Duration::from_secs(3);
 /// How often an observed trial calls its observer.
@@ -63,6 +72,10 @@ pub struct Trial {
     /// (offered - received) / offered.
     pub loss: f64,
     pub elapsed_s: f64,
+    /// CPU time the software tier's worker had over the trial's time: below
+    /// 1 when other work took part of its CPU (this machine is shared).
+    /// None without a worker.
+    pub worker_cpu_share: Option<f64>,
 }
 
 #[cfg(test)]
@@ -77,6 +90,7 @@ impl Trial {
             received_pps,
             loss: 1.0 - received_pps / offered_pps,
             elapsed_s: 1.0,
+            worker_cpu_share: None,
         }
     }
 }
@@ -112,6 +126,8 @@ pub struct Setup {
     pub settle: Duration,
     /// Shown in front of the row's progress lines.
     pub label: String,
+    /// Whether [`Bench::ledger`] counts the workers' packets.
+    pub ledgers: bool,
 }
 
 impl Testbed {
@@ -309,6 +325,7 @@ impl Testbed {
         Ok(Bench {
             bed: self,
             progress,
+            ledgers: setup.ledgers && setup.variant.has_workers(),
             daemon,
             packets,
             duration: setup.duration,
@@ -321,6 +338,8 @@ impl Testbed {
 pub struct Bench<'a> {
     bed: &'a Testbed,
     progress: &'a Progress,
+    /// Whether [`Bench::ledger`] counts (a tier with workers, and asked to).
+    ledgers: bool,
     daemon: Daemon,
     packets: GenSpec,
     duration: Duration,
@@ -348,6 +367,7 @@ impl Bench<'_> {
         mut observe: impl FnMut(Duration) -> Result<()>,
     ) -> Result<Trial> {
         let before = self.bed.received()?;
+        let worker_before = self.worker_cpu_time();
         let spec = OfferSpec {
             rate,
             ..OfferSpec::new(self.packets.clone(), duration)
@@ -364,6 +384,9 @@ impl Bench<'_> {
             }
         }
         let offered = offering.wait()?;
+        let worker_busy = worker_before
+            .zip(self.worker_cpu_time())
+            .map(|(a, b)| b - a);
         std::thread::sleep(DRAIN);
         let received = self.bed.received()? - before;
         let secs = offered.elapsed.as_secs_f64().max(1e-9);
@@ -379,21 +402,48 @@ impl Bench<'_> {
                 offered.sent.saturating_sub(received) as f64 / offered.sent as f64
             },
             elapsed_s: secs,
+            worker_cpu_share: worker_busy.map(|b| b.as_secs_f64() / secs),
         };
         self.progress.set_message(format!(
-            "{} at {}: offered {:.3} Mpps, received {:.3} Mpps, loss {:.3}%",
+            "{} at {}: offered {:.3} Mpps, received {:.3} Mpps, loss {:.3}%{}",
             self.label,
             rate.map_or("full speed".to_string(), |r| format!("{:.3} Mpps", r / 1e6)),
             t.offered_pps / 1e6,
             t.received_pps / 1e6,
-            t.loss * 100.0
+            t.loss * 100.0,
+            t.worker_cpu_share.map_or(String::new(), |c| format!(
+                ", worker had {:.0}% of a CPU",
+                c * 100.0
+            ))
         ));
         Ok(t)
     }
 
-    /// `weir status --json` of the running weir.
-    pub fn status(&self) -> Result<serde_json::Value> {
-        self.daemon.status_json()
+    /// CPU time the running weir's worker threads have had so far.
+    fn worker_cpu_time(&self) -> Option<Duration> {
+        thread_cpu_time(self.daemon.pid()?, WORKER_THREAD)
+    }
+
+    /// The workers' last reports (see [`workers`](super::workers)); waits
+    /// for the first one of a freshly started weir.
+    pub fn workers(&self) -> Result<serde_json::Value> {
+        let deadline = Instant::now() + FIRST_REPORT;
+        loop {
+            match workers::read(&self.daemon.run_dir()) {
+                Err(_) if Instant::now() < deadline => std::thread::sleep(WAIT_STEP),
+                done => return done,
+            }
+        }
+    }
+
+    /// The workers' counters once their report covers everything sent so
+    /// far; None for a tier without workers.
+    pub fn ledger(&self) -> Result<Option<Ledger>> {
+        if !self.ledgers {
+            return Ok(None);
+        }
+        std::thread::sleep(REPORT_LAG);
+        Ledger::of(&self.workers()?).map(Some)
     }
 }
 
@@ -435,6 +485,27 @@ fn resolve_neighbours(lab: &Lab) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// CPU time (user and system) the threads named `name` of process `pid`
+/// have had; None if it has none.
+fn thread_cpu_time(pid: u32, name: &str) -> Option<Duration> {
+    // SAFETY: sysconf reads a constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let mut total: Option<u64> = None;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+        let dir = task.ok()?.path();
+        if std::fs::read_to_string(dir.join("comm")).ok()?.trim() != name {
+            continue;
+        }
+        // proc(5): utime and stime are fields 14 and 15; fields from the
+        // third on follow the command's closing parenthesis.
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+        let t = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        *total.get_or_insert(0) += t;
+    }
+    Some(Duration::from_secs_f64(total? as f64 / ticks as f64))
 }
 
 /// The CPUs this process may run on, in order.

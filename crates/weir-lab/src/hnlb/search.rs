@@ -9,8 +9,8 @@
 //!    balancer kept up with the generator: the result is the generator's
 //!    rate, marked *generator-bound* (a lower bound of the load balancer's).
 //! 2. Otherwise what the backends received at full speed estimates the
-//!    capacity. It tries just under it, and steps down by [`STEP_DOWN`]
-//!    until a rate is loss-free.
+//!    capacity. It tries just under it, and halves ([`STEP_DOWN`]) until a
+//!    rate is loss-free.
 //! 3. Bisects between the highest loss-free and the lowest lossy rate until
 //!    they are within the resolution of each other, or the trials or the
 //!    time run out.
@@ -28,7 +28,7 @@ use super::rig::Trial;
 /// The first paced try, as a share of the throughput at full speed.
 const FIRST_TRY: f64 = 0.97;
 /// How far a lossy try steps down before bisection has a bracket.
-const STEP_DOWN: f64 = 0.7;
+const STEP_DOWN: f64 = 0.5;
 /// Below this rate (packets per second) the search gives up.
 const MIN_RATE: f64 = 1000.0;
 
@@ -300,7 +300,7 @@ mod tests {
         .unwrap();
         assert_eq!(f.ended, Ended::NoLossFreeRate);
         assert_eq!(f.loss_free_pps, 0.0);
-        // Each step at least 30% down: from 4 Mpps to 1000 pps in at most 25.
-        assert!(f.trials.len() <= 25, "{}", f.trials.len());
+        // Each step at least halves: from 4 Mpps to 1000 pps in at most 14.
+        assert!(f.trials.len() <= 14, "{}", f.trials.len());
     }
 }

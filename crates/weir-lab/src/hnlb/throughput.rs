@@ -9,6 +9,7 @@ use weir_progress::Progress;
 use super::rig::Testbed;
 use super::search::{search, Found};
 use super::variant::{Mix, Series, Variant};
+use super::workers::Ledger;
 use super::Plan;
 
 /// One searched row.
@@ -19,6 +20,8 @@ pub struct SearchRow {
     pub dips: usize,
     #[serde(flatten)]
     pub found: Found,
+    /// Where the workers' packets went over the row's trials.
+    pub workers: Option<Ledger>,
 }
 
 /// Fig. 4's series: each variant, one flow, round robin (there is no mix).
@@ -65,7 +68,9 @@ pub fn search_row(
 ) -> Result<SearchRow> {
     let setup = plan.setup(series, connections, dips, tag);
     let bench = bed.bench(&setup, progress)?;
+    let before = bench.ledger()?;
     let found = search(&plan.limits, bench.trial_time(), |rate| bench.trial(rate))?;
+    let workers = bench.ledger()?.zip(before).map(|(a, b)| a.since(&b));
     progress.note(format!(
         "{}: loss-free {:.3} Mpps, {:.3} Mpps through at full speed ({}, {} trials)",
         setup.label,
@@ -79,5 +84,6 @@ pub fn search_row(
         connections,
         dips,
         found,
+        workers,
     })
 }
