@@ -509,55 +509,80 @@ fn fig5_figure(report: &Report) -> Figure {
     }
 }
 
-/// A panel per number of connections: each series' utilization, and a
-/// dashed vertical line of its color at its loss onset.
+/// A column per number of connections. Top: each series' utilization
+/// against the offered rate, with a dashed vertical line of its color at
+/// its loss onset (the paper's view). Bottom: against the received rate,
+/// the full-speed trial included, where the metric meets saturation.
 fn fig7_figure(report: &Report) -> Figure {
     let rows = &report.fig7;
     let mut conns: Vec<u32> = rows.iter().map(|r| r.connections).collect();
     conns.dedup();
-    let panels: Vec<Panel> = conns
-        .iter()
-        .map(|&c| {
-            let mut series = Vec::new();
-            for r in rows.iter().filter(|r| r.connections == c) {
-                let color = style(r.series).color;
+    let vs_offered = conns.iter().map(|&c| {
+        let mut series = Vec::new();
+        for r in rows.iter().filter(|r| r.connections == c) {
+            let color = style(r.series).color;
+            series.push(Line {
+                name: r.series.label(),
+                style: Style::solid(color),
+                points: r
+                    .points
+                    .iter()
+                    .filter_map(|p| Some(Point::new(p.offered_pps / 1e6, p.utilization? * 100.0)))
+                    .collect(),
+            });
+            if let Some(onset) = r.onset_pps {
                 series.push(Line {
                     name: r.series.label(),
-                    style: Style::solid(color),
-                    points: r
-                        .points
-                        .iter()
+                    style: Style::dashed(color),
+                    points: vec![Point::new(onset / 1e6, 0.0), Point::new(onset / 1e6, 100.0)],
+                });
+            }
+        }
+        Panel::Lines(Lines {
+            title: format!("{c} connections, against the offered rate"),
+            x: Axis::new("offered rate (Mpps)").from_zero(),
+            y: Axis::new("utilization (%)").from_zero(),
+            series,
+        })
+    });
+    let vs_received = conns.iter().map(|&c| {
+        let series = rows
+            .iter()
+            .filter(|r| r.connections == c)
+            .map(|r| {
+                let mut points: Vec<&UtilizationPoint> = r.points.iter().collect();
+                points.push(&r.full_speed);
+                points.sort_by(|a, b| a.received_pps.total_cmp(&b.received_pps));
+                Line {
+                    name: r.series.label(),
+                    style: Style::solid(style(r.series).color),
+                    points: points
+                        .into_iter()
                         .filter_map(|p| {
-                            Some(Point::new(p.offered_pps / 1e6, p.utilization? * 100.0))
+                            Some(Point::new(p.received_pps / 1e6, p.utilization? * 100.0))
                         })
                         .collect(),
-                });
-                if let Some(onset) = r.onset_pps {
-                    series.push(Line {
-                        name: r.series.label(),
-                        style: Style::dashed(color),
-                        points: vec![Point::new(onset / 1e6, 0.0), Point::new(onset / 1e6, 100.0)],
-                    });
                 }
-            }
-            Panel::Lines(Lines {
-                title: format!("{c} connections"),
-                x: Axis::new("offered rate (Mpps)").from_zero(),
-                y: Axis::new("utilization (%)").from_zero(),
-                series,
             })
+            .collect();
+        Panel::Lines(Lines {
+            title: format!("{c} connections, against the received rate (full speed included)"),
+            x: Axis::new("received rate (Mpps)").from_zero(),
+            y: Axis::new("utilization (%)").from_zero(),
+            series,
         })
-        .collect();
+    });
+    let panels: Vec<Panel> = vs_offered.chain(vs_received).collect();
     Figure {
-        title: "HNLB Fig. 7: worker utilization vs offered rate (dashed: loss onset)".into(),
+        title: "HNLB Fig. 7: worker utilization (dashed: loss onset)".into(),
         subtitle: Some(format!(
             "one worker on CPU {}, {} DIPs, {}",
             report.worker_cpu,
             report.plan.dips,
             setting(&report.plan, report.plan.utilization_trial_s)
         )),
-        columns: panels.len().max(1),
+        columns: conns.len().max(1),
         panels,
-        size: (1000, 480),
+        size: (1100, 860),
     }
 }

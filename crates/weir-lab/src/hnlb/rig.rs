@@ -72,9 +72,9 @@ pub struct Trial {
     /// (offered - received) / offered.
     pub loss: f64,
     pub elapsed_s: f64,
-    /// CPU time the software tier's worker had over the trial's time: below
-    /// 1 when other work took part of its CPU (this machine is shared).
-    /// None without a worker.
+    /// CPU time the software tier's worker had over the trial's wall time
+    /// (a busy-polling worker has all of it): below 1 when other work took
+    /// part of its CPU (this machine is shared). None without a worker.
     pub worker_cpu_share: Option<f64>,
 }
 
@@ -367,7 +367,9 @@ impl Bench<'_> {
         mut observe: impl FnMut(Duration) -> Result<()>,
     ) -> Result<Trial> {
         let before = self.bed.received()?;
-        let worker_before = self.worker_cpu_time();
+        // The worker's CPU time over this wall time (the generator's setup
+        // included, which its own elapsed time leaves out).
+        let worker_before = self.worker_cpu_time().map(|t| (t, Instant::now()));
         let spec = OfferSpec {
             rate,
             ..OfferSpec::new(self.packets.clone(), duration)
@@ -384,9 +386,9 @@ impl Bench<'_> {
             }
         }
         let offered = offering.wait()?;
-        let worker_busy = worker_before
+        let worker_share = worker_before
             .zip(self.worker_cpu_time())
-            .map(|(a, b)| b - a);
+            .map(|((a, t), b)| (b - a).as_secs_f64() / t.elapsed().as_secs_f64());
         std::thread::sleep(DRAIN);
         let received = self.bed.received()? - before;
         let secs = offered.elapsed.as_secs_f64().max(1e-9);
@@ -402,7 +404,7 @@ impl Bench<'_> {
                 offered.sent.saturating_sub(received) as f64 / offered.sent as f64
             },
             elapsed_s: secs,
-            worker_cpu_share: worker_busy.map(|b| b.as_secs_f64() / secs),
+            worker_cpu_share: worker_share,
         };
         self.progress.set_message(format!(
             "{} at {}: offered {:.3} Mpps, received {:.3} Mpps, loss {:.3}%{}",
