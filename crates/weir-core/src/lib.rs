@@ -16,6 +16,7 @@ pub mod hash;
 pub mod kv;
 pub mod maglev;
 pub mod offload;
+pub mod reorder;
 pub mod slb;
 pub mod splitmix;
 pub mod utilization;
