@@ -10,6 +10,7 @@
 pub mod awfd;
 pub mod csum;
 pub mod dispatch;
+pub mod distribution;
 pub mod estimate;
 pub mod flow;
 pub mod hash;
@@ -19,5 +20,6 @@ pub mod offload;
 pub mod reorder;
 pub mod slb;
 pub mod splitmix;
+pub mod topology;
 pub mod utilization;
 pub mod vectors;
