@@ -688,11 +688,12 @@ impl State {
     }
 
     fn update_shares(&mut self, i: usize, now: Instant) {
+        let traffic = crate::traffic::Traffic::read(&self.maps, self.run_dir.as_deref());
         let vip = &mut self.vips[i];
         let counts: Vec<u64> = vip
             .dips
             .iter()
-            .map(|d| self.maps.dip_traffic(d.slot).map_or(0, |t| t.new_conns))
+            .map(|d| traffic.dip(d.slot).map_or(0, |t| t.new_conns))
             .collect();
         // Forget history of another shape (a reload changed the pool).
         if vip

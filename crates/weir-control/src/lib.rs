@@ -23,3 +23,4 @@ pub mod sweeper;
 pub mod takeover;
 pub mod telemetry;
 pub mod tier;
+pub mod traffic;

@@ -30,6 +30,7 @@ use crate::controller::{DipSnapshot, Shared, Snapshot};
 use crate::http::Server;
 use crate::status::STAT_NAMES;
 use crate::telemetry::agent::AgentError;
+use weir_software::WorkerStats;
 
 /// The media type of the exposition.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -43,28 +44,35 @@ pub struct Scrape {
     /// The `enum weir_stat` counters, in [`STAT_NAMES`] order (empty
     /// without the maps).
     pub stats: Vec<u64>,
+    /// The software tier's workers' last reports (empty with `tier = "xdp"`).
+    pub workers: Vec<WorkerStats>,
 }
 
 impl Scrape {
-    /// Reads the controller's last snapshot and, with `maps`, the counters.
-    pub fn read(shared: &Shared, maps: Option<&Maps>) -> Scrape {
+    /// Reads the controller's last snapshot, the workers' reports in
+    /// `run_dir` and, with `maps`, the counters.
+    pub fn read(shared: &Shared, maps: Option<&Maps>, run_dir: &Path) -> Scrape {
         let snapshot = shared.snapshot();
+        let workers = crate::tier::read_worker_stats(run_dir);
         let Some(m) = maps else {
             return Scrape {
                 snapshot,
+                workers,
                 ..Scrape::default()
             };
         };
+        let traffic = crate::traffic::Traffic::read(m, Some(run_dir));
         let new_conns = snapshot
             .iter()
             .flat_map(|s| &s.vips)
             .flat_map(|v| &v.dips)
-            .filter_map(|d| Some((d.slot, m.dip_traffic(d.slot).ok()?.new_conns)))
+            .filter_map(|d| Some((d.slot, traffic.dip(d.slot).ok()?.new_conns)))
             .collect();
         Scrape {
             snapshot,
             new_conns,
             stats: m.stats().unwrap_or_default(),
+            workers,
         }
     }
 
@@ -242,6 +250,9 @@ impl Collector for Scrape {
                 )?;
             }
         }
+        if !self.workers.is_empty() {
+            encode_workers(&mut enc, &self.workers)?;
+        }
         if !self.stats.is_empty() {
             family(
                 &mut enc,
@@ -258,16 +269,150 @@ impl Collector for Scrape {
     }
 }
 
-/// `GET /metrics` over the controller's state and the maps pinned in
-/// `pin_dir` (opened once; without them only the controller's view).
-pub fn router(shared: Arc<Shared>, pin_dir: &Path) -> Router {
+type WorkerGet = fn(&WorkerStats) -> Option<f64>;
+
+/// The per-worker gauges (label `cpu`): name, help, value (None: not
+/// exported, e.g. before the first window).
+const WORKER_GAUGES: [(&str, &str, WorkerGet); 5] = [
+    (
+        "weir_worker_utilization",
+        "HNLB utilization of the worker's last window (eq. 2/3; 1 = saturated).",
+        |w| w.utilization.as_ref().map(|u| u.utilization()),
+    ),
+    (
+        "weir_worker_busy_fraction",
+        "Share of the worker's cycles spent in polls that received packets (HNLB eq. 1).",
+        |w| w.utilization.as_ref().map(|u| u.busy_fraction()),
+    ),
+    (
+        "weir_worker_connections",
+        "Connections in the worker's table (established, closing).",
+        |w| Some(w.connections as f64),
+    ),
+    (
+        "weir_worker_half_open",
+        "Half-open TCP connections in the worker's table.",
+        |w| Some(w.half_open as f64),
+    ),
+    (
+        "weir_worker_fast_table_entries",
+        "Connections the worker keeps in XDP's fast table (hybrid tier).",
+        |w| w.offload.as_ref().map(|o| o.occupancy as f64),
+    ),
+];
+
+type SocketGet = fn(&weir_software::stats::SocketStats) -> u64;
+
+/// The per-socket counters (labels `cpu`, `interface`, `queue`).
+const SOCKET_COUNTERS: [(&str, &str, SocketGet); 6] = [
+    (
+        "weir_worker_rx_packets",
+        "Packets the worker received on the socket.",
+        |s| s.rx_packets,
+    ),
+    (
+        "weir_worker_tx_packets",
+        "Packets the worker sent on the socket.",
+        |s| s.tx_packets,
+    ),
+    (
+        "weir_worker_tx_ring_full",
+        "Packets to send that found the socket's TX ring full.",
+        |s| s.tx_ring_full,
+    ),
+    (
+        "weir_worker_rx_dropped",
+        "Kernel: packets for the socket dropped (no frame, too long).",
+        |s| s.rx_dropped,
+    ),
+    (
+        "weir_worker_rx_ring_full",
+        "Kernel: packets dropped because the socket's RX ring was full.",
+        |s| s.rx_ring_full,
+    ),
+    (
+        "weir_worker_fill_ring_empty",
+        "Kernel: packets that found the socket's fill ring empty.",
+        |s| s.fill_ring_empty,
+    ),
+];
+
+/// The software tier's workers: HNLB's utilization, tables, sockets and
+/// the hybrid tier's offload decisions.
+fn encode_workers(enc: &mut DescriptorEncoder, workers: &[WorkerStats]) -> fmt::Result {
+    let cpu = |w: &WorkerStats| [("cpu", w.cpu.to_string())];
+    for (name, help, get) in WORKER_GAUGES {
+        family(
+            enc,
+            name,
+            help,
+            MetricType::Gauge,
+            workers.iter().filter_map(|w| {
+                let x = get(w).filter(|x| x.is_finite())?;
+                Some((cpu(w), ConstGauge::new(x)))
+            }),
+        )?;
+    }
+    for (name, help, get) in SOCKET_COUNTERS {
+        family(
+            enc,
+            name,
+            help,
+            MetricType::Counter,
+            workers.iter().flat_map(|w| {
+                w.sockets.iter().map(move |s| {
+                    let labels = [
+                        ("cpu", w.cpu.to_string()),
+                        ("interface", s.interface.clone()),
+                        ("queue", s.queue.to_string()),
+                    ];
+                    (labels, ConstCounter::new(get(s)))
+                })
+            }),
+        )?;
+    }
+    let offload: Vec<_> = workers
+        .iter()
+        .filter_map(|w| Some((w.cpu, w.offload?)))
+        .collect();
+    if !offload.is_empty() {
+        family(
+            enc,
+            "weir_worker_offload",
+            "Hybrid tier: fast-table admissions, promotions and demotions by kind.",
+            MetricType::Counter,
+            offload.iter().flat_map(|(cpu, o)| {
+                [
+                    ("admitted", o.admitted),
+                    ("promoted", o.promoted),
+                    ("demoted_idle", o.demoted_idle),
+                    ("demoted_closed", o.demoted_closed),
+                    ("demoted_light", o.demoted_light),
+                ]
+                .map(|(kind, n)| {
+                    (
+                        [("cpu", cpu.to_string()), ("kind", kind.to_string())],
+                        ConstCounter::new(n),
+                    )
+                })
+            }),
+        )?;
+    }
+    Ok(())
+}
+
+/// `GET /metrics` over the controller's state, the maps pinned in
+/// `pin_dir` (opened once; without them only the controller's view) and the
+/// workers' reports in `run_dir`.
+pub fn router(shared: Arc<Shared>, pin_dir: &Path, run_dir: &Path) -> Router {
     let maps = Arc::new(Mutex::new(Maps::pinned(pin_dir).ok()));
+    let run_dir = run_dir.to_path_buf();
     Router::new().route(
         "/metrics",
         get(move || async move {
             let text = tokio::task::spawn_blocking(move || {
                 let maps = maps.lock().unwrap_or_else(|e| e.into_inner());
-                Scrape::read(&shared, maps.as_ref()).render()
+                Scrape::read(&shared, maps.as_ref(), &run_dir).render()
             })
             .await
             .unwrap_or_default();
@@ -277,8 +422,13 @@ pub fn router(shared: Arc<Shared>, pin_dir: &Path) -> Router {
 }
 
 /// Serves `/metrics` on `addr` until dropped.
-pub fn serve(addr: SocketAddr, shared: Arc<Shared>, pin_dir: &Path) -> Result<Server> {
-    Server::start(addr, router(shared, pin_dir))
+pub fn serve(
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    pin_dir: &Path,
+    run_dir: &Path,
+) -> Result<Server> {
+    Server::start(addr, router(shared, pin_dir, run_dir))
 }
 
 #[cfg(test)]
@@ -326,6 +476,7 @@ mod tests {
             }),
             new_conns: [(3, 42)].into_iter().collect(),
             stats: (0..STAT_NAMES.len() as u64).collect(),
+            workers: Vec::new(),
         }
     }
 
@@ -361,6 +512,69 @@ mod tests {
             let value = line.rsplit(' ').next().unwrap();
             assert!(value.parse::<f64>().is_ok(), "{line}");
         }
+    }
+
+    #[test]
+    fn software_tier_workers_have_gauges_and_socket_counters() {
+        use weir_core::offload::OffloadStats;
+        use weir_core::utilization::{QueueBursts, Utilization};
+        use weir_software::stats::SocketStats;
+
+        let window = Utilization {
+            max_burst: 64,
+            cycles: 1000,
+            busy_cycles: 250,
+            polls: 100,
+            bursts: 10,
+            packets: 320,
+            busiest_queue: QueueBursts::default(),
+            cost: None,
+        };
+        let busy = WorkerStats {
+            cpu: 1,
+            connections: 7,
+            utilization: Some(window.clone()),
+            offload: Some(OffloadStats {
+                occupancy: 3,
+                promoted: 5,
+                ..OffloadStats::default()
+            }),
+            sockets: vec![SocketStats {
+                interface: "eth0".into(),
+                queue: 2,
+                rx_packets: 320,
+                rx_ring_full: 4,
+                ..SocketStats::default()
+            }],
+            ..WorkerStats::default()
+        };
+        // A worker before its first window: no utilization sample.
+        let starting = WorkerStats {
+            cpu: 0,
+            ..WorkerStats::default()
+        };
+        let t = Scrape {
+            workers: vec![starting, busy],
+            ..Scrape::default()
+        }
+        .render();
+        for line in [
+            format!(
+                "weir_worker_utilization{{cpu=\"1\"}} {:?}",
+                window.utilization()
+            ),
+            "weir_worker_busy_fraction{cpu=\"1\"} 0.25".to_string(),
+            "weir_worker_connections{cpu=\"1\"} 7.0".into(),
+            "weir_worker_connections{cpu=\"0\"} 0.0".into(),
+            "weir_worker_fast_table_entries{cpu=\"1\"} 3.0".into(),
+            "weir_worker_rx_packets_total{cpu=\"1\",interface=\"eth0\",queue=\"2\"} 320".into(),
+            "weir_worker_rx_ring_full_total{cpu=\"1\",interface=\"eth0\",queue=\"2\"} 4".into(),
+            "weir_worker_offload_total{cpu=\"1\",kind=\"promoted\"} 5".into(),
+        ] {
+            assert!(t.lines().any(|l| l == line), "no `{line}` in\n{t}");
+        }
+        assert!(!t.contains("weir_worker_utilization{cpu=\"0\"}"), "{t}");
+        assert!(!t.contains("weir_worker_offload_total{cpu=\"0\""), "{t}");
     }
 
     #[test]

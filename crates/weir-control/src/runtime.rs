@@ -357,7 +357,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         .ok();
     let _metrics = cfg.metrics.as_ref().and_then(|m| {
         let addr = *m.listen.get_ref();
-        match crate::metrics::serve(addr, shared.clone(), &pin_dir) {
+        match crate::metrics::serve(addr, shared.clone(), &pin_dir, &opts.run_dir) {
             Ok(s) => {
                 log(format!("metrics on http://{addr}/metrics"));
                 Some(s)

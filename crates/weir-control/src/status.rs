@@ -101,8 +101,10 @@ pub struct Status {
     pub workers: Option<serde_json::Value>,
 }
 
-/// Reads the status; `cfg` (the running configuration) supplies VIP names.
-pub fn collect(maps: &Maps, cfg: Option<&Config>) -> Result<Status> {
+/// Reads the status; `cfg` (the running configuration) supplies VIP names,
+/// `run_dir` the software tier's traffic.
+pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Result<Status> {
+    let traffic = crate::traffic::Traffic::read(maps, run_dir);
     let names: HashMap<(std::net::IpAddr, u16, u8), String> = cfg
         .map(|c| {
             c.vips
@@ -122,7 +124,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>) -> Result<Status> {
         if d.flags & WEIR_DIP_F_LIVE == 0 {
             continue;
         }
-        let t = maps.dip_traffic(slot)?;
+        let t = traffic.dip(slot)?;
         dips_by_vip.entry(d.vip_id).or_default().push(DipStatus {
             slot,
             address: words_addr(&d.addr, d.family).map_or("?".into(), |a| a.to_string()),
@@ -137,7 +139,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>) -> Result<Status> {
     for (key, vip) in maps.vips()? {
         let addr = words_addr(&key.addr, key.family);
         let port = u16::from_be(key.port);
-        let t = maps.vip_traffic(vip.vip_id)?;
+        let t = traffic.vip(vip.vip_id)?;
         let ranges = maps.active_ranges(vip.vip_id)?.unwrap_or_default();
         vips.push(VipStatus {
             name: addr.and_then(|a| names.get(&(a, port, key.proto)).cloned()),
@@ -181,8 +183,12 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>) -> Result<Status> {
 }
 
 /// Reads status from the pins in `pin_dir`.
-pub fn collect_pinned(pin_dir: &Path, cfg: Option<&Config>) -> Result<Status> {
-    collect(&Maps::pinned(pin_dir)?, cfg)
+pub fn collect_pinned(
+    pin_dir: &Path,
+    cfg: Option<&Config>,
+    run_dir: Option<&Path>,
+) -> Result<Status> {
+    collect(&Maps::pinned(pin_dir)?, cfg, run_dir)
 }
 
 /// The running controller's last view, from `<run dir>/controller.json`.

@@ -15,7 +15,7 @@ use weir_core::offload::OffloadConfig;
 use weir_core::slb;
 use weir_dataplane::iface::Iface;
 use weir_dataplane::maps::Maps;
-use weir_software::{SoftwareTier, TierConfig, TierInterface};
+use weir_software::{SoftwareTier, TierConfig, TierInterface, WorkerStats};
 
 use crate::config::{Config, NonSynMiss, Tier, Verdict};
 
@@ -29,6 +29,14 @@ pub fn workers_file(run_dir: &Path) -> PathBuf {
 pub fn read_workers(run_dir: &Path) -> Option<serde_json::Value> {
     let text = fs::read_to_string(workers_file(run_dir)).ok()?;
     serde_json::from_str(&text).ok()
+}
+
+/// The same reports, typed, for /metrics (empty without a tier).
+pub fn read_worker_stats(run_dir: &Path) -> Vec<WorkerStats> {
+    fs::read_to_string(workers_file(run_dir))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default()
 }
 
 /// The running tier and the thread that writes its reports.

@@ -163,7 +163,7 @@ pub struct Plan<K> {
 }
 
 /// Counters for `weir status` and /metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OffloadStats {
     /// Fast-table entries after the last plan, plus admissions since.
     pub occupancy: usize,

@@ -78,7 +78,7 @@ impl fmt::Display for UtilizationError {
 impl std::error::Error for UtilizationError {}
 
 /// Bursts and packets of one queue.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QueueBursts {
     /// The queue's index in the worker's list.
     pub queue: usize,
@@ -103,7 +103,7 @@ impl QueueBursts {
 }
 
 /// The fitted cost of a busy poll: `cycles = burst_cycles + packet_cycles * n`.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CostModel {
     /// Fixed cycles of a poll that received packets.
     pub burst_cycles: f64,
@@ -171,7 +171,7 @@ impl Fit {
 }
 
 /// One window of a worker: the counts and the metrics derived from them.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Utilization {
     /// `b_max` of equations (2) and (3).
     pub max_burst: u32,

@@ -2,12 +2,14 @@
 //! (weir_lb's `enum weir_stat`), its sockets' counters and drops, HNLB's
 //! utilization metric over the last window, and the offload counters.
 
-use serde::Serialize;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
 use weir_core::offload::OffloadStats;
 use weir_core::utilization::Utilization;
 
 /// The worker's own counters, beyond the load balancer's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerCounters {
     /// Frames copied to another interface's socket and sent.
     pub cross_sent: u64,
@@ -22,7 +24,7 @@ pub struct WorkerCounters {
 }
 
 /// One socket: the worker's counters and the kernel's XDP_STATISTICS.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SocketStats {
     pub interface: String,
     pub queue: u32,
@@ -39,8 +41,17 @@ pub struct SocketStats {
     pub fill_ring_empty: u64,
 }
 
+/// Traffic of a VIP or a DIP slot that the worker handled (what XDP
+/// forwarded itself, it counts in its own maps).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Traffic {
+    pub packets: u64,
+    pub bytes: u64,
+    pub new_conns: u64,
+}
+
 /// A worker's report.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WorkerStats {
     pub cpu: usize,
     /// The last error the worker met (it goes on).
@@ -50,6 +61,12 @@ pub struct WorkerStats {
     pub slb: Vec<u64>,
     pub connections: usize,
     pub half_open: usize,
+    /// By VIP id, those with traffic.
+    #[serde(default)]
+    pub vip_traffic: BTreeMap<u32, Traffic>,
+    /// By DIP slot, those with traffic.
+    #[serde(default)]
+    pub dip_traffic: BTreeMap<u32, Traffic>,
     /// The last window's utilization (HNLB eq. 2/3) and its parts.
     pub utilization: Option<Utilization>,
     pub offload: Option<OffloadStats>,

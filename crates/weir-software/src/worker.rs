@@ -6,6 +6,7 @@
 //! has a UMEM of its own). The worker never makes a map syscall: it talks
 //! to the control thread through channels, which it drains between bursts.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use weir_core::slb::{Connection, Event, Outcome, Slb};
 use weir_core::utilization::UtilizationMeter;
 
 use crate::clock::coarse_now_ns;
-use crate::stats::{SocketStats, WorkerStats};
+use crate::stats::{SocketStats, Traffic, WorkerStats};
 use crate::tables::Snapshot;
 
 /// How often the worker looks at its channel, ages entries and reports.
@@ -249,6 +250,9 @@ impl Worker {
         stats.slb = self.slb.counters().stats().to_vec();
         stats.connections = self.slb.conn_count();
         stats.half_open = self.slb.half_open_count();
+        let (vips, dips) = self.slb.all_traffic();
+        stats.vip_traffic = active_traffic(vips);
+        stats.dip_traffic = active_traffic(dips);
         stats.utilization = Some(self.meter.take());
         stats.offload = self.offload.as_ref().map(|o| o.stats());
         stats.sockets = self
@@ -312,6 +316,23 @@ fn handle(
             Verdict::Drop
         }
     }
+}
+
+/// The entries of `counters` with packets, by index.
+fn active_traffic(counters: &[weir_traffic]) -> BTreeMap<u32, Traffic> {
+    counters
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.packets > 0)
+        .map(|(i, t)| {
+            let traffic = Traffic {
+                packets: t.packets,
+                bytes: t.bytes,
+                new_conns: t.new_conns,
+            };
+            (i as u32, traffic)
+        })
+        .collect()
 }
 
 fn reverse_key_of(slb: &Slb, key: &weir_flow_key) -> Option<weir_flow_key> {

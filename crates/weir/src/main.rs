@@ -183,7 +183,8 @@ fn run(cli: Cli) -> Result<()> {
                 (None, None) => PathBuf::from(weir_dataplane::DEFAULT_PIN_DIR),
             };
             let cfg = record.as_ref().and_then(|r| Config::load(&r.config).ok());
-            let mut st = status::collect_pinned(&pins, cfg.as_ref())?;
+            let running = record.as_ref().map(|_| run_dir.as_path());
+            let mut st = status::collect_pinned(&pins, cfg.as_ref(), running)?;
             st.controller = record
                 .as_ref()
                 .and_then(|_| status::read_controller(&run_dir));

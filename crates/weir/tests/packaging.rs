@@ -332,7 +332,8 @@ fn grafana_dashboard_queries_the_metrics_weir_exports() {
     // weir serve with a controller over two backends: the first answers
     // requests, health checks and its agent's polls, so it gets estimates
     // and a share of new connections; the second answers nothing, so the
-    // agent-error and health-failure counters have samples too.
+    // agent-error and health-failure counters have samples too. The hybrid
+    // tier exports its workers' metrics as well.
     let lab = Lab::build(2).unwrap();
     let opts = BackendOptions {
         agent_window: Some(Duration::from_millis(500)),
@@ -343,6 +344,7 @@ fn grafana_dashboard_queries_the_metrics_weir_exports() {
     daemon
         .write_config(&format!(
             "[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\"]\nconn_table_size = 4096\n\
+             tier = \"hybrid\"\nworkers = [1]\nfast_table_size = 64\n\
              [controller]\nupdate_interval_ms = 100\nagent_timeout_ms = 50\n\
              [metrics]\nlisten = \"127.0.0.1:9100\"\n\
              [[vip]]\nname = \"web\"\naddress = \"10.77.100.1\"\nport = 80\n\
@@ -363,6 +365,8 @@ fn grafana_dashboard_queries_the_metrics_weir_exports() {
             "weir_dip_agent_errors_total",
             "weir_dip_health_failures_total",
             "weir_packets_total",
+            "weir_worker_utilization",
+            "weir_worker_offload_total",
         ],
         &mut || {
             let _ = http_once(&lab.client, vip);

@@ -112,7 +112,14 @@ impl Api {
 
     fn vips_of(&self, cfg: &Config) -> Result<Vec<VipView>, ApiError> {
         let snap = self.live.shared().snapshot();
-        view::vips(cfg, self.maps()?, snap.as_ref(), &self.slots).map_err(failed)
+        view::vips(
+            cfg,
+            self.maps()?,
+            snap.as_ref(),
+            &self.slots,
+            self.live.run_dir(),
+        )
+        .map_err(failed)
     }
 
     fn vips(&self) -> Result<Vec<VipView>, ApiError> {
@@ -134,8 +141,14 @@ impl Api {
             at_unix_ms: view::unix_ms(),
             connections: self.counts.get(maps),
             controller: snap.as_ref().map(view::controller),
-            vips: view::vips(&self.live.running(), maps, snap.as_ref(), &self.slots)
-                .map_err(failed)?,
+            vips: view::vips(
+                &self.live.running(),
+                maps,
+                snap.as_ref(),
+                &self.slots,
+                self.live.run_dir(),
+            )
+            .map_err(failed)?,
             counters: view::counters(maps).map_err(failed)?,
             workers: crate::tier::read_workers(self.live.run_dir()),
         })

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -176,7 +177,9 @@ pub fn vips(
     maps: &Maps,
     snap: Option<&Snapshot>,
     slots: &Slots,
+    run_dir: &Path,
 ) -> Result<Vec<VipView>> {
+    let tier_traffic = crate::traffic::Traffic::read(maps, Some(run_dir));
     let ids: HashMap<_, u32> = maps
         .vips()?
         .into_iter()
@@ -209,7 +212,7 @@ pub fn vips(
             .iter()
             .map(|d| {
                 let slot = vip_id.and_then(|id| slots.get(&key(id, d)));
-                let traffic = slot.and_then(|(id, _)| maps.dip_traffic(*id).ok());
+                let traffic = slot.and_then(|(id, _)| tier_traffic.dip(*id).ok());
                 let c = slot.and_then(|(id, _)| from_controller.get(id).copied());
                 let port = d.service_port(v);
                 let weight = slot.map(|(_, s)| s.weight);
@@ -239,7 +242,7 @@ pub fn vips(
                 }
             })
             .collect();
-        let traffic = vip_id.and_then(|id| maps.vip_traffic(id).ok());
+        let traffic = vip_id.and_then(|id| tier_traffic.vip(id).ok());
         let classes = match vip_id {
             Some(id) => maps
                 .active_ranges(id)?

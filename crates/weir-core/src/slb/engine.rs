@@ -99,6 +99,11 @@ impl Slb {
             .unwrap_or_default()
     }
 
+    /// Every VIP's and every DIP slot's traffic, indexed by id and slot.
+    pub fn all_traffic(&self) -> (&[weir_traffic], &[weir_traffic]) {
+        (&self.vip_traffic, &self.dip_traffic)
+    }
+
     /// Packets, bytes and new connections of a DIP slot (`dip_traffic`).
     pub fn dip_traffic(&self, dip: DipId) -> weir_traffic {
         self.dip_traffic
