@@ -27,6 +27,7 @@
 #include "lib/forward.h"
 #include "lib/telemetry.h"
 #include "lib/software.h"
+#include "lib/sync.h"
 
 /* Load-time knobs, set by the loader from the configuration. */
 const volatile __u32 cfg_not_vip_action = WEIR_ACT_PASS;
@@ -131,6 +132,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 		} else {
 			stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
 		}
+		sync_announce(pkt, dip, entry);
 		if (nat) {
 			struct weir_flow_key rkey = {};
 
@@ -260,6 +262,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			stat_inc(WEIR_STAT_CONN_NEW);
 		else
 			stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
+		sync_announce(pkt, dip, &entry);
 		if (nat)
 			install_reverse(ctx, &rev_nat, pkt, dip, vip->vip_id);
 		new_conn = 1;

@@ -71,6 +71,8 @@ pod!(
     weir_kv_req,
     weir_kv_sample,
     weir_kv_server_stats,
+    // weir_sync.h (connection sync)
+    weir_sync_event,
 );
 
 #[cfg(test)]
@@ -104,6 +106,11 @@ mod tests {
         );
         assert_eq!(std::mem::size_of::<weir_kv_req_key>(), 24);
         assert_eq!(std::mem::size_of::<weir_kv_sample>(), 260);
+    }
+
+    #[test]
+    fn sync_sizes_match_the_header_assertions() {
+        assert_eq!(std::mem::size_of::<weir_sync_event>(), 72);
     }
 
     #[test]

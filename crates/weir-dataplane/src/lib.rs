@@ -12,6 +12,8 @@
 //!   cache and counters.
 //! - [`gen`] and [`sink`]: the labs' packet generator (live BPF_PROG_TEST_RUN)
 //!   and the XDP sink that counts what arrives.
+//! - [`sync_events`] reads the connections `weir_lb` announces for
+//!   connection sync (its ring buffer and counters).
 
 pub mod attach;
 pub mod conntrack;
@@ -22,6 +24,7 @@ pub mod loader;
 pub mod maps;
 pub mod minimal;
 pub mod sink;
+pub mod sync_events;
 pub mod testrun;
 pub mod xsk_redirect;
 

@@ -137,6 +137,9 @@ pub struct LoadOptions {
     pub pin_dir: Option<PathBuf>,
     /// Time nat requests in the data plane (`dip_telemetry`, telemetry.h).
     pub passive_telemetry: bool,
+    /// Announce installed connections in `sync_events` (lib/sync.h), for
+    /// connection sync between cluster nodes.
+    pub conn_sync: bool,
 }
 
 impl Default for LoadOptions {
@@ -159,6 +162,7 @@ impl Default for LoadOptions {
             fib_lookup: true,
             pin_dir: None,
             passive_telemetry: false,
+            conn_sync: false,
         }
     }
 }
@@ -247,6 +251,7 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     ro.cfg_fib_lookup = u32::from(opts.fib_lookup);
     ro.cfg_passive_telemetry = u32::from(opts.passive_telemetry);
     ro.cfg_tier = opts.tier.raw();
+    ro.cfg_conn_sync = u32::from(opts.conn_sync);
     let t = opts.timeouts.ticks();
     ro.cfg_timeouts.tcp_half_open = t.tcp_half_open;
     ro.cfg_timeouts.tcp_established = t.tcp_established;
@@ -267,6 +272,7 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
             ("dip_traffic", opts.max_dips),
             ("dip_telemetry", opts.max_dips),
             ("xsks", xsks),
+            ("sync_events", crate::sync_events::ring_size(opts.conn_sync)),
         ])
         .collect();
     let object = open.open_object_mut();

@@ -1,0 +1,298 @@
+//! Connection sync and shared tables against the real data plane (root):
+//! two loaded `weir_lb`s that number their DIPs differently, their sync
+//! nodes talking over UDP in a private network namespace.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use common::*;
+use weir_abi::*;
+use weir_cluster::apply::{apply_record, live_slots};
+use weir_cluster::record::{ClassRecord, TableRecord};
+use weir_cluster::sync::node::{SyncNode, SyncOptions};
+use weir_cluster::sync::wire::{ConnRecord, Encoder, Key, MAX_DATAGRAM};
+use weir_dataplane::loader::ConnTimeouts;
+use weir_dataplane::sync_events::SyncMaps;
+use weir_dataplane::testrun::XdpAction;
+
+fn key() -> Key {
+    Key::new((0..32).collect()).unwrap()
+}
+
+fn sync_of(node: &Node, name: &str, port: u16, budget: u32, announce: bool) -> SyncNode {
+    SyncNode::start(
+        SyncOptions {
+            name: name.into(),
+            key: key(),
+            bind: SocketAddr::from(([127, 0, 0, 1], port)),
+            pin_dir: node.pin_dir.clone(),
+            budget,
+            timeouts: ConnTimeouts::default(),
+        },
+        announce.then(|| SyncMaps::of(&node.lb.skel).unwrap()),
+    )
+    .unwrap()
+}
+
+fn client(i: u32) -> (Ipv4Addr, u16) {
+    (
+        Ipv4Addr::new(10, 9, (i >> 8) as u8, i as u8),
+        40_000 + (i % 1000) as u16,
+    )
+}
+
+/// A's slots: DIP i in slot i - 1; B's: another order, with gaps.
+const A_SLOTS: [(u8, u32); 3] = [(1, 0), (2, 1), (3, 2)];
+const B_SLOTS: [(u8, u32); 3] = [(1, 5), (2, 3), (3, 9)];
+
+#[test]
+fn an_install_is_announced_and_a_peer_installs_it_on_the_same_dip() {
+    in_private_netns(|| {
+        let a = Node::load(true, 4096);
+        let b = Node::load(true, 4096);
+        a.setup(&A_SLOTS);
+        b.setup(&B_SLOTS);
+        let sa = sync_of(&a, "a", 7001, 1000, true);
+        let sb = sync_of(&b, "b", 7002, 1000, true);
+        sa.peers().set(vec![("b".into(), sb.local_addr().unwrap())]);
+        sb.peers().set(vec![("a".into(), sa.local_addr().unwrap())]);
+
+        const N: u32 = 40;
+        for i in 0..N {
+            let (c, p) = client(i);
+            a.connect(c, p);
+        }
+        assert!(
+            wait_for(Duration::from_secs(3), || sb.counters().installed
+                == u64::from(N)),
+            "B installed {:?} of {N}",
+            sb.counters()
+        );
+        let ca = sa.counters();
+        assert_eq!(
+            ca.announced,
+            u64::from(N),
+            "one announcement per install: {ca:?}"
+        );
+        assert_eq!((ca.announce_lost, ca.send_errors), (0, 0));
+        let cb = sb.counters();
+        assert_eq!(cb.dropped(), 0, "{cb:?}");
+        assert_eq!(cb.lag_samples, u64::from(N));
+        assert!(cb.lag_max_us.unwrap() < 1_000_000, "{cb:?}");
+
+        let hits_before = b.stat(WEIR_STAT_CONN_HIT);
+        let new_before = b.stat(WEIR_STAT_CONN_NEW);
+        for i in 0..N {
+            let (c, p) = client(i);
+            let k = flow_key(c, p);
+            let on_a = a.dip_of(&k).expect("A holds its connection");
+            assert_eq!(
+                b.dip_of(&k),
+                Some(on_a),
+                "flow {i}: B pins it to the same DIP"
+            );
+            // The connection's next packet, moved to B, is forwarded by the entry.
+            assert_eq!(b.run(&tcp(c, p, false)), XdpAction::Tx);
+        }
+        assert_eq!(b.stat(WEIR_STAT_CONN_HIT) - hits_before, u64::from(N));
+        assert_eq!(
+            b.stat(WEIR_STAT_CONN_NEW),
+            new_before,
+            "nothing dispatched anew"
+        );
+        // B's own connections are announced back to A, which had none of them.
+        let (c, p) = client(1000);
+        b.connect(c, p);
+        assert!(wait_for(Duration::from_secs(3), || sa.counters().installed == 1));
+        assert_eq!(a.dip_of(&flow_key(c, p)), b.dip_of(&flow_key(c, p)));
+    });
+}
+
+#[test]
+fn bad_datagrams_are_counted_and_a_flood_cannot_evict_established_entries() {
+    in_private_netns(|| {
+        const TABLE: u32 = 1024;
+        const BUDGET: u32 = 256;
+        let b = Node::load(false, TABLE);
+        b.setup(&B_SLOTS);
+        // 500 of B's own established connections.
+        let own: Vec<weir_flow_key> = (0..500)
+            .map(|i| flow_key(Ipv4Addr::new(10, 8, (i >> 8) as u8, i as u8), 50_000))
+            .collect();
+        for k in &own {
+            b.maps
+                .put_conn(k, &weir_dataplane::conntrack::new_entry(5, 1, 1))
+                .unwrap();
+        }
+        let sb = sync_of(&b, "b", 7012, BUDGET, false);
+        let to = sb.local_addr().unwrap();
+        let s = UdpSocket::bind("127.0.0.1:7013").unwrap();
+        let mut peer = Encoder::new(key(), "a", 1);
+        let rec = |i: u32| {
+            let (c, p) = client(i);
+            ConnRecord {
+                key: flow_key(c, p),
+                dip_addr: weir_core::flow::addr_words(dip_addr(2)).0,
+                dip_port: 0,
+                close_flags: 0,
+                idle_us: 10,
+            }
+        };
+        // A flood of valid announcements: far more than B lets peers hold.
+        let flood: Vec<ConnRecord> = (0..2000).map(rec).collect();
+        let grams = peer.conns(&flood, 0);
+        for g in &grams {
+            s.send_to(g, to).unwrap();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let want = flood.len() as u64;
+        assert!(
+            wait_for(Duration::from_secs(5), || sb.counters().received_records
+                == want),
+            "{:?}",
+            sb.counters()
+        );
+        let c = sb.counters();
+        assert_eq!(c.installed, u64::from(BUDGET), "{c:?}");
+        assert_eq!(c.dropped_full, want - u64::from(BUDGET), "{c:?}");
+        assert_eq!(c.peer_entries, u64::from(BUDGET));
+        for k in &own {
+            assert!(
+                b.maps.conn(k).unwrap().is_some(),
+                "an established entry was evicted"
+            );
+        }
+
+        // Bad datagrams: each counted once, none installs anything.
+        let installed = c.installed;
+        let stranger = Key::new(vec![9; 32]).unwrap();
+        s.send_to(
+            &Encoder::new(stranger, "a", 1).conns(&[rec(5000)], 0)[0],
+            to,
+        )
+        .unwrap();
+        s.send_to(&grams[0], to).unwrap();
+        let g = peer.conns(&[rec(5001)], 0).remove(0);
+        s.send_to(&g[..g.len() - 3], to).unwrap();
+        s.send_to(&vec![0u8; MAX_DATAGRAM + 100], to).unwrap();
+        s.send_to(b"not a sync datagram", to).unwrap();
+        assert!(wait_for(Duration::from_secs(3), || sb
+            .counters()
+            .received_datagrams
+            == grams.len() as u64 + 5));
+        let c = sb.counters();
+        assert_eq!(
+            (
+                c.dropped_unauthenticated,
+                c.dropped_replayed,
+                c.dropped_malformed,
+                c.dropped_oversized
+            ),
+            (1, 1, 2, 1),
+            "{c:?}"
+        );
+        assert_eq!(c.installed, installed);
+    });
+}
+
+#[test]
+fn a_joining_node_learns_every_established_connection() {
+    in_private_netns(|| {
+        let a = Node::load(false, 4096);
+        let b = Node::load(false, 4096);
+        a.setup(&A_SLOTS);
+        b.setup(&B_SLOTS);
+        const N: u32 = 300;
+        for i in 0..N {
+            let (c, p) = client(i);
+            a.connect(c, p);
+        }
+        let sa = sync_of(&a, "a", 7021, 4096, false);
+        let sb = sync_of(&b, "b", 7022, 4096, false);
+        sb.peers().set(vec![("a".into(), sa.local_addr().unwrap())]);
+        let started = Instant::now();
+        let r = sb.join(Duration::from_secs(3));
+        assert_eq!(r.from.as_deref(), Some("a"), "{r:?}");
+        assert_eq!((r.total, r.received), (u64::from(N), u64::from(N)), "{r:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert_eq!(sb.counters().installed, u64::from(N));
+        for i in 0..N {
+            let (c, p) = client(i);
+            let k = flow_key(c, p);
+            assert_eq!(b.dip_of(&k), a.dip_of(&k), "flow {i}");
+        }
+        assert_eq!(sa.counters().bulks_served, 1);
+        // Nobody to ask: the join ends empty-handed within its time.
+        let lonely = sync_of(&b, "c", 7023, 10, false);
+        lonely
+            .peers()
+            .set(vec![("x".into(), SocketAddr::from(([127, 0, 0, 1], 7099)))]);
+        let r = lonely.join(Duration::from_millis(300));
+        assert_eq!((r.from, r.total), (None, 0));
+    });
+}
+
+#[test]
+fn nodes_that_apply_the_same_record_dispatch_alike() {
+    let a = Node::load(false, 4096);
+    let b = Node::load(false, 4096);
+    a.setup(&A_SLOTS);
+    b.setup(&B_SLOTS);
+    // B's version word has the parity of the record's: the table must go in
+    // through the other slot first.
+    b.maps
+        .publish_table(0, 4, &weir_core::awfd::AwfdTable::default())
+        .unwrap();
+    let rec = TableRecord {
+        vip: "web".into(),
+        vip_ref: vip_ref(),
+        version: 6,
+        classes: vec![
+            ClassRecord {
+                weight: 3,
+                members: vec![dip_ref(3), dip_ref(1)],
+            },
+            ClassRecord {
+                weight: 1,
+                members: vec![dip_ref(2)],
+            },
+        ],
+        leader: "a".into(),
+        published_unix_ms: 0,
+    };
+    for n in [&a, &b] {
+        assert_eq!(
+            apply_record(&n.maps, 0, &vip_ref(), &rec).unwrap(),
+            weir_cluster::apply::Applied::Done
+        );
+        assert_eq!(n.maps.table_version(0).unwrap(), 6);
+        let slots = live_slots(&n.maps, 0).unwrap();
+        assert_eq!(n.maps.dip(slots[&dip_ref(1)]).unwrap().unwrap().weight, 3);
+        assert_eq!(n.maps.dip(slots[&dip_ref(2)]).unwrap().unwrap().weight, 1);
+    }
+    let mut per_dip: HashMap<String, u32> = HashMap::new();
+    for i in 0..2000 {
+        let (c, p) = client(i);
+        a.connect(c, p);
+        b.connect(c, p);
+        let k = flow_key(c, p);
+        let on_a = a.dip_of(&k).unwrap();
+        assert_eq!(b.dip_of(&k), Some(on_a), "flow {i}");
+        assert_eq!(a.maps.conn(&k).unwrap().unwrap().table_version, 6);
+        *per_dip.entry(on_a.address.to_string()).or_default() += 1;
+    }
+    // Weights 3, 3 and 1 of 7: each DIP gets new connections.
+    assert_eq!(per_dip.len(), 3, "{per_dip:?}");
+    // A record naming a DIP this node does not have is refused, table kept.
+    let mut skewed = rec.clone();
+    skewed.version = 7;
+    skewed.classes[1].members.push(dip_ref(9));
+    assert!(matches!(
+        apply_record(&b.maps, 0, &vip_ref(), &skewed).unwrap(),
+        weir_cluster::apply::Applied::Skewed(_)
+    ));
+    assert_eq!(b.maps.table_version(0).unwrap(), 6);
+}
