@@ -45,8 +45,9 @@ pub struct Config {
     /// Bytes per UMEM frame: a power of two from 2048 to the page size.
     /// The kernel keeps 256 bytes of each for XDP headroom.
     pub frame_size: u32,
-    /// Frames in the UMEM. Enough to fill the fill ring and keep a TX
-    /// ring's worth in flight: twice `ring_size` by default.
+    /// Frames in the UMEM, per socket (a group of n sockets on one queue
+    /// shares a UMEM of n times as many). Enough to fill the fill ring
+    /// and keep a TX ring's worth in flight: twice `ring_size` by default.
     pub frame_count: u32,
     /// Entries in each of the fill, completion, RX and TX rings (power of 2).
     pub ring_size: u32,

@@ -25,8 +25,13 @@
 //! - [`config`]: UMEM geometry, rings, batch size, zero-copy policy,
 //!   need_wakeup, busy polling; validated before anything is allocated.
 //! - [`socket`]: creation and binding (zero-copy where the driver has it,
-//!   copy mode otherwise), the socket's counters and kernel statistics.
-//! - [`poll`]: the data path: [`Socket::poll_once`] and [`Socket::transmit`].
+//!   copy mode otherwise), the socket's counters and kernel statistics;
+//!   [`Socket::group`]: several sockets on one queue sharing a UMEM, one
+//!   per worker the steering program may pick.
+//! - [`poll`]: the data path: [`Socket::poll_once`], or [`Socket::receive`]
+//!   and [`Socket::flush`] for frames kept past a burst; [`Socket::transmit`].
+//! - [`frame`]: a received [`Frame`] held by value, its bytes, and the XDP
+//!   metadata in front of it.
 //! - [`xskmap`]: registration in the steering program's XSKMAP.
 //! - [`cpu`]: pinning a thread to a core.
 //!
@@ -37,8 +42,10 @@
 pub mod config;
 pub mod cpu;
 pub mod error;
+pub mod frame;
 mod iface;
 pub mod poll;
+mod rings;
 pub mod socket;
 mod sockopt;
 pub mod stats;
@@ -47,5 +54,6 @@ pub mod xskmap;
 pub use config::{BusyPoll, Config, Mode};
 pub use cpu::pin_current_thread;
 pub use error::{Error, Result};
+pub use frame::Frame;
 pub use socket::Socket;
 pub use stats::{Counters, Iteration, KernelStats, Verdict};

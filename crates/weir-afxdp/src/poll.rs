@@ -1,87 +1,128 @@
-//! The data path of a socket, for a run-to-completion worker: one poll
-//! (reclaim completions, receive a burst, handle each packet in place,
-//! forward without copying, refill), sending new frames, and the wakeups
+//! The data path of a socket, for a run-to-completion worker: receiving a
+//! burst of frames, sending frames in place or as new packets, giving
+//! frames back, the ring service that recycles them, and the wakeups
 //! need_wakeup and busy polling ask for.
-
-use xsk_rs::FrameDesc;
+//!
+//! Two ways to drive it: [`Socket::poll_once`] runs a handler on each frame
+//! of a burst in place (forward or drop); [`Socket::receive`],
+//! [`Socket::queue_tx`], [`Socket::release`] and [`Socket::flush`] let the
+//! caller keep frames past the burst, hand them to another thread, and
+//! send or release them later through any socket of their group.
 
 use crate::error::Result;
+use crate::frame::Frame;
 use crate::socket::Socket;
 use crate::sockopt;
 use crate::stats::{Iteration, Verdict};
 
-/// sendto() calls one poll may make in copy mode, where each call sends at
-/// most 32 frames (the kernel's TX_BATCH_SIZE): 256 frames a poll.
+/// sendto() calls one flush may make in copy mode, where each call sends
+/// at most 32 frames (the kernel's TX_BATCH_SIZE): 256 frames a flush.
 const MAX_TX_KICKS: u32 = 8;
 
 impl Socket {
-    /// One iteration of a worker loop. Takes up to a batch of packets off
-    /// the RX ring and hands each to `handler` as a mutable slice into the
-    /// UMEM; frames it forwards go to the TX ring as they are (no copy),
-    /// the rest back to the fill ring. Returns the iteration's numbers; it
-    /// is busy if it received anything. Makes a syscall only when the
-    /// kernel asks for one (need_wakeup) or busy polling is on.
+    /// One iteration of a worker loop: receives a burst and hands each
+    /// frame to `handler` as a mutable slice into the UMEM; frames it
+    /// forwards go to the TX ring as they are (no copy), the rest back to
+    /// the fill ring. Returns the iteration's numbers; it is busy if it
+    /// received anything. Makes a syscall only when the kernel asks for one
+    /// (need_wakeup) or busy polling is on.
     pub fn poll_once<F>(&mut self, mut handler: F) -> Result<Iteration>
     where
         F: FnMut(&mut [u8]) -> Verdict,
     {
-        self.reclaim_completions();
-        // SAFETY: rx_batch holds descriptors only; the RX ring hands back
-        // frames of this socket's UMEM, which consume writes into them.
-        let n = unsafe { self.rx.consume(&mut self.rx_batch) };
-        let mut it = Iteration::default();
-        if n == 0 {
-            if self.busy_poll.is_some() || self.fill.needs_wakeup() {
-                self.wake_rx()?;
-            }
-            self.refill();
-            return Ok(it);
-        }
-        it.received = n as u32;
-        if self.busy_poll.is_some() && !self.napi_checked {
-            self.check_napi();
-        }
-        self.tx_batch.clear();
-        for desc in &mut self.rx_batch[..n] {
-            let verdict = {
-                // SAFETY: the kernel handed this frame back on the RX ring,
-                // and no ring or other reference holds it until we post it.
-                let mut data = unsafe { self.umem.data_mut(desc) };
-                handler(data.contents_mut())
-            };
-            match verdict {
-                Verdict::Forward => self.tx_batch.push(*desc),
+        let mut burst = std::mem::take(&mut self.burst);
+        let received = self.receive(&mut burst);
+        let mut it = Iteration {
+            received: burst.len() as u32,
+            ..Iteration::default()
+        };
+        for mut frame in burst.drain(..) {
+            match handler(self.data_mut(&mut frame)) {
+                Verdict::Forward => self.queue_tx(frame),
                 Verdict::Drop => {
-                    self.free.push(*desc);
+                    self.release(frame);
                     it.dropped += 1;
                 }
             }
         }
-        (it.forwarded, it.tx_ring_full) = self.post_tx();
-        self.kick_tx()?;
-        self.refill();
-        self.counters.rx_packets += u64::from(it.received);
-        self.counters.rx_bursts += 1;
-        self.counters.handler_drops += u64::from(it.dropped);
+        self.burst = burst;
+        received?;
+        (it.forwarded, it.tx_ring_full) = self.flush()?;
         Ok(it)
     }
 
-    /// Sends up to `count` new frames (at most a batch, and as many as there
-    /// are free frames and TX ring slots). `write` gets each frame's whole
-    /// buffer and returns the packet's length; 0 keeps the frame unsent.
-    /// Returns how many frames went on the TX ring.
+    /// Takes up to a batch of received frames off the RX ring and appends
+    /// them to `burst`; returns how many. An empty poll wakes the kernel if
+    /// it asked (or busy polls) and services the group's rings if no other
+    /// socket of the group is at it.
+    pub fn receive(&mut self, burst: &mut Vec<Frame>) -> Result<usize> {
+        // SAFETY: rx_batch holds descriptors only; the RX ring hands back
+        // frames of this socket's UMEM, which consume writes into them.
+        let n = unsafe { self.rx.consume(&mut self.rx_batch) };
+        if n == 0 {
+            self.service_rings(false);
+            if self.busy_poll.is_some() || self.rx_wakeup {
+                self.wake_rx()?;
+            }
+            return Ok(0);
+        }
+        if self.busy_poll.is_some() && !self.napi_checked {
+            self.check_napi();
+        }
+        let group = self.group;
+        burst.extend(self.rx_batch[..n].iter().map(|&desc| Frame { desc, group }));
+        self.counters.rx_packets += n as u64;
+        self.counters.rx_bursts += 1;
+        Ok(n)
+    }
+
+    /// Puts `frame` on the TX ring at the next [`Socket::flush`], as it is.
+    /// Any socket of the frame's group may send it, on its own queue.
+    ///
+    /// # Panics
+    /// If `frame` belongs to another group.
+    pub fn queue_tx(&mut self, frame: Frame) {
+        assert!(self.owns(&frame), "queue_tx: a frame of another UMEM");
+        self.tx_batch.push(frame.desc);
+    }
+
+    /// Gives `frame` back to the group: it goes to the fill ring at the
+    /// next ring service.
+    ///
+    /// # Panics
+    /// If `frame` belongs to another group.
+    pub fn release(&mut self, frame: Frame) {
+        assert!(self.owns(&frame), "release: a frame of another UMEM");
+        self.done.push(frame.desc);
+        self.counters.released += 1;
+    }
+
+    /// Sends what [`Socket::queue_tx`] queued: puts it on the TX ring
+    /// (what does not fit is dropped and counted), kicks the kernel when it
+    /// asks, and services the group's rings. Returns (sent, dropped).
+    pub fn flush(&mut self) -> Result<(u32, u32)> {
+        let counts = self.post_tx();
+        self.kick_tx()?;
+        self.service_rings(true);
+        Ok(counts)
+    }
+
+    /// Sends up to `count` new frames (at most a batch, and as many as
+    /// there are free frames and TX ring slots). `write` gets each frame's
+    /// whole buffer and returns the packet's length; 0 keeps the frame
+    /// unsent. Returns how many frames went on the TX ring.
     pub fn transmit<F>(&mut self, count: usize, mut write: F) -> Result<usize>
     where
         F: FnMut(&mut [u8]) -> usize,
     {
-        self.reclaim_completions();
-        let want = count.min(self.batch).min(self.free.len());
-        let n = want.min(self.tx.nb_free(want as u32) as usize);
-        self.tx_batch.clear();
-        for _ in 0..n {
-            let Some(mut desc) = self.free.pop() else {
-                break;
-            };
+        let want = count.min(self.batch);
+        let want = want.min(self.tx.nb_free(want as u32) as usize);
+        let mut frames = std::mem::take(&mut self.spare);
+        self.rings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_free(want, &mut frames);
+        for mut desc in frames.drain(..) {
             let len = {
                 // SAFETY: a free frame is in no ring and referenced nowhere else.
                 let mut data = unsafe { self.umem.data_mut(&mut desc) };
@@ -97,30 +138,33 @@ impl Socket {
                 len
             };
             if len == 0 {
-                self.free.push(desc);
+                self.done.push(desc);
             } else {
                 self.tx_batch.push(desc);
             }
         }
+        self.spare = frames;
         let (sent, _) = self.post_tx();
         self.kick_tx()?;
+        self.service_rings(true);
         Ok(sent as usize)
     }
 
-    /// Puts `tx_batch` on the TX ring; frames that do not fit are dropped
-    /// back to the free list. Returns (sent, dropped).
+    /// Puts `tx_batch` on the TX ring; frames that do not fit go back to
+    /// the group. Returns (sent, dropped).
     fn post_tx(&mut self) -> (u32, u32) {
         let want = self.tx_batch.len();
         if want == 0 {
             return (0, 0);
         }
         let room = want.min(self.tx.nb_free(want as u32) as usize);
-        // SAFETY: these frames are this UMEM's and ours alone (just received
-        // or free): in no ring, referenced nowhere else. Reservation is all
-        // or nothing, so `produced` is 0 or `room`.
+        // SAFETY: these frames are this UMEM's and the caller's alone
+        // (received, kept or free): in no ring, referenced nowhere else.
+        // Reservation is all or nothing, so `produced` is 0 or `room`.
         let produced = unsafe { self.tx.produce(&self.tx_batch[..room]) };
-        self.free.extend_from_slice(&self.tx_batch[produced..]);
-        self.tx_outstanding += produced as u32;
+        self.done.extend_from_slice(&self.tx_batch[produced..]);
+        self.tx_batch.clear();
+        self.tx_posted += produced as u32;
         let dropped = (want - produced) as u64;
         self.counters.tx_packets += produced as u64;
         self.counters.tx_ring_full += dropped;
@@ -143,7 +187,7 @@ impl Socket {
             self.counters.tx_wakeups += 1;
             sockopt::wake_tx(self.fd()).map_err(|e| self.socket_error("sendto (TX wakeup)", e))?;
             // Completions free room the kernel needs to send more.
-            self.reclaim_completions();
+            self.service_rings(true);
             if self.zero_copy {
                 break;
             }
@@ -170,37 +214,5 @@ impl Socket {
     fn wake_rx(&mut self) -> Result<()> {
         self.counters.rx_wakeups += 1;
         sockopt::wake_rx(self.fd()).map_err(|e| self.socket_error("recvfrom (RX wakeup)", e))
-    }
-
-    /// Takes sent frames back from the completion ring into the free list.
-    fn reclaim_completions(&mut self) {
-        if self.tx_outstanding == 0 {
-            return;
-        }
-        let start = self.free.len();
-        // Within capacity: the free list can hold every frame of the UMEM.
-        self.free
-            .resize(start + self.tx_outstanding as usize, FrameDesc::default());
-        // SAFETY: the completion ring returns frames of this UMEM that we
-        // sent; consume only writes the descriptors.
-        let n = unsafe { self.comp.consume(&mut self.free[start..]) };
-        self.free.truncate(start + n);
-        self.tx_outstanding -= n as u32;
-    }
-
-    /// Gives free frames to the fill ring, as many as it has room for.
-    pub(crate) fn refill(&mut self) {
-        let have = self.free.len();
-        if have == 0 {
-            return;
-        }
-        let n = have.min(self.fill.nb_free(have as u32) as usize);
-        if n == 0 {
-            return;
-        }
-        // SAFETY: free frames are this UMEM's, in no ring, referenced
-        // nowhere else. Reservation is all or nothing.
-        let produced = unsafe { self.fill.produce(&self.free[have - n..]) };
-        self.free.truncate(have - produced);
     }
 }

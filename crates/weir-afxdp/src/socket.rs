@@ -1,10 +1,15 @@
-//! Creating a socket: checks, the UMEM, binding (zero-copy first where
-//! asked, copy mode as the fallback), busy polling, the first fill.
+//! Creating sockets: checks, the UMEM, binding (zero-copy first where
+//! asked, copy mode as the fallback), busy polling, the first fill. One
+//! socket, or a group of sockets on one (interface, queue) that share a
+//! UMEM (XDP_SHARED_UMEM), one for each worker the steering program may
+//! pick for that queue.
 
 use std::ffi::CString;
 use std::io;
 use std::num::NonZeroU32;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use xsk_rs::config::{BindFlags, FrameSize, LibxdpFlags, QueueSize, SocketConfig, UmemConfig};
@@ -12,16 +17,24 @@ use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
 
 use crate::config::{BusyPoll, Config, Mode};
 use crate::error::{bind_hint, umem_hint, Error, Result};
+use crate::frame::{Frame, GroupId};
 use crate::iface::Interface;
+use crate::rings::Rings;
 use crate::sockopt;
 use crate::stats::{Counters, KernelStats};
 
-/// An AF_XDP socket bound to one (interface, queue), with a UMEM of its own
-/// and its four rings. One worker thread owns it and polls it.
+/// An AF_XDP socket bound to one (interface, queue), with its RX and TX
+/// rings. The UMEM and its fill and completion rings belong to the
+/// socket's group: the sockets bound to the same (interface, queue) from
+/// one [`Socket::group`] call (a group of one for [`Socket::new`]). One
+/// thread owns a socket and polls it; the group's rings are shared behind
+/// a lock each socket takes once per burst.
 ///
-/// Every UMEM frame is in exactly one place: the free list, the fill ring,
-/// the RX ring, a batch being handled, or the TX ring until the completion
-/// ring returns it. That is what makes the in-place access safe.
+/// Every UMEM frame is in exactly one place: the group's free list or a
+/// socket's cache of frames to give back, the fill ring, a socket's RX
+/// ring, a [`Frame`] some thread holds, or a socket's TX ring until the
+/// completion ring returns it. That is what makes the in-place access
+/// safe.
 pub struct Socket {
     pub(crate) iface: Interface,
     pub(crate) queue: u32,
@@ -32,16 +45,29 @@ pub struct Socket {
     /// Whether the NAPI context busy polling needs has been looked at.
     pub(crate) napi_checked: bool,
     pub(crate) umem: Umem,
-    pub(crate) fill: FillQueue,
-    pub(crate) comp: CompQueue,
+    pub(crate) group: GroupId,
+    /// The UMEM's address: metadata in front of a packet is read through it.
+    pub(crate) umem_base: usize,
+    pub(crate) umem_len: usize,
+    pub(crate) frame_size: usize,
+    pub(crate) rings: Arc<Mutex<Rings>>,
     pub(crate) rx: RxQueue,
     pub(crate) tx: TxQueue,
-    /// Frames user space holds that are in no ring.
-    pub(crate) free: Vec<FrameDesc>,
+    /// Frames this socket is done with, given back to the group's free
+    /// list at the next ring service.
+    pub(crate) done: Vec<FrameDesc>,
+    /// Descriptors of the last RX burst.
     pub(crate) rx_batch: Vec<FrameDesc>,
+    /// Frames to put on the TX ring at the next flush.
     pub(crate) tx_batch: Vec<FrameDesc>,
-    /// Frames put on the TX ring and not yet back from the completion ring.
-    pub(crate) tx_outstanding: u32,
+    /// Free frames [`Socket::transmit`] writes new packets into.
+    pub(crate) spare: Vec<FrameDesc>,
+    /// Frames put on the TX ring since the last ring service.
+    pub(crate) tx_posted: u32,
+    /// Whether the kernel asked for an RX wakeup at the last ring service.
+    pub(crate) rx_wakeup: bool,
+    /// Scratch of [`Socket::poll_once`].
+    pub(crate) burst: Vec<Frame>,
     pub(crate) counters: Counters,
 }
 
@@ -52,69 +78,126 @@ const _: () = {
     send::<Socket>();
 };
 
+/// Groups are told apart by a number, so a frame is only ever sent or
+/// given back by a socket of its own UMEM.
+static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
+
 impl Socket {
-    /// Creates a socket on `iface` queue `queue`. The socket receives
-    /// nothing until it is registered in the XSKMAP of an XDP program
-    /// attached to `iface` (see [`Socket::register`]).
+    /// Creates a socket on `iface` queue `queue` with a UMEM of its own
+    /// (`frame_count` frames). The socket receives nothing until it is
+    /// registered in the XSKMAP of an XDP program attached to `iface` (see
+    /// [`Socket::register`]).
     pub fn new(iface: &str, queue: u32, config: &Config) -> Result<Socket> {
+        let mut group = Socket::group(iface, queue, config, 1)?;
+        Ok(group.pop().expect("a group of one"))
+    }
+
+    /// Creates `count` sockets on `iface` queue `queue` that share one UMEM
+    /// of `count * frame_count` frames and its fill and completion rings
+    /// (XDP_SHARED_UMEM): an XDP program may hand a packet of that queue
+    /// to any of them, and any of them may send a frame another received.
+    /// The first binds in the configured mode; the others share its
+    /// binding (the kernel takes no mode for a shared socket).
+    pub fn group(iface: &str, queue: u32, config: &Config, count: usize) -> Result<Vec<Socket>> {
         config.validate()?;
+        if count == 0 {
+            return Err(Error::Config(
+                "a socket group needs at least one socket".into(),
+            ));
+        }
         let iface = Interface::by_name(iface)?;
         iface.check_queue(queue)?;
-        let (umem, frames) = create_umem(&iface, queue, config)?;
-        let (tx, rx, rings) = bind(&umem, &iface, queue, config)?;
-        let fd = rx.fd().as_raw_fd();
-        let socket_err = |what, source| Error::Socket {
-            what,
-            iface: iface.name.clone(),
-            queue,
-            source,
-        };
-        // A UMEM of its own always gets its own fill and completion rings.
-        let (fill, comp) = rings.ok_or_else(|| {
-            socket_err(
-                "libxdp returned no fill and completion rings",
-                io::Error::other("unexpected shared UMEM context"),
-            )
-        })?;
-        let zero_copy =
-            sockopt::zero_copy(fd).map_err(|e| socket_err("reading the bound mode", e))?;
-        let busy_poll = config
-            .busy_poll
-            .and_then(|bp| match sockopt::set_busy_poll(fd, bp) {
-                Ok(()) => Some(bp),
-                Err(e) => {
-                    eprintln!(
-                        "weir-afxdp: {} queue {queue}: busy polling unavailable ({e}); \
-                         polling without it",
-                        iface.name
-                    );
-                    None
+        let frame_count = u32::try_from(count)
+            .ok()
+            .and_then(|n| n.checked_mul(config.frame_count))
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "{count} sockets of {} frames each are more frames than a UMEM can hold",
+                    config.frame_count
+                ))
+            })?;
+        let (umem, frames) = create_umem(&iface, queue, config, frame_count)?;
+        let group = NEXT_GROUP.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: data() of a frame of this UMEM; its length is 0, so
+        // nothing is read: only the address is taken.
+        let first = unsafe { umem.data(&frames[0]) }.contents().as_ptr() as usize;
+        let umem_base = first - frames[0].addr();
+        let mut queues = Vec::with_capacity(count);
+        let mut rings = None;
+        for i in 0..count {
+            let (tx, rx, fc) = bind(&umem, &iface, queue, config)?;
+            match (i, fc) {
+                (0, Some((fill, comp))) => rings = Some((fill, comp)),
+                (0, None) | (_, Some(_)) => {
+                    return Err(Error::Socket {
+                        what: "sharing the UMEM",
+                        iface: iface.name.clone(),
+                        queue,
+                        source: io::Error::other(
+                            "libxdp handed out the fill and completion rings unexpectedly",
+                        ),
+                    })
                 }
-            });
+                (_, None) => {}
+            }
+            queues.push((tx, rx));
+        }
+        let (fill, comp) = rings.expect("the first socket's rings");
+        let zero_copy =
+            sockopt::zero_copy(queues[0].1.fd().as_raw_fd()).map_err(|e| Error::Socket {
+                what: "reading the bound mode",
+                iface: iface.name.clone(),
+                queue,
+                source: e,
+            })?;
+        let rings = Arc::new(Mutex::new(Rings::new(fill, comp, frames)));
         let batch = config.batch_size as usize;
-        let mut free = Vec::with_capacity(frames.len());
-        free.extend(frames);
-        let mut socket = Socket {
-            iface,
-            queue,
-            batch,
-            ring_size: config.ring_size,
-            zero_copy,
-            busy_poll,
-            napi_checked: false,
-            umem,
-            fill,
-            comp,
-            rx,
-            tx,
-            free,
-            rx_batch: vec![FrameDesc::default(); batch],
-            tx_batch: Vec::with_capacity(batch),
-            tx_outstanding: 0,
-            counters: Counters::default(),
-        };
-        socket.refill();
-        Ok(socket)
+        let mut sockets: Vec<Socket> = queues
+            .into_iter()
+            .map(|(tx, rx)| Socket {
+                iface: iface.clone(),
+                queue,
+                batch,
+                ring_size: config.ring_size,
+                zero_copy,
+                busy_poll: None,
+                napi_checked: false,
+                umem: umem.clone(),
+                group: GroupId(group),
+                umem_base,
+                umem_len: frame_count as usize * config.frame_size as usize,
+                frame_size: config.frame_size as usize,
+                rings: rings.clone(),
+                rx,
+                tx,
+                done: Vec::with_capacity(config.frame_count as usize),
+                rx_batch: vec![FrameDesc::default(); batch],
+                tx_batch: Vec::with_capacity(batch),
+                spare: Vec::with_capacity(batch),
+                tx_posted: 0,
+                rx_wakeup: false,
+                burst: Vec::with_capacity(batch),
+                counters: Counters::default(),
+            })
+            .collect();
+        for s in &mut sockets {
+            s.busy_poll = config.busy_poll.and_then(|bp| s.try_busy_poll(bp));
+        }
+        sockets[0].service_rings(true);
+        Ok(sockets)
+    }
+
+    fn try_busy_poll(&self, bp: BusyPoll) -> Option<BusyPoll> {
+        match sockopt::set_busy_poll(self.fd(), bp) {
+            Ok(()) => Some(bp),
+            Err(e) => {
+                eprintln!(
+                    "weir-afxdp: {} queue {}: busy polling unavailable ({e}); polling without it",
+                    self.iface.name, self.queue
+                );
+                None
+            }
+        }
     }
 
     pub fn interface(&self) -> &str {
@@ -179,19 +262,24 @@ impl Socket {
     }
 }
 
-/// Maps and registers the UMEM, refusing up front one larger than the
-/// machine's memory (it is populated and pinned whole).
-fn create_umem(iface: &Interface, queue: u32, config: &Config) -> Result<(Umem, Vec<FrameDesc>)> {
+/// Maps and registers a UMEM of `frame_count` frames, refusing up front
+/// one larger than the machine's memory (it is populated and pinned whole).
+fn create_umem(
+    iface: &Interface,
+    queue: u32,
+    config: &Config,
+    frame_count: u32,
+) -> Result<(Umem, Vec<FrameDesc>)> {
     let fail = |cause: String, errno: Option<i32>| Error::Umem {
         iface: iface.name.clone(),
         queue,
-        frame_count: config.frame_count,
+        frame_count,
         frame_size: config.frame_size,
         cause,
         hint: umem_hint(errno),
     };
     let memory = physical_memory();
-    if config.umem_bytes() > memory {
+    if u64::from(frame_count) * u64::from(config.frame_size) > memory {
         return Err(fail(
             format!(
                 "that is more than this machine's memory ({} MiB)",
@@ -208,7 +296,7 @@ fn create_umem(iface: &Interface, queue: u32, config: &Config) -> Result<(Umem, 
         .comp_queue_size(ring)
         .build()
         .map_err(|e| fail(e.to_string(), None))?;
-    let frames = NonZeroU32::new(config.frame_count).expect("validated: frame_count > 0");
+    let frames = NonZeroU32::new(frame_count).expect("validated: frame_count > 0");
     Umem::new(umem_config, frames, false).map_err(|e| {
         let os = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<io::Error>());
         let cause = match os {
@@ -235,8 +323,11 @@ const BUSY_QUEUE_RETRY: Duration = Duration::from_millis(5);
 
 type Queues = (TxQueue, RxQueue, Option<(FillQueue, CompQueue)>);
 
-/// Binds in the mode asked for. `Auto` tries zero-copy and, where the
-/// driver refuses it, binds in copy mode and says so.
+/// Binds a socket of `umem` in the mode asked for. `Auto` tries zero-copy
+/// and, where the driver refuses it, binds in copy mode and says so. A
+/// second socket on the same (interface, queue) and UMEM shares the first
+/// one's binding: libxdp binds it with XDP_SHARED_UMEM alone, and returns
+/// no fill and completion rings for it.
 fn bind(umem: &Umem, iface: &Interface, queue: u32, config: &Config) -> Result<Queues> {
     let attempt = |zero_copy: bool, mode: &'static str| -> Result<Queues> {
         let mut flags = if zero_copy {
@@ -256,8 +347,8 @@ fn bind(umem: &Umem, iface: &Interface, queue: u32, config: &Config) -> Result<Q
             .bind_flags(flags)
             .build();
         let name = CString::new(iface.name.as_str()).expect("checked: no NUL in the name");
-        // SAFETY: the UMEM is this socket's alone, and libxdp's program
-        // loading is inhibited, which is what xsk-rs asks of a caller.
+        // SAFETY: libxdp's program loading is inhibited, which is what
+        // xsk-rs asks of a caller that shares a UMEM on one queue.
         unsafe {
             xsk_rs::Socket::new(
                 socket_config,

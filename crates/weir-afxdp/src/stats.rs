@@ -41,8 +41,10 @@ pub struct Counters {
     pub rx_bursts: u64,
     /// Frames put on the TX ring (forwarded and newly transmitted).
     pub tx_packets: u64,
-    /// Frames the handler dropped.
-    pub handler_drops: u64,
+    /// Frames given back unsent: the handler's drops, [`Socket::release`].
+    ///
+    /// [`Socket::release`]: crate::Socket::release
+    pub released: u64,
     /// Frames to send that found the TX ring full, dropped by the worker.
     pub tx_ring_full: u64,
     /// recvfrom() calls made because need_wakeup or busy polling asked.

@@ -151,7 +151,7 @@ fn check_counters(r: &WorkerReport) {
     let c = r.counters;
     assert_eq!(c.rx_packets, sent + DROPS as u64, "{c:?}");
     assert_eq!(c.tx_packets, sent, "{c:?}");
-    assert_eq!(c.handler_drops, DROPS as u64, "{c:?}");
+    assert_eq!(c.released, DROPS as u64, "{c:?}");
     assert_eq!(c.tx_ring_full, 0, "{c:?}");
     assert!(c.rx_bursts >= 1 && c.rx_bursts <= c.rx_packets, "{c:?}");
     // Copy mode sends in sendto(): at least one per burst that forwarded.
