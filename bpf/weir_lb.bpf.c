@@ -317,7 +317,7 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 	return to_dip(ctx, pkt, vip, dip, dip_id, 0, 1);
 miss:
 	stat_inc(WEIR_STAT_CONN_MISS);
-	return to_software(ctx);
+	return to_software(ctx, pkt, cfg_hash_seed);
 }
 
 static __always_inline int reverse_nat(struct xdp_md *ctx, struct packet *pkt,
@@ -373,7 +373,7 @@ static __noinline int reply_without_state(struct xdp_md *ctx, const struct packe
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		if (cfg_tier != WEIR_TIER_XDP)
-			return to_software(ctx);
+			return to_software(ctx, pkt, cfg_hash_seed);
 		stat_inc(WEIR_STAT_DROP_REPLY_NO_STATE);
 		return XDP_DROP;
 	}
@@ -418,7 +418,7 @@ int weir_lb(struct xdp_md *ctx)
 	vip = bpf_map_lookup_elem(&vips, &vkey);
 	if (vip) {
 		if (cfg_tier == WEIR_TIER_SOFTWARE)
-			return to_software(ctx);
+			return to_software(ctx, &pkt, cfg_hash_seed);
 		if (cfg_tier == WEIR_TIER_HYBRID)
 			return fast_path(ctx, &pkt, vip);
 		return balance(ctx, &pkt, vip);

@@ -34,9 +34,36 @@
 			      * workers the rest (HNLB) */
 
 /* The software tier's AF_XDP sockets sit in the XSKMAP `xsks` at
- * xsk_slot * WEIR_MAX_QUEUES + RX queue, xsk_slot being the interface's
- * (weir_iface). A packet from a queue at or past this bound finds no worker. */
+ * (xsk_slot * WEIR_MAX_QUEUES + RX queue) * workers + worker, xsk_slot being
+ * the interface's (weir_iface): every worker has a socket on every queue.
+ * A packet from a queue at or past this bound finds no worker. */
 #define WEIR_MAX_QUEUES 256
+
+/* How XDP picks a worker (rodata cfg_dist_mode; weir_core::distribution). */
+#define WEIR_DIST_FLOW 0     /* the home worker of the flow hash's bucket */
+#define WEIR_DIST_SPRAY 1    /* round robin per packet, numbered for the reorder stage */
+#define WEIR_DIST_ADAPTIVE 2 /* home, or the bucket's workers in `dist_sets`, numbered */
+/* Workers one bucket is spread over at most (weir_core MAX_SPREAD). */
+#define WEIR_MAX_SPREAD 16
+
+/* What XDP puts in front of a packet it hands to a worker, when there are
+ * several (bpf_xdp_adjust_meta): the packet's number in the ingress order of
+ * its (interface, queue), which the reorder stage restores before transmit. */
+struct weir_xsk_meta {
+	__u32 seq;
+	__u32 mark; /* WEIR_XSK_META_NUMBERED: seq is the packet's; else no number */
+};
+_Static_assert(sizeof(struct weir_xsk_meta) == 8, "weir_xsk_meta size");
+#define WEIR_XSK_META_NUMBERED 0x7165736eu   /* "nseq" */
+#define WEIR_XSK_META_UNNUMBERED 0x7165735fu /* "_seq" */
+
+/* A bucket's workers in adaptive mode (map `dist_sets`): a packet numbered
+ * seq goes to ids[seq % len]; len 0 or 1 means the bucket's home worker. */
+struct weir_worker_set {
+	__u16 len;
+	__u16 ids[WEIR_MAX_SPREAD];
+};
+_Static_assert(sizeof(struct weir_worker_set) == 34, "weir_worker_set size");
 
 /* What a TCP packet that misses the connection table and is not a SYN does. */
 #define WEIR_NONSYN_DISPATCH 0 /* dispatch like a new flow and install it */

@@ -102,8 +102,8 @@ struct {
 	__type(value, struct weir_class_members);
 } class_members SEC(".maps");
 
-/* The software tier's AF_XDP sockets, at xsk_slot * WEIR_MAX_QUEUES + RX
- * queue (weir_iface.xsk_slot); sized by the loader for the interfaces. */
+/* The software tier's AF_XDP sockets, at (xsk_slot * WEIR_MAX_QUEUES + RX
+ * queue) * workers + worker (weir.h); sized by the loader. */
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
 	__uint(max_entries, WEIR_MAX_QUEUES);

@@ -60,6 +60,8 @@ pod!(
     weir_class_key,
     weir_iface,
     weir_traffic,
+    weir_xsk_meta,
+    weir_worker_set,
     // weir_kv.h (the memcached switch)
     weir_kv_server,
     weir_kv_point,

@@ -62,6 +62,48 @@ impl Tier {
     }
 }
 
+/// How XDP hands packets to the software tier's workers (software.h; the
+/// twin of `weir_core::distribution::Steering`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workers {
+    /// Workers, each with a socket on every queue (1..=WEIR_MAX_QUEUES).
+    pub count: u32,
+    pub mode: DistMode,
+    /// Buckets of the flow hash: a power of two, at least `count`.
+    pub buckets: u32,
+    /// Spray and adaptive spread non-TCP packets too.
+    pub spread_all: bool,
+}
+
+impl Default for Workers {
+    fn default() -> Self {
+        Workers {
+            count: 1,
+            mode: DistMode::Flow,
+            buckets: 4096,
+            spread_all: false,
+        }
+    }
+}
+
+/// Distribution modes (weir.h WEIR_DIST_*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DistMode {
+    Flow,
+    Spray,
+    Adaptive,
+}
+
+impl DistMode {
+    fn raw(self) -> u32 {
+        match self {
+            DistMode::Flow => weir_abi::WEIR_DIST_FLOW,
+            DistMode::Spray => weir_abi::WEIR_DIST_SPRAY,
+            DistMode::Adaptive => weir_abi::WEIR_DIST_ADAPTIVE,
+        }
+    }
+}
+
 /// Idle timeouts of connection entries, by state (conntrack.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnTimeouts {
@@ -119,8 +161,10 @@ pub struct LoadOptions {
     /// in the hybrid tier.
     pub fast_table_size: u32,
     /// Interfaces the program serves: each has WEIR_MAX_QUEUES slots for
-    /// workers' sockets in `xsks` (software and hybrid tiers).
+    /// every worker's sockets in `xsks` (software and hybrid tiers).
     pub interfaces: u32,
+    /// The software tier's workers (software and hybrid tiers).
+    pub workers: Workers,
     /// Idle timeouts of connection entries by state.
     pub timeouts: ConnTimeouts,
     pub max_vips: u32,
@@ -150,6 +194,7 @@ impl Default for LoadOptions {
             half_open_capacity: 1 << 18,
             fast_table_size: 8192,
             interfaces: 1,
+            workers: Workers::default(),
             timeouts: ConnTimeouts::default(),
             max_vips: 256,
             max_dips: 4096,
@@ -251,6 +296,17 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     ro.cfg_fib_lookup = u32::from(opts.fib_lookup);
     ro.cfg_passive_telemetry = u32::from(opts.passive_telemetry);
     ro.cfg_tier = opts.tier.raw();
+    let w = &opts.workers;
+    if w.count == 0 || w.count > weir_abi::WEIR_MAX_QUEUES {
+        bail!("workers: {} (1 to {})", w.count, weir_abi::WEIR_MAX_QUEUES);
+    }
+    if !w.buckets.is_power_of_two() || w.buckets < w.count {
+        bail!("distribution buckets: {} (a power of two, at least the workers)", w.buckets);
+    }
+    ro.cfg_workers = w.count;
+    ro.cfg_dist_mode = w.mode.raw();
+    ro.cfg_dist_buckets = w.buckets;
+    ro.cfg_spray_all = u32::from(w.spread_all);
     ro.cfg_conn_sync = u32::from(opts.conn_sync);
     let t = opts.timeouts.ticks();
     ro.cfg_timeouts.tcp_half_open = t.tcp_half_open;
@@ -259,12 +315,22 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     ro.cfg_timeouts.tcp_closed = t.tcp_closed;
     ro.cfg_timeouts.udp = t.udp;
 
-    let xsks = match opts.tier {
+    let queues = match opts.tier {
         Tier::Xdp => 1,
         Tier::Software | Tier::Hybrid => opts
             .interfaces
             .checked_mul(weir_abi::WEIR_MAX_QUEUES)
             .context("too many interfaces for the workers' socket map xsks")?,
+    };
+    let xsks = queues
+        .checked_mul(w.count)
+        .context("too many interfaces and workers for the socket map xsks")?;
+    // Numbers and buckets only where they are read.
+    let seq = if w.count > 1 { queues } else { 1 };
+    let buckets = if w.mode == DistMode::Adaptive {
+        w.buckets
+    } else {
+        1
     };
     let want: Vec<(&str, u32)> = sizes(opts)
         .into_iter()
@@ -272,6 +338,9 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
             ("dip_traffic", opts.max_dips),
             ("dip_telemetry", opts.max_dips),
             ("xsks", xsks),
+            ("xsk_seq", seq),
+            ("dist_sets", buckets),
+            ("dist_packets", buckets),
             ("sync_events", crate::sync_events::ring_size(opts.conn_sync)),
         ])
         .collect();

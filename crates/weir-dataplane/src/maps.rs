@@ -34,24 +34,35 @@ pub struct Maps {
     /// The software tier's AF_XDP sockets; only on a loaded program (a
     /// socket lives as long as the process that made it).
     pub xsks: Option<MapHandle>,
+    /// Adaptive distribution: each bucket's workers (`dist_sets`) and the
+    /// packets per bucket and CPU (`dist_packets`); only on a loaded program.
+    pub dist: Option<(MapHandle, MapHandle)>,
+    /// The workers the loaded program distributes to (its `cfg_workers`).
+    workers: u32,
 }
 
 fn handle(map: &libbpf_rs::Map<'_>) -> Result<MapHandle> {
     MapHandle::try_from(map).context("duplicating a map handle")
 }
 
-/// Where the socket for RX queue `queue` of the interface in `xsk_slot`
-/// sits in `xsks` (weir.h: slot * WEIR_MAX_QUEUES + queue).
-pub fn xsk_index(xsk_slot: u32, queue: u32) -> Result<u32> {
+/// Where worker `worker`'s socket for RX queue `queue` of the interface in
+/// `xsk_slot` sits in `xsks` (weir.h: (slot * WEIR_MAX_QUEUES + queue) *
+/// workers + worker).
+pub fn xsk_index(xsk_slot: u32, queue: u32, worker: u32, workers: u32) -> Result<u32> {
     if queue >= WEIR_MAX_QUEUES {
         bail!(
             "RX queue {queue}: weir steers the first {WEIR_MAX_QUEUES} queues of an interface to \
              workers; reduce the interface's queues (ethtool -L)"
         );
     }
+    if worker >= workers {
+        bail!("worker {worker}: the program was loaded for {workers} workers");
+    }
     xsk_slot
         .checked_mul(WEIR_MAX_QUEUES)
         .and_then(|base| base.checked_add(queue))
+        .and_then(|q| q.checked_mul(workers))
+        .and_then(|q| q.checked_add(worker))
         .with_context(|| format!("interface slot {xsk_slot} is out of range"))
 }
 
@@ -119,6 +130,8 @@ impl Maps {
             dip_telemetry: handle(&m.dip_telemetry)?,
             ifaces: Some((handle(&m.tx_ports)?, handle(&m.ifaces)?)),
             xsks: Some(handle(&m.xsks)?),
+            dist: Some((handle(&m.dist_sets)?, handle(&m.dist_packets)?)),
+            workers: m.rodata_data.as_ref().map_or(1, |r| r.cfg_workers),
         })
     }
 
@@ -150,6 +163,8 @@ impl Maps {
             dip_telemetry: open("dip_telemetry")?,
             ifaces: None,
             xsks: None,
+            dist: None,
+            workers: 1,
         })
     }
 
@@ -307,29 +322,61 @@ impl Maps {
             .with_context(|| format!("adding ifindex {ifindex} to ifaces"))
     }
 
-    /// Puts a worker's AF_XDP socket where the program sends the packets
-    /// of RX queue `queue` of the interface in `xsk_slot`. The kernel takes
-    /// a socket out of the map when it closes.
-    pub fn put_worker(&self, xsk_slot: u32, queue: u32, socket: &impl AsRawFd) -> Result<()> {
+    /// The workers the loaded program distributes packets to.
+    pub fn workers(&self) -> u32 {
+        self.workers
+    }
+
+    /// Puts worker `worker`'s AF_XDP socket where the program sends that
+    /// worker's packets of RX queue `queue` of the interface in `xsk_slot`.
+    /// The kernel takes a socket out of the map when it closes.
+    pub fn put_worker(
+        &self,
+        xsk_slot: u32,
+        queue: u32,
+        worker: u32,
+        socket: &impl AsRawFd,
+    ) -> Result<()> {
         let xsks = self
             .xsks
             .as_ref()
             .context("the socket map xsks belongs to the process that loaded the program")?;
-        let index = xsk_index(xsk_slot, queue)?;
+        let index = xsk_index(xsk_slot, queue, worker, self.workers)?;
         if index >= xsks.max_entries() {
             bail!(
                 "interface slot {xsk_slot} is past the {} interfaces the program was loaded for",
-                xsks.max_entries() / WEIR_MAX_QUEUES
+                xsks.max_entries() / WEIR_MAX_QUEUES / self.workers
             );
         }
         let fd = socket.as_raw_fd();
         xsks.update(&u32_key(index), &fd.to_ne_bytes(), MapFlags::ANY)
             .with_context(|| {
                 format!(
-                    "registering the AF_XDP socket of queue {queue} (interface slot {xsk_slot}) \
-                     in xsks; it must be bound (tier software or hybrid loads xsks)"
+                    "registering worker {worker}'s AF_XDP socket of queue {queue} (interface \
+                     slot {xsk_slot}) in xsks; it must be bound (tier software or hybrid loads \
+                     xsks)"
                 )
             })
+    }
+
+    /// Adaptive distribution: the workers of `bucket` (one: its home).
+    pub fn put_worker_set(&self, bucket: u32, set: &weir_worker_set) -> Result<()> {
+        let (sets, _) = self
+            .dist
+            .as_ref()
+            .context("the distribution maps belong to the process that loaded the program")?;
+        sets.update(&u32_key(bucket), set.as_bytes(), MapFlags::ANY)
+            .with_context(|| format!("writing the workers of bucket {bucket} (dist_sets)"))
+    }
+
+    /// Adaptive distribution: the packets XDP counted per bucket, added up
+    /// over CPUs (running totals, one BPF_MAP_LOOKUP_BATCH round).
+    pub fn dist_packets(&self) -> Result<Vec<u64>> {
+        let (_, packets) = self
+            .dist
+            .as_ref()
+            .context("the distribution maps belong to the process that loaded the program")?;
+        sum_percpu_u64(packets)
     }
 
     /// Every counter of `enum weir_stat`, added up over CPUs.
@@ -513,6 +560,48 @@ const BATCH: u32 = 4096;
 /// libbpf-rs's batch iterator takes a short batch for the last one, but a
 /// hash map returns whole buckets, so a short batch may come anywhere: this
 /// reads on until the kernel says the map is done (ENOENT).
+/// Every entry of a per-CPU array of u64, added up over CPUs, by key.
+fn sum_percpu_u64(map: &MapHandle) -> Result<Vec<u64>> {
+    let cpus = libbpf_rs::num_possible_cpus().context("counting the possible CPUs")?;
+    let entries = map.max_entries() as usize;
+    let mut keys = vec![0u32; entries];
+    let mut values = vec![0u64; entries * cpus];
+    let mut count = entries as u32;
+    let mut pos_out = [0u8; 8];
+    let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: the buffers hold every key of the array and its value on
+    // every possible CPU (8 bytes each), the position 8 bytes.
+    let rc = unsafe {
+        libbpf_rs::libbpf_sys::bpf_map_lookup_batch(
+            map.as_fd().as_raw_fd(),
+            std::ptr::null_mut(),
+            pos_out.as_mut_ptr().cast(),
+            keys.as_mut_ptr().cast(),
+            values.as_mut_ptr().cast(),
+            &mut count,
+            &opts,
+        )
+    };
+    // ENOENT: the batch reached the end, which for a whole array it does.
+    if rc < 0 && rc != -libc::ENOENT {
+        bail!(
+            "BPF_MAP_LOOKUP_BATCH on map {}: {}",
+            map.name().to_string_lossy(),
+            std::io::Error::from_raw_os_error(-rc)
+        );
+    }
+    let mut sums = vec![0u64; entries];
+    for (i, &k) in keys.iter().enumerate().take(count as usize) {
+        if let Some(slot) = sums.get_mut(k as usize) {
+            *slot = values[i * cpus..(i + 1) * cpus].iter().sum();
+        }
+    }
+    Ok(sums)
+}
+
 pub(crate) fn read_all<K: AsBytes, V: AsBytes>(map: &MapHandle) -> Result<Vec<(K, V)>> {
     let (ks, vs) = (map.key_size() as usize, map.value_size() as usize);
     if (ks, vs) != (std::mem::size_of::<K>(), std::mem::size_of::<V>()) {

@@ -93,7 +93,7 @@ fn in_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
 fn worker(h: &Harness, slot: u32, queue: u32) -> weir_afxdp::Socket {
     let s = weir_afxdp::Socket::new(VETH_A, queue, &weir_afxdp::Config::default())
         .expect("an AF_XDP socket on the test veth");
-    h.maps.put_worker(slot, queue, &s.fd()).unwrap();
+    h.maps.put_worker(slot, queue, 0, &s.fd()).unwrap();
     s
 }
 
@@ -534,11 +534,11 @@ fn the_worker_is_the_one_of_the_interface_slot_and_queue() {
 
         let _on_queue_0 = worker(&h, 0, 0);
         assert_eq!(run_on(&h, &pkt, TEST_IFINDEX, 0), Redirect);
-        let e = h.maps.put_worker(2, 0, &_on_queue_0.fd()).unwrap_err();
+        let e = h.maps.put_worker(2, 0, 0, &_on_queue_0.fd()).unwrap_err();
         assert!(format!("{e:#}").contains("past the 2 interfaces"), "{e:#}");
         let e = h
             .maps
-            .put_worker(0, WEIR_MAX_QUEUES, &_on_queue_0.fd())
+            .put_worker(0, WEIR_MAX_QUEUES, 0, &_on_queue_0.fd())
             .unwrap_err();
         assert!(format!("{e:#}").contains("RX queue 256"), "{e:#}");
     });

@@ -100,7 +100,7 @@ impl SoftwareTier {
                 };
                 // SAFETY: the socket outlives this call.
                 let fd = unsafe { BorrowedFd::borrow_raw(socket.fd()) };
-                maps.put_worker(iface.xsk_slot, queue, &fd)?;
+                maps.put_worker(iface.xsk_slot, queue, 0, &fd)?;
                 ports.push(worker::Port {
                     socket,
                     ifindex: iface.ifindex,
