@@ -19,6 +19,7 @@ use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;
+use weir_core::distribution::{self, DistributionConfig, Mode, Steering};
 use weir_dataplane::loader::{DistMode, LoadOptions, Tier, Workers};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Redirect};
 
@@ -98,13 +99,24 @@ fn udp_from(sport: u16) -> Frame {
     Frame::udp(ip("192.0.2.1"), sport, ip("10.0.0.100"), 53).macs(CLIENT_MAC, VIP_MAC)
 }
 
-/// The bucket and home worker of a frame, by weir-core's flow hash.
+fn hash(f: &Frame) -> u32 {
+    weir_core::hash::flow_hash(&f.tuple().key(), test_options().hash_seed)
+}
+
 fn bucket(f: &Frame) -> u32 {
-    weir_core::hash::flow_hash(&f.tuple().key(), test_options().hash_seed) & (BUCKETS - 1)
+    distribution::bucket_of(hash(f), BUCKETS)
+}
+
+/// The worker weir-core's steering picks for a flow's packet numbered
+/// `seq`, in `mode` with two workers (the twin of what XDP does).
+fn steered(mode: Mode, f: &Frame, seq: u32) -> u32 {
+    let steering = Steering::new(&DistributionConfig::new(mode, 2)).unwrap();
+    let tcp = f.proto() == weir_core::flow::Proto::Tcp;
+    u32::from(steering.route(hash(f), tcp).worker(seq))
 }
 
 fn home(f: &Frame) -> u32 {
-    bucket(f) % 2
+    steered(Mode::Flow, f, 0)
 }
 
 /// Only `worker`'s socket of queue 0 registered.
@@ -165,6 +177,10 @@ fn spray_numbers_tcp_round_robin_and_gives_back_unused_numbers() {
         for seq in 0..6 {
             let (action, meta) = run(&h, &f.bytes());
             assert_eq!((action, numbered(meta)), (Redirect, Some(seq)));
+        }
+        // Which worker each number goes to, as weir-core steers it.
+        for (seq, worker) in [(6, 0), (7, 1)] {
+            assert_eq!(steered(Mode::Spray, &f, seq), worker);
         }
         // Worker 1 gone: seq 6 goes to worker 0, seq 7 to worker 1, which
         // has no socket; the number is given back, so it is 7 again next.
