@@ -168,14 +168,15 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 }
 
 /* Counts a client packet of a connection to `dip`, rewrites it (nat) and
- * sends it. `established`: it had an entry, whose reverse entry (nat) is
- * re-checked now and then. */
+ * sends it. `established`: it had an entry (a connection hit, counted with
+ * the outcome), whose reverse entry (nat) is re-checked now and then. */
 static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 				  const struct weir_vip *vip, const struct weir_dip *dip,
 				  __u32 dip_id, int new_conn, int established)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
+	__u32 event = established ? WEIR_STAT_CONN_HIT : STAT_NO_EVENT;
 	__u64 bytes = data_end - data;
 
 	traffic_add(&vip_traffic, vip->vip_id, bytes, new_conn);
@@ -188,11 +189,11 @@ static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 		if (established && (bpf_get_prandom_u32() & REV_CHECK_MASK) == 0)
 			ensure_reverse(ctx, pkt, dip, vip->vip_id);
 		if (rewrite_endpoint(data, data_end, pkt, 1, dip->addr, dip->port) < 0) {
-			stat_inc(WEIR_STAT_DROP_MALFORMED);
+			stat_outcome(event, WEIR_STAT_DROP_MALFORMED);
 			return XDP_DROP;
 		}
 	}
-	return forward_to_dip(ctx, dip, pkt->l3_len);
+	return forward_to_dip(ctx, dip, pkt->l3_len, event);
 }
 
 static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
@@ -224,7 +225,6 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			stat_inc(WEIR_STAT_CONN_STALE);
 			stale = 1;
 		} else {
-			stat_inc(WEIR_STAT_CONN_HIT);
 			dip_id = conn->dip_id;
 			conn_touch(conn, now);
 			if (tcp)
@@ -306,7 +306,6 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 		conn_forget(pkt, dip, nat);
 		goto miss;
 	}
-	stat_inc(WEIR_STAT_CONN_HIT);
 	dip_id = conn->dip_id;
 	conn->hits += 1;
 	conn_touch(conn, now);
@@ -327,16 +326,15 @@ static __always_inline int reverse_nat(struct xdp_md *ctx, struct packet *pkt,
 	void *data_end = (void *)(long)ctx->data_end;
 	struct weir_rev_nat r = *rev; /* the map value may change under us */
 
-	stat_inc(WEIR_STAT_REV_NAT);
 	conn_note_server_close(pkt, &r);
 	traffic_add(&vip_traffic, r.vip_id, data_end - data, 0);
 	if (cfg_passive_telemetry)
 		telemetry_reply(pkt, &r);
 	if (rewrite_endpoint(data, data_end, pkt, 0, r.vip, r.vport) < 0) {
-		stat_inc(WEIR_STAT_DROP_MALFORMED);
+		stat_outcome(WEIR_STAT_REV_NAT, WEIR_STAT_DROP_MALFORMED);
 		return XDP_DROP;
 	}
-	return send_out(ctx, r.ifindex, r.client_mac, r.lb_mac);
+	return send_out(ctx, r.ifindex, r.client_mac, r.lb_mac, WEIR_STAT_REV_NAT);
 }
 
 /* A packet from a nat DIP's service endpoint that matches no reverse entry. */
@@ -392,7 +390,6 @@ int weir_lb(struct xdp_md *ctx)
 	struct weir_vip *vip;
 	int rc;
 
-	stat_inc(WEIR_STAT_RX);
 	rc = parse_packet(data, data_end, &pkt);
 	switch (rc) {
 	case PARSE_OK:

@@ -229,8 +229,9 @@ struct weir_class_key {
 _Static_assert(sizeof(struct weir_class_key) == 8, "weir_class_key size");
 
 /* Per-CPU outcome counters. Every packet ends in exactly one of the
- * "outcome" counters (WEIR_STAT_RX = sum of outcomes); "event" counters
- * count extra facts and may overlap. */
+ * "outcome" counters; "event" counters count extra facts and may overlap.
+ * WEIR_STAT_RX is the sum of the outcomes: user space adds it up, the data
+ * plane does not count it. */
 enum weir_stat {
 	WEIR_STAT_RX = 0,
 	/* outcomes */
@@ -269,6 +270,19 @@ enum weir_stat {
 	WEIR_STAT_CONN_EXPIRED,     /* entry found past its idle timeout: a miss */
 	WEIR_STAT_CONN_CLOSING,     /* first FIN or RST of a connection */
 	WEIR_STAT_MAX,
+};
+
+/* Combined counters: the common ends of a packet's path (a connection hit
+ * or a reverse-NAT reply, sent by XDP_TX or redirect) are one per-CPU
+ * update each, not one per fact. They follow the public counters in the
+ * `stats` map; user space adds each to the event and the outcome it stands
+ * for (weir_dataplane::maps::fold_stats). */
+enum weir_stat_path {
+	WEIR_STAT_HIT_TX = WEIR_STAT_MAX, /* conn_hit + tx */
+	WEIR_STAT_HIT_REDIRECT,           /* conn_hit + redirect */
+	WEIR_STAT_REV_TX,                 /* rev_nat + tx */
+	WEIR_STAT_REV_REDIRECT,           /* rev_nat + redirect */
+	WEIR_STAT_SLOTS,                  /* entries of the `stats` map */
 };
 
 /* An interface weir is attached to (map `ifaces`, keyed by ifindex). */

@@ -22,34 +22,39 @@
 /* Set at load time: 1 = next hop from the FIB, 0 = configured MACs only. */
 const volatile __u32 cfg_fib_lookup = 1;
 
+/* Sets the MACs and sends the frame by `ifindex`; `event` is the path's
+ * event for the outcome counter (stat_outcome). */
 static __always_inline int send_out(struct xdp_md *ctx, __u32 ifindex, const __u8 *dmac,
-				    const __u8 *smac)
+				    const __u8 *smac, __u32 event)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	long ret;
 
-	if ((void *)(eth + 1) > data_end)
+	if ((void *)(eth + 1) > data_end) {
+		stat_outcome(event, WEIR_STAT_DROP_MALFORMED);
 		return XDP_DROP;
+	}
 	__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, smac, ETH_ALEN);
 	if (ifindex == ctx->ingress_ifindex) {
-		stat_inc(WEIR_STAT_TX);
+		stat_outcome(event, WEIR_STAT_TX);
 		return XDP_TX;
 	}
 	ret = bpf_redirect_map(&tx_ports, ifindex, XDP_DROP);
 	if (ret == XDP_REDIRECT) {
-		stat_inc(WEIR_STAT_REDIRECT);
+		stat_outcome(event, WEIR_STAT_REDIRECT);
 		return XDP_REDIRECT;
 	}
-	stat_inc(WEIR_STAT_DROP_REDIRECT);
+	stat_outcome(event, WEIR_STAT_DROP_REDIRECT);
 	return XDP_DROP;
 }
 
-/* Send to `dip` (already rewritten). `l3_len` is the IP datagram length. */
+/* Send to `dip` (already rewritten). `l3_len` is the IP datagram length;
+ * `event` the path's event for the outcome counter (stat_outcome). */
 static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_dip *dip,
-					  __u32 l3_len)
+					  __u32 l3_len, __u32 event)
 {
 	struct bpf_fib_lookup fib = {};
 	struct weir_iface *iface;
@@ -66,28 +71,28 @@ static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_
 			fib.ipv4_dst = dip->addr[0];
 		rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_DIRECT);
 		if (rc == BPF_FIB_LKUP_RET_SUCCESS)
-			return send_out(ctx, fib.ifindex, fib.dmac, fib.smac);
+			return send_out(ctx, fib.ifindex, fib.dmac, fib.smac, event);
 		if (rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
-			stat_inc(WEIR_STAT_DROP_NO_ROUTE);
+			stat_outcome(event, WEIR_STAT_DROP_NO_ROUTE);
 			return XDP_DROP;
 		}
 		ifindex = fib.ifindex;
 		if (!dip->mac_set) {
 			/* The kernel forwards the rewritten packet and resolves the neighbour. */
-			stat_inc(WEIR_STAT_PASS_NO_NEIGH);
+			stat_outcome(event, WEIR_STAT_PASS_NO_NEIGH);
 			return XDP_PASS;
 		}
 		stat_inc(WEIR_STAT_MAC_FALLBACK);
 	} else if (!dip->mac_set) {
-		stat_inc(WEIR_STAT_DROP_NO_ROUTE);
+		stat_outcome(event, WEIR_STAT_DROP_NO_ROUTE);
 		return XDP_DROP;
 	}
 	iface = bpf_map_lookup_elem(&ifaces, &ifindex);
 	if (!iface) {
-		stat_inc(WEIR_STAT_DROP_NO_ROUTE);
+		stat_outcome(event, WEIR_STAT_DROP_NO_ROUTE);
 		return XDP_DROP;
 	}
-	return send_out(ctx, ifindex, dip->mac, iface->mac);
+	return send_out(ctx, ifindex, dip->mac, iface->mac, event);
 }
 
 #endif /* WEIR_FORWARD_H */

@@ -128,10 +128,11 @@ struct {
 	__type(value, struct weir_iface);
 } ifaces SEC(".maps");
 
-/* Outcome and event counters, enum weir_stat. */
+/* Outcome and event counters, enum weir_stat, then the combined ones of
+ * enum weir_stat_path. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, WEIR_STAT_MAX);
+	__uint(max_entries, WEIR_STAT_SLOTS);
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");

@@ -379,11 +379,13 @@ impl Maps {
         sum_percpu_u64(packets)
     }
 
-    /// Every counter of `enum weir_stat`, added up over CPUs.
+    /// Every counter of `enum weir_stat`, added up over CPUs (see
+    /// [`fold_stats`] for the ones the data plane does not count itself).
     pub fn stats(&self) -> Result<Vec<u64>> {
-        (0..WEIR_STAT_MAX)
+        let raw = (0..WEIR_STAT_SLOTS)
             .map(|i| Ok(sum_percpu(&self.stats, i, 1)?[0]))
-            .collect()
+            .collect::<Result<Vec<u64>>>()?;
+        Ok(fold_stats(&raw))
     }
 
     pub fn vip_traffic(&self, vip_id: u32) -> Result<Traffic> {
@@ -516,6 +518,42 @@ impl Maps {
         }
         Ok(())
     }
+}
+
+/// The combined counters of `enum weir_stat_path`: (slot, event, outcome).
+const COMBINED_STATS: [(u32, u32, u32); 4] = [
+    (WEIR_STAT_HIT_TX, WEIR_STAT_CONN_HIT, WEIR_STAT_TX),
+    (
+        WEIR_STAT_HIT_REDIRECT,
+        WEIR_STAT_CONN_HIT,
+        WEIR_STAT_REDIRECT,
+    ),
+    (WEIR_STAT_REV_TX, WEIR_STAT_REV_NAT, WEIR_STAT_TX),
+    (
+        WEIR_STAT_REV_REDIRECT,
+        WEIR_STAT_REV_NAT,
+        WEIR_STAT_REDIRECT,
+    ),
+];
+
+/// The public counters (`enum weir_stat`) from the `stats` map's slots
+/// (`WEIR_STAT_SLOTS` of them, summed over CPUs): each combined counter is
+/// added to its event and its outcome, and RX, which the data plane does
+/// not count, is the sum of the outcomes (every packet ends in one).
+pub fn fold_stats(raw: &[u64]) -> Vec<u64> {
+    let mut s = vec![0u64; WEIR_STAT_MAX as usize];
+    for (i, v) in raw.iter().take(WEIR_STAT_MAX as usize).enumerate() {
+        s[i] = *v;
+    }
+    for (slot, event, outcome) in COMBINED_STATS {
+        let n = raw.get(slot as usize).copied().unwrap_or(0);
+        s[event as usize] += n;
+        s[outcome as usize] += n;
+    }
+    s[WEIR_STAT_RX as usize] = (WEIR_STAT_PASS_NOT_IP..=WEIR_STAT_LAST_OUTCOME)
+        .map(|i| s[i as usize])
+        .sum();
+    s
 }
 
 /// What [`Maps::publish_table`] wrote besides the version word.
@@ -676,3 +714,28 @@ fn traffic(map: &MapHandle, id: u32) -> Result<Traffic> {
 struct VersionWord(u32);
 // SAFETY: a u32 is padding-free POD.
 unsafe impl AsBytes for VersionWord {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combined_counters_count_their_event_and_outcome_and_rx_adds_up() {
+        let mut raw = vec![0u64; WEIR_STAT_SLOTS as usize];
+        raw[WEIR_STAT_PASS_NOT_VIP as usize] = 5;
+        raw[WEIR_STAT_TX as usize] = 2;
+        raw[WEIR_STAT_CONN_HIT as usize] = 1; // a hit that ended otherwise
+        raw[WEIR_STAT_DROP_REDIRECT as usize] = 1;
+        raw[WEIR_STAT_HIT_TX as usize] = 10;
+        raw[WEIR_STAT_HIT_REDIRECT as usize] = 20;
+        raw[WEIR_STAT_REV_TX as usize] = 300;
+        raw[WEIR_STAT_REV_REDIRECT as usize] = 4000;
+        let s = fold_stats(&raw);
+        assert_eq!(s.len(), WEIR_STAT_MAX as usize);
+        assert_eq!(s[WEIR_STAT_CONN_HIT as usize], 31);
+        assert_eq!(s[WEIR_STAT_REV_NAT as usize], 4300);
+        assert_eq!(s[WEIR_STAT_TX as usize], 312);
+        assert_eq!(s[WEIR_STAT_REDIRECT as usize], 4020);
+        assert_eq!(s[WEIR_STAT_RX as usize], 5 + 312 + 4020 + 1);
+    }
+}

@@ -1336,6 +1336,46 @@ fn next_hop_needs_the_ingress_interface_and_a_dip_mac() {
     run_cases(&h, cases);
 }
 
+/// A hit or a reply that is not sent counts its event and its drop apart;
+/// one that is sent counts them as one combined counter (stats.h), which
+/// `Maps::stats` reports as both: the deltas here are the public counters.
+#[test]
+fn a_hit_or_reply_that_is_not_sent_counts_event_and_drop() {
+    let h = Harness::new(&test_options());
+    let syn = tcp("192.0.2.63", 40063, "10.0.0.100", 80, TcpFlags::SYN);
+    let ack = Frame {
+        l4: L4::Tcp(TcpFlags::ACK),
+        ..syn.clone()
+    };
+    let d = h.fx.predict(0, &syn.tuple()).unwrap().clone();
+    let dsyn = tcp("192.0.2.64", 40064, "10.0.0.101", 80, TcpFlags::SYN);
+    let dack = Frame {
+        l4: L4::Tcp(TcpFlags::ACK),
+        ..dsyn.clone()
+    };
+    let dd = h.fx.predict(2, &dsyn.tuple()).unwrap().clone();
+    let no_iface = |h: &Harness| {
+        let ifaces = &h.maps.ifaces.as_ref().unwrap().1;
+        ifaces.delete(&TEST_IFINDEX.to_ne_bytes()).unwrap()
+    };
+    let cases = vec![
+        new_flow(&h, "nat SYN", &syn, 0),
+        promote("nat ACK", &ack, &d, 0, NAT),
+        hit("nat hit", &ack, &d, NAT),
+        new_flow(&h, "dsr SYN", &dsyn, 2),
+        promote("dsr ACK", &dack, &dd, 2, DSR),
+        hit("dsr hit", &dack, &dd, DSR),
+        rev_case("reply", &ack, &d, L4::Tcp(TcpFlags::ACK)),
+        // Without ifaces[1] a hit has no source MAC: no route.
+        drop("nat hit, no route", ack.bytes(), WEIR_STAT_DROP_NO_ROUTE)
+            .output(ack.clone().with_dst(d.addr, dip_port(&d, 80)).bytes())
+            .events(HIT)
+            .before(no_iface),
+        drop("dsr hit, no route", dack.bytes(), WEIR_STAT_DROP_NO_ROUTE).events(HIT),
+    ];
+    run_cases(&h, cases);
+}
+
 /// Frames of every kind the truncation test cuts.
 fn truncation_frames() -> Vec<(&'static str, Vec<u8>)> {
     let f4 = tcp("192.0.2.70", 40070, "10.0.0.100", 80, TcpFlags::SYN).payload(b"0123456789");
