@@ -11,6 +11,7 @@ pub mod bpffs;
 pub mod config;
 pub mod controller;
 pub mod cpus;
+pub mod dashboard;
 pub mod diag;
 pub mod health;
 pub mod http;

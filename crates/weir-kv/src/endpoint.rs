@@ -5,7 +5,9 @@
 //! - the read-only management API: `GET /api/v1/status` (the same),
 //!   `/api/v1/pools`, `/api/v1/pools/{pool}` (servers with their requests,
 //!   hit ratio) and `/api/v1/hot-keys` (the XDP cache's hot keys and hit
-//!   ratio). JSON; errors are `{"error": "..."}`.
+//!   ratio). JSON; errors are `{"error": "..."}`;
+//! - the live dashboard (`weir_control::dashboard`) at `/` and `/dashboard`,
+//!   which draws the pool from `/api/v1/status`.
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
@@ -86,12 +88,13 @@ pub fn router(status: StatusFn) -> Router {
             "/api/v1/hot-keys",
             get(with(|st| Json(st.hot_keys_view()).into_response())),
         )
+        .merge(weir_control::dashboard::routes())
         .fallback(|uri: Uri| async move {
             error(
                 StatusCode::NOT_FOUND,
                 format!(
                     "no {uri} here; try /metrics, /status or /api/v1/status, /api/v1/pools, \
-                     /api/v1/hot-keys"
+                     /api/v1/hot-keys, or / for the dashboard"
                 ),
             )
         })
@@ -153,5 +156,6 @@ mod tests {
         let r = client::get(a, "/nope").unwrap();
         assert_eq!(r.status, 404);
         assert!(r.body.contains("/api/v1/pools"), "{}", r.body);
+        assert!(http_get(a, "/").unwrap().contains("/dashboard/app.js"));
     }
 }

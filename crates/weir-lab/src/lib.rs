@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod browser;
 pub mod client;
 pub mod daemon;
 pub mod demo;

@@ -12,6 +12,9 @@
 //! (`[api] token` or `token_file`; required off loopback) every write needs
 //! `Authorization: Bearer <token>`, compared in constant time.
 //!
+//! The same listener serves the live dashboard ([`crate::dashboard`]) at
+//! `/` and `/dashboard`, which reads `/api/v1/status`.
+//!
 //! Errors are `{"error": "..."}`: 400 bad JSON or a bad DIP name, 401 no or
 //! a wrong token, 404 no such VIP or DIP, 409 a DIP that exists already or
 //! an ambiguous one, 422 a change that would make the configuration
@@ -387,6 +390,7 @@ pub fn router(live: Arc<Live>, maps: Option<Maps>, token: Option<String>) -> Rou
             )
         })
         .with_state(api)
+        .merge(crate::dashboard::routes())
 }
 
 /// Starts the API as `[api]` says, on the maps pinned in `pin_dir`. A
@@ -415,7 +419,7 @@ pub fn start(live: Arc<Live>, cfg: &ApiCfg, pin_dir: &Path) -> Option<Server> {
     match Server::start(addr, router(live, maps, token)) {
         Ok(s) => {
             log(format!(
-                "api on http://{}/api/v1 ({})",
+                "api on http://{}/api/v1, dashboard on http://{0}/ ({})",
                 s.addr,
                 if secured {
                     "writes need the token"
