@@ -12,6 +12,7 @@
 //!   cache and counters.
 //! - [`gen`] and [`sink`]: the labs' packet generator (live BPF_PROG_TEST_RUN)
 //!   and the XDP sink that counts what arrives.
+//! - [`runstats`] reads a program's BPF run-time statistics.
 //! - [`sync_events`] reads the connections `weir_lb` announces for
 //!   connection sync (its ring buffer and counters).
 
@@ -23,6 +24,7 @@ pub mod kv;
 pub mod loader;
 pub mod maps;
 pub mod minimal;
+pub mod runstats;
 pub mod sink;
 pub mod sync_events;
 pub mod testrun;

@@ -19,7 +19,6 @@
 //! either: the kernel's own receive and transmit path around them.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -30,7 +29,8 @@ use weir_progress::Progress;
 use crate::bench::{load as tcp_load, pct, proc_cpu_ticks, ticks_per_s, KvBenchArgs, Zipf};
 use crate::lab::{in_ns, server_ip, KvLab, UdpMc, MC_PORT, NUTCRACKER_PORT, SWITCH_IP, VIP};
 use crate::testbed::{McClient, Proc};
-use crate::udp::{prog_run_stats, UdpSwitch};
+use crate::udp::UdpSwitch;
+use weir_dataplane::runstats::{RunStats, StatsEnabled};
 
 #[derive(Serialize, Debug, Clone)]
 pub struct UdpRow {
@@ -47,23 +47,6 @@ pub struct UdpRow {
     pub req_per_cpu_s: Option<f64>,
     /// Share of GETs answered by XDP from the cache.
     pub cache_hit_ratio: Option<f64>,
-}
-
-/// Keeps BPF run-time statistics on while alive (BPF_ENABLE_STATS).
-struct BpfStats(#[allow(dead_code)] OwnedFd);
-
-fn enable_bpf_stats() -> Result<BpfStats> {
-    use libbpf_rs::libbpf_sys;
-    // SAFETY: a plain syscall wrapper; the fd is owned below.
-    let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
-    if fd < 0 {
-        bail!(
-            "BPF_ENABLE_STATS: {}",
-            std::io::Error::from_raw_os_error(-fd)
-        );
-    }
-    // SAFETY: a new fd we own.
-    Ok(BpfStats(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
 /// Result of one UDP load run.
@@ -211,7 +194,7 @@ fn weir_row(lab: &KvLab, args: &KvBenchArgs, vs: usize, cache: bool) -> Result<U
         in_ns(&lab.client, move || udp_load(&a2, 1.0, 7, |_| vip))?;
         std::thread::sleep(Duration::from_millis(300));
     }
-    let (t0, _, _) = prog_run_stats(h.prog_fd())?;
+    let t0 = RunStats::of(h.prog_fd())?.run_time_ns;
     let hk0 = hotkey_thread_ticks();
     let s0 = h.get();
     let a3 = args.clone();
@@ -219,7 +202,7 @@ fn weir_row(lab: &KvLab, args: &KvBenchArgs, vs: usize, cache: bool) -> Result<U
         udp_load(&a3, a3.seconds, 42 + vs as u64, |_| vip)
     })?;
     std::thread::sleep(Duration::from_millis(250)); // counters published per refresh
-    let (t1, _, _) = prog_run_stats(h.prog_fd())?;
+    let t1 = RunStats::of(h.prog_fd())?.run_time_ns;
     let hk1 = hotkey_thread_ticks();
     let s1 = h.get();
     let mut cpu = (t1 - t0) as f64 / 1e9;
@@ -245,7 +228,7 @@ fn weir_row(lab: &KvLab, args: &KvBenchArgs, vs: usize, cache: bool) -> Result<U
 
 pub fn run(args: &KvBenchArgs) -> Result<()> {
     weir_lab::netns::install_signal_teardown();
-    let _stats = enable_bpf_stats()?;
+    let _stats = StatsEnabled::new()?;
     let mut lab = KvLab::new(2, 1).context("building the kv lab")?;
     let cfg = lab.config("l2", false)?;
     let dist = cfg.distribution();

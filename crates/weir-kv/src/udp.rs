@@ -32,7 +32,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -47,6 +47,7 @@ use weir_core::kv::Distribution;
 use weir_dataplane::attach::{attach_all, ensure_free, XdpMode};
 use weir_dataplane::iface::Iface;
 use weir_dataplane::kv::{Cache, KvForward, KvLoadOptions, ServerAddr, STAT_NAMES};
+use weir_dataplane::runstats::RunStats;
 
 use crate::config::{KvConfig, UdpForward};
 use crate::invalidate::Invalidator;
@@ -160,24 +161,6 @@ pub fn resolve_next_hop(server: SocketAddr, configured: Option<[u8; 6]>) -> Resu
     }
 }
 
-/// (run_time_ns, run_cnt) of a BPF program (needs kernel.bpf_stats_enabled=1
-/// to count) and its id.
-pub fn prog_run_stats(fd: BorrowedFd<'_>) -> Result<(u64, u64, u32)> {
-    use libbpf_rs::libbpf_sys;
-    // SAFETY: bpf_prog_info is plain data; zero is valid.
-    let mut info: libbpf_sys::bpf_prog_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
-    // SAFETY: a valid fd, a sized buffer.
-    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
-    if rc != 0 {
-        bail!(
-            "bpf_prog_get_info_by_fd: {}",
-            std::io::Error::from_raw_os_error(-rc)
-        );
-    }
-    Ok((info.run_time_ns, info.run_cnt, info.id))
-}
-
 /// What the UDP path reports (part of `/status`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct UdpStatus {
@@ -236,10 +219,10 @@ pub struct StatusHandle {
 impl StatusHandle {
     pub fn get(&self) -> UdpStatus {
         let mut s = self.status.lock().unwrap().clone();
-        if let Ok((t, n, id)) = prog_run_stats(self.prog_fd.as_fd()) {
-            s.bpf_run_time_ns = t;
-            s.bpf_run_cnt = n;
-            s.prog_id = id;
+        if let Ok(r) = RunStats::of(self.prog_fd.as_fd()) {
+            s.bpf_run_time_ns = r.run_time_ns;
+            s.bpf_run_cnt = r.run_cnt;
+            s.prog_id = r.id;
         }
         s
     }

@@ -170,3 +170,45 @@ pub fn attach_pass(ns: &str, dev: &str) -> Result<()> {
     .map_err(|_| anyhow::anyhow!("the attach thread panicked"))?
     .context(ctx)
 }
+
+/// The longest wait for the backends' MAC addresses.
+const NEIGHBOUR_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Makes the load balancer's kernel resolve every backend's MAC (a UDP
+/// datagram from its namespace to each, to the discard port), so the first
+/// packets of a measurement are not handed to the kernel while it asks, and
+/// waits for the entries.
+pub fn resolve_backend_neighbours(lab: &Lab) -> Result<()> {
+    let addrs: Vec<_> = (1..=lab.backends.len()).map(backend_addr).collect();
+    std::thread::scope(|s| {
+        s.spawn(|| -> Result<()> {
+            enter(&lab.lb)?;
+            let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+            for a in &addrs {
+                socket.send_to(b"arp", (*a, 9))?;
+            }
+            Ok(())
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the neighbour thread panicked"))?
+    })
+    .context("resolving the backends' MACs from the load balancer")?;
+    let deadline = std::time::Instant::now() + NEIGHBOUR_WAIT;
+    for a in addrs {
+        loop {
+            let out = std::process::Command::new("ip")
+                .args(["-n", &lab.lb, "neigh", "show", "to", &a.to_string()])
+                .output()
+                .context("running ip neigh")?;
+            if String::from_utf8_lossy(&out.stdout).contains("lladdr") {
+                break;
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "the load balancer's kernel did not resolve backend {a} in {NEIGHBOUR_WAIT:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    Ok(())
+}

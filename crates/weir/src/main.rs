@@ -133,6 +133,9 @@ enum BenchCommand {
     /// Simulator speed: 10k, 100k and 1M flows.
     Sim(weir_sim::cli::BenchArgs),
     /// memcached GETs (Zipf): direct, nutcracker and weir's TCP proxy.
+    /// Real forwarding in namespaces: weir (nat, dsr) next to nftables DNAT, received Mpps
+    /// and the load balancer's CPU per packet.
+    Forward(weir_lab::bench::forward::ForwardBenchArgs),
     Kv(weir_kv::bench::KvBenchArgs),
     /// BPF run time of the XDP memcached switch per path (fnv1a_64 and md5 gets, set, cache hit).
     KvBpf(weir_kv::bench_bpf::KvBpfBenchArgs),
@@ -220,6 +223,7 @@ fn run(cli: Cli) -> Result<()> {
             listen,
             stats_file,
             window_ms,
+        Command::Bench(BenchCommand::Forward(args)) => weir_lab::bench::forward::run(&args),
         } => weir_control::agent::run(
             listen,
             stats_file,

@@ -3,4 +3,5 @@
 //! measured side by side with a baseline in the same run and reported as a
 //! ratio to it.
 
+pub mod forward;
 pub mod xdp;

@@ -50,8 +50,6 @@ const REPORT_LAG: Duration = Duration::from_millis(1600);
 const FIRST_REPORT: Duration = Duration::from_secs(3);
 /// The software tier's worker threads (weir-software names them).
 const WORKER_THREAD: &str = "weir-worker";
-/// The longest wait for the backends' MAC addresses.
-const NEIGHBOUR_WAIT: Duration = Duration::from_secs(3);
 /// How often an observed trial calls its observer.
 pub const OBSERVE_EVERY: Duration = Duration::from_millis(250);
 /// How often a trial looks whether its traffic is done.
@@ -135,7 +133,7 @@ impl Testbed {
     /// worker goes on `worker_cpu` (default: the last CPU this process may
     /// use), which must not be the generator's.
     pub fn build(exe: &Path, backends: usize, worker_cpu: Option<usize>) -> Result<Testbed> {
-        let cpus = allowed_cpus()?;
+        let cpus = crate::cpus::allowed()?;
         ensure!(
             cpus.len() >= 2,
             "weir lab hnlb needs 2 CPUs (the generator's and the worker's); this process may \
@@ -167,7 +165,7 @@ impl Testbed {
             })
             .collect::<Result<Vec<_>>>()?;
         let lb_mac = mac_in(&lab.lb, "wc0")?;
-        resolve_neighbours(&lab)?;
+        crate::topology::resolve_backend_neighbours(&lab)?;
         Ok(Testbed {
             sinks,
             lab,
@@ -449,46 +447,6 @@ impl Bench<'_> {
     }
 }
 
-/// Makes the load balancer's kernel resolve every backend's MAC (a UDP
-/// datagram from its namespace to each), so the first packets of a row are
-/// not handed to the kernel while it asks, and waits for the entries.
-fn resolve_neighbours(lab: &Lab) -> Result<()> {
-    let addrs: Vec<_> = (1..=lab.backends.len())
-        .map(crate::topology::backend_addr)
-        .collect();
-    std::thread::scope(|s| {
-        s.spawn(|| -> Result<()> {
-            crate::netns::enter(&lab.lb)?;
-            let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
-            for a in &addrs {
-                socket.send_to(b"arp", (*a, DIP_PORT))?;
-            }
-            Ok(())
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("the neighbour thread panicked"))?
-    })
-    .context("resolving the backends' MACs from the load balancer")?;
-    let deadline = Instant::now() + NEIGHBOUR_WAIT;
-    for a in addrs {
-        loop {
-            let out = Command::new("ip")
-                .args(["-n", &lab.lb, "neigh", "show", "to", &a.to_string()])
-                .output()
-                .context("running ip neigh")?;
-            if String::from_utf8_lossy(&out.stdout).contains("lladdr") {
-                break;
-            }
-            ensure!(
-                Instant::now() < deadline,
-                "the load balancer's kernel did not resolve backend {a} in {NEIGHBOUR_WAIT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    Ok(())
-}
-
 /// CPU time (user and system) the threads named `name` of process `pid`
 /// have had; None if it has none.
 fn thread_cpu_time(pid: u32, name: &str) -> Option<Duration> {
@@ -508,18 +466,4 @@ fn thread_cpu_time(pid: u32, name: &str) -> Option<Duration> {
         *total.get_or_insert(0) += t;
     }
     Some(Duration::from_secs_f64(total? as f64 / ticks as f64))
-}
-
-/// The CPUs this process may run on, in order.
-fn allowed_cpus() -> Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is the calling thread; the size is the set's.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
-        bail!("sched_getaffinity: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: CPU_ISSET reads the set filled above.
-    Ok((0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect())
 }

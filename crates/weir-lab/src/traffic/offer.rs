@@ -6,8 +6,11 @@
 //! Besides its packets, every live run spends about 30 ms asleep in the
 //! kernel (most likely in the teardown of the run's page pool), so each CPU
 //! gets two threads: one generates while the other waits. A paced thread sends
-//! what came due during its last run, so traffic leaves in bursts of about
-//! that length.
+//! what came due since its last run, at the generator's full speed, so a
+//! paced rate leaves in bursts: with two threads, bursts of 15 ms or more of
+//! traffic, which overflow a 2048-entry AF_XDP ring long before the socket's
+//! worker is busy. Paced offers therefore run many threads per CPU: their runs
+//! interleave, and each sends a sixteenth of what two would.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -25,8 +28,12 @@ use crate::netns::enter;
 /// Kernel time one live run aims at: short enough to stop on time and to
 /// show progress, long enough that the run's setup is noise.
 const CALL_TIME: Duration = Duration::from_millis(50);
-/// Threads per CPU: while one sleeps in its run's teardown, the other runs.
+/// Threads per CPU at full speed: while one sleeps in its run's teardown,
+/// the other runs.
 const THREADS_PER_CPU: usize = 2;
+/// Threads per CPU at a paced rate: their runs interleave, so each sends a
+/// short burst (see the module's comment).
+const PACED_THREADS_PER_CPU: usize = 16;
 /// The most packets one live run sends.
 const MAX_CALL: u64 = 1 << 20;
 /// A paced thread sleeps until this much traffic is due, so that its runs
@@ -66,7 +73,7 @@ impl OfferSpec {
 
     /// Checks the spec against this machine; the error names what is wrong.
     pub fn validate(&self) -> Result<()> {
-        self.check(allowed_cpus()?.len())
+        self.check(crate::cpus::allowed()?.len())
     }
 
     fn check(&self, cpus: usize) -> Result<()> {
@@ -171,7 +178,7 @@ impl Drop for Offering {
 /// is loaded and every thread is in the namespace on its CPU, so a bad spec,
 /// namespace or interface is an error here.
 pub fn start(ns: &str, iface: &str, spec: &OfferSpec) -> Result<Offering> {
-    let cpus = allowed_cpus()?;
+    let cpus = crate::cpus::allowed()?;
     spec.check(cpus.len())?;
     let sent = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -232,7 +239,11 @@ fn generate(
         }
     };
     let sender = gen.live(ifindex);
-    let threads = spec.cpus * THREADS_PER_CPU;
+    let threads = spec.cpus
+        * match spec.rate {
+            Some(_) => PACED_THREADS_PER_CPU,
+            None => THREADS_PER_CPU,
+        };
     let go = Barrier::new(threads + 1);
     let (setup_tx, setup_rx) = sync_channel::<Result<()>>(threads);
     std::thread::scope(|s| {
@@ -249,7 +260,7 @@ fn generate(
                     stop,
                 };
                 s.spawn(move || -> Result<LaneResult> {
-                    let entered = enter(ns).and_then(|()| pin_to(lane.cpu));
+                    let entered = enter(ns).and_then(|()| crate::cpus::pin_current(lane.cpu));
                     let failed = entered.is_err();
                     let _ = setup_tx.send(entered.map_err(|e| anyhow!("{e:#}")));
                     go.wait();
@@ -362,35 +373,6 @@ impl Lane<'_> {
         }
         Ok(done)
     }
-}
-
-/// The CPUs the calling thread may run on.
-fn allowed_cpus() -> Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is the calling thread; the size is the set's.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
-        bail!("sched_getaffinity: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: CPU_ISSET reads the set filled above.
-    Ok((0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect())
-}
-
-/// Keeps the calling thread on `cpu`: weir_gen numbers packets per CPU.
-fn pin_to(cpu: usize) -> Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: pid 0 is the calling thread; the size is the set's.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
-        bail!(
-            "pinning a generator thread to CPU {cpu}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]

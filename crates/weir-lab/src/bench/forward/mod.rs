@@ -1,0 +1,139 @@
+//! `weir bench forward`: real forwarding in network namespaces, weir next to
+//! the kernel's stateful NAT on the same topology and the same packets.
+//!
+//! What is measured, and how (also in the JSON as `method`):
+//! - The lab: a client namespace with the generator (weir_gen on live
+//!   frames, 64-byte UDP to a VIP, as fast as it goes on its CPU), the load
+//!   balancer's namespace, and `--dips` backends whose XDP sinks count and
+//!   drop what reaches them. Received is what the sinks counted.
+//! - The load balancer's receive path (the NAPI context of its client-side
+//!   veth: weir's XDP, or the kernel's forwarding and netfilter) runs in a
+//!   kernel thread pinned to a CPU of its own; the generator and the sinks
+//!   share the other CPU (see rig.rs). The load balancer's CPU time per
+//!   received packet comes from that CPU's /proc/stat busy time, and for
+//!   weir also from its program's BPF run time (BPF_ENABLE_STATS).
+//! - The balancers: weir serve with the default configuration (FIB lookups
+//!   on) and a nat or dsr VIP over the DIPs, and nftables DNAT
+//!   (`numgen inc mod N` over the same DIPs, conntrack keeping each flow on
+//!   its DIP). Each trial's flows are warmed first (two packets each), so
+//!   trials measure established flows.
+//! - Every run starts every balancer once, in an order that rotates from
+//!   run to run. Rows report medians over the runs; ratios to nftables are
+//!   the medians of the per-run ratios.
+
+mod report;
+mod rig;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use weir_dataplane::runstats::StatsEnabled;
+use weir_progress::Progress;
+
+pub use report::{render, Report, Row};
+pub use rig::{Balancer, Trial};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ForwardBenchArgs {
+    /// The load balancers to compare.
+    #[arg(long, value_enum, value_delimiter = ',',
+          default_values = ["weir-nat", "weir-dsr", "nftables"])]
+    pub balancers: Vec<Balancer>,
+    /// Concurrent flows (round robin), one row each.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 1000, 100_000])]
+    pub flows: Vec<u32>,
+    /// Backends behind the VIP.
+    #[arg(long, default_value_t = 4)]
+    pub dips: usize,
+    /// Seconds of traffic per trial.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Runs; every run measures every balancer and flow count once.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Write the rows and every trial as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write a bar chart of received Mpps and CPU per packet.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+pub fn run(args: &ForwardBenchArgs) -> Result<()> {
+    ensure!(!args.balancers.is_empty(), "--balancers: name at least one");
+    ensure!(
+        !args.flows.is_empty() && args.flows.iter().all(|&f| (1..=1 << 22).contains(&f)),
+        "--flows {:?}: give 1 to {} flows per row",
+        args.flows,
+        1 << 22
+    );
+    ensure!(
+        (1..=16).contains(&args.dips),
+        "--dips {}: give 1 to 16",
+        args.dips
+    );
+    ensure!(
+        (0.5..=60.0).contains(&args.duration),
+        "--duration {}: give 0.5 to 60 seconds",
+        args.duration
+    );
+    ensure!(
+        (1..=20).contains(&args.runs),
+        "--runs {}: give 1 to 20",
+        args.runs
+    );
+    crate::netns::install_signal_teardown();
+    let exe = std::env::current_exe().context("locating the weir binary")?;
+    let _stats = StatsEnabled::new()?;
+    let bed = rig::Testbed::build(&exe, args.dips)?;
+    let trials_per_run = args.balancers.len() * args.flows.len();
+    let progress = Progress::bar("weir bench forward", (args.runs * trials_per_run) as u64);
+    let duration = Duration::from_secs_f64(args.duration);
+    let mut trials: Vec<(usize, Balancer, u32, Trial)> = Vec::new();
+    for run in 0..args.runs {
+        let mut order = args.balancers.clone();
+        let first = run % order.len();
+        order.rotate_left(first);
+        for balancer in order {
+            progress.set_message(format!("run {}: starting {}", run + 1, balancer.label()));
+            let running = bed.start(balancer)?;
+            for &flows in &args.flows {
+                progress.set_message(format!(
+                    "run {}: {}, {flows} flows",
+                    run + 1,
+                    balancer.label()
+                ));
+                bed.warm(flows)?;
+                let t = running.trial(flows, duration).with_context(|| {
+                    format!("{} with {flows} flows", running.balancer().label())
+                })?;
+                progress.note(format!(
+                    "run {} {:<14} {:>7} flows: {:.3} Mpps offered, {:.3} received, LB CPU {:.0}% busy",
+                    run + 1,
+                    balancer.label(),
+                    flows,
+                    t.offered_pps / 1e6,
+                    t.received_pps / 1e6,
+                    t.lb_cpu_busy * 100.0
+                ));
+                trials.push((run, balancer, flows, t));
+                progress.inc(1);
+            }
+            running.stop()?;
+        }
+    }
+    let report = Report::new(args, bed.generator_cpu, bed.lb_cpu, trials);
+    let took = weir_progress::duration(progress.elapsed());
+    progress.finish(format!("{} trials in {took}", report.trials.len()));
+    print!("{}", render(&report));
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &args.svg {
+        std::fs::write(p, report::figure(&report).svg()?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}

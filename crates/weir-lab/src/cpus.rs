@@ -1,0 +1,86 @@
+//! Where lab threads run: the CPUs this process may use, and pinning a
+//! thread (ours, or a kernel thread such as a threaded NAPI context) to one.
+
+use anyhow::{bail, Result};
+
+/// The CPUs the calling thread may run on, in order.
+pub fn allowed() -> Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; the size is the set's.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
+        bail!("sched_getaffinity: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: CPU_ISSET reads the set filled above.
+    Ok((0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current(cpu: usize) -> Result<()> {
+    pin(0, cpu)
+}
+
+/// Pins thread `tid` (any process's, kernel threads included) to `cpu`.
+pub fn pin(tid: u32, cpu: usize) -> Result<()> {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: a thread id (0: the caller) and the set's size.
+    if unsafe { libc::sched_setaffinity(tid as i32, std::mem::size_of_val(&set), &set) } != 0 {
+        bail!(
+            "pinning thread {tid} to CPU {cpu}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// Gives thread `tid` the real-time FIFO class at `priority` (1..=99), so
+/// that ordinary work on its CPU cannot preempt it. The kernel's RT
+/// throttling still leaves others 5% of the CPU.
+pub fn realtime(tid: u32, priority: i32) -> Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: a thread id and a parameter that outlives the call.
+    if unsafe { libc::sched_setscheduler(tid as i32, libc::SCHED_FIFO, &param) } != 0 {
+        bail!(
+            "SCHED_FIFO {priority} for thread {tid}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pinned_thread_runs_only_where_it_was_pinned() {
+        let cpus = allowed().unwrap();
+        assert!(!cpus.is_empty());
+        let last = *cpus.last().unwrap();
+        let seen = std::thread::spawn(move || {
+            pin_current(last).unwrap();
+            allowed().unwrap()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen, vec![last]);
+    }
+
+    #[test]
+    fn a_cpu_that_does_not_exist_is_an_error_naming_it() {
+        let missing = libc::CPU_SETSIZE as usize - 1;
+        assert!(!allowed().unwrap().contains(&missing));
+        let e = std::thread::spawn(move || pin_current(missing))
+            .join()
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("CPU {missing}")), "{e}");
+    }
+}
