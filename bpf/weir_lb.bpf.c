@@ -37,8 +37,6 @@ const volatile __u32 cfg_malformed_action = WEIR_ACT_DROP;
 const volatile __u32 cfg_nonsyn_miss = WEIR_NONSYN_DISPATCH;
 const volatile __u32 cfg_hash_seed = 0x77656972; /* "weir" */
 
-/* One established nat packet in 64 re-checks its reverse entry. */
-#define REV_CHECK_MASK 63
 const volatile __u32 cfg_passive_telemetry = 0; /* 1: time nat requests (telemetry.h) */
 
 static __always_inline int verdict(__u32 action, __u32 pass_stat, __u32 drop_stat)
@@ -52,7 +50,9 @@ static __always_inline int verdict(__u32 action, __u32 pass_stat, __u32 drop_sta
 }
 
 /* Make sure the reply of a nat connection finds its way back (the reverse
- * entry lives in its own LRU and may have been evicted independently). */
+ * entry lives in its own LRU and may have been evicted independently).
+ * Called when a hit refreshes its entry's atime: at most once a second per
+ * connection, and on the first packet after a second of silence. */
 static __always_inline void ensure_reverse(struct xdp_md *ctx, const struct packet *pkt,
 					   const struct weir_dip *dip, __u32 vip_id)
 {
@@ -168,15 +168,15 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 }
 
 /* Counts a client packet of a connection to `dip`, rewrites it (nat) and
- * sends it. `established`: it had an entry (a connection hit, counted with
- * the outcome), whose reverse entry (nat) is re-checked now and then. */
+ * sends it. `event`: WEIR_STAT_CONN_HIT when it had an entry (counted with
+ * the outcome), else STAT_NO_EVENT; `recheck`: the hit refreshed the
+ * entry's atime, so its reverse entry (nat) is re-checked. */
 static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 				  const struct weir_vip *vip, const struct weir_dip *dip,
-				  __u32 dip_id, int new_conn, int established)
+				  __u32 dip_id, int new_conn, __u32 event, int recheck)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u32 event = established ? WEIR_STAT_CONN_HIT : STAT_NO_EVENT;
 	__u64 bytes = data_end - data;
 
 	traffic_add(&vip_traffic, vip->vip_id, bytes, new_conn);
@@ -184,9 +184,9 @@ static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 
 	if (vip->mode == WEIR_MODE_NAT) {
 		/* Replies keep the reverse entry fresh in its LRU, so an established
-		 * connection only re-checks it now and then (the lookup is a third
-		 * of the nat hit path's cost). */
-		if (established && (bpf_get_prandom_u32() & REV_CHECK_MASK) == 0)
+		 * connection re-checks it only when its atime is refreshed (the
+		 * lookup is a third of the nat hit path's cost). */
+		if (recheck)
 			ensure_reverse(ctx, pkt, dip, vip->vip_id);
 		if (rewrite_endpoint(data, data_end, pkt, 1, dip->addr, dip->port) < 0) {
 			stat_outcome(event, WEIR_STAT_DROP_MALFORMED);
@@ -205,7 +205,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	__u32 now = now_ticks(), dip_id = 0;
 	struct weir_conn *conn, entry = {};
 	struct weir_dip *dip = NULL;
-	int new_conn = 0, stale = 0;
+	int new_conn = 0, stale = 0, refreshed = 0;
 
 	conn = bpf_map_lookup_elem(&conns, &pkt->key);
 	if (conn) {
@@ -226,7 +226,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			stale = 1;
 		} else {
 			dip_id = conn->dip_id;
-			conn_touch(conn, now);
+			refreshed = conn_touch(conn, now);
 			if (tcp)
 				conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
 			if (cfg_passive_telemetry && nat)
@@ -267,7 +267,8 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			install_reverse(ctx, &rev_nat, pkt, dip, vip->vip_id);
 		new_conn = 1;
 	}
-	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn, conn && !stale);
+	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn,
+		      conn && !stale ? WEIR_STAT_CONN_HIT : STAT_NO_EVENT, refreshed);
 }
 
 /* The hybrid tier. A packet whose connection the fast table holds is
@@ -282,7 +283,7 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 {
 	int tcp = pkt->key.proto == IPPROTO_TCP;
 	int syn = tcp && (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
-	int nat = vip->mode == WEIR_MODE_NAT;
+	int nat = vip->mode == WEIR_MODE_NAT, refreshed;
 	__u32 now = now_ticks(), dip_id;
 	struct weir_conn *conn;
 	struct weir_dip *dip;
@@ -308,12 +309,12 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 	}
 	dip_id = conn->dip_id;
 	conn->hits += 1;
-	conn_touch(conn, now);
+	refreshed = conn_touch(conn, now);
 	if (tcp)
 		conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
 	if (cfg_passive_telemetry && nat)
 		telemetry_request(conn, pkt, dip_id);
-	return to_dip(ctx, pkt, vip, dip, dip_id, 0, 1);
+	return to_dip(ctx, pkt, vip, dip, dip_id, 0, WEIR_STAT_CONN_HIT, refreshed);
 miss:
 	stat_inc(WEIR_STAT_CONN_MISS);
 	return to_software(ctx, pkt, cfg_hash_seed);

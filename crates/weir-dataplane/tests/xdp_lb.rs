@@ -2046,32 +2046,50 @@ fn fx_dip(h: &Harness, id: u32) -> Dip {
 /// A nat connection whose reverse entry was evicted gets it back from its
 /// own forward traffic (re-checked on a random 1 in 64 packets), so its
 /// replies find their way to the VIP again.
+/// A nat connection re-checks its reverse entry (which its LRU may evict
+/// apart from the connection) when a client packet refreshes the entry's
+/// atime: at most once a second, and always after a second of silence.
 #[test]
-fn evicted_reverse_entry_is_restored_by_forward_traffic() {
+fn evicted_reverse_entry_is_restored_when_the_entry_is_refreshed() {
     let h = Harness::new(&test_options());
     let syn = tcp("192.0.2.77", 41000, "10.0.0.100", 80, TcpFlags::SYN);
     let ack = Frame {
         l4: L4::Tcp(TcpFlags::ACK),
         ..syn.clone()
     };
-    assert_eq!(h.run(&syn.bytes()).action(), Some(Tx));
-    assert_eq!(h.run(&ack.bytes()).action(), Some(Tx));
     let t = syn.tuple();
     let dip = h.fx.predict(0, &t).unwrap().clone();
     let rkey = rev_key_of(&t, &dip);
-    assert!(
-        h.maps.rev_nat(&rkey).unwrap().is_some(),
-        "the handshake installs it"
-    );
-    h.maps.rev_nat.delete(rkey.as_bytes()).unwrap();
-    // (63/64)^2000 < 1e-13: the entry is back well before the bound.
-    (1..=2000)
-        .find(|_| {
-            assert_eq!(h.run(&ack.bytes()).action(), Some(Tx));
-            h.maps.rev_nat(&rkey).unwrap().is_some()
-        })
-        .expect("forward traffic never restored the reverse entry");
-    rev_is(t, dip, 0)(&h);
+    let evict = move |h: &Harness| h.maps.rev_nat.delete(rkey.as_bytes()).unwrap();
+    let no_rev = move |h: &Harness| {
+        assert!(
+            h.maps.rev_nat(&rkey).unwrap().is_none(),
+            "re-checked too soon"
+        )
+    };
+    // Refreshed within the last second (the promotion, or the last hit).
+    let fresh = move |h: &Harness| {
+        let c = h.maps.conn(&t.key()).unwrap().expect("an entry");
+        let age = now_ticks().wrapping_sub(c.atime);
+        let second = weir_dataplane::conntrack::ticks(std::time::Duration::from_secs(1));
+        assert!(age < second, "atime {age} ticks old");
+    };
+    let cases = vec![
+        new_flow(&h, "SYN", &syn, 0),
+        promote("ACK", &ack, &dip, 0, NAT),
+        // Its atime is fresh: no re-check, the evicted entry stays gone.
+        hit("hit within the second", &ack, &dip, NAT)
+            .before(evict)
+            .after(both(no_rev, fresh)),
+        // A second later the hit refreshes atime and restores the entry.
+        hit("hit after a second", &ack, &dip, NAT)
+            .before(edit_conn(t, |c| c.atime = ticks_ago(2)))
+            .after(both(rev_is(t, dip.clone(), 0), fresh)),
+        hit("an entry still there is left as it is", &ack, &dip, NAT)
+            .before(edit_conn(t, |c| c.atime = ticks_ago(2)))
+            .after(rev_is(t, dip.clone(), 0)),
+    ];
+    run_cases(&h, cases);
     h.assert_balanced("reverse restore");
 }
 

@@ -179,9 +179,12 @@ fn a_syn_flood_breaks_no_established_connection() {
     assert_eq!(leaks.count(), 0, "replies left with a backend's address");
 
     // Lose the reverse entries of live connections: their replies must be
-    // dropped and counted, never sent to the client untranslated.
-    let live = spawn_http(&lab.client, vip, 10, 2, Duration::from_millis(1500));
-    std::thread::sleep(Duration::from_millis(700));
+    // dropped and counted, never sent to the client untranslated. A client
+    // packet restores an entry only when it refreshes its connection's idle
+    // clock (once a second), so requests 200 ms apart get replies without
+    // one until then.
+    let live = spawn_http(&lab.client, vip, 10, 6, Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(300));
     let maps = Maps::pinned(&d.pin_dir).unwrap();
     for k in maps.rev_nat.keys().collect::<Vec<_>>() {
         let _ = maps.rev_nat.delete(&k);
