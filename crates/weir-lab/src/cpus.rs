@@ -1,7 +1,8 @@
-//! Where lab threads run: the CPUs this process may use, and pinning a
-//! thread (ours, or a kernel thread such as a threaded NAPI context) to one.
+//! Where lab threads run and what they cost: the CPUs this process may use,
+//! pinning a thread (ours, or a kernel thread such as a threaded NAPI
+//! context) to one, the real-time class, and a thread's CPU time.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 /// The CPUs the calling thread may run on, in order.
 pub fn allowed() -> Result<Vec<usize>> {
@@ -54,6 +55,32 @@ pub fn realtime(tid: u32, priority: i32) -> Result<()> {
     Ok(())
 }
 
+/// A thread's CPU time (utime + stime), in clock ticks.
+pub fn thread_cpu_ticks(tid: u32) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat"))
+        .with_context(|| format!("reading /proc/{tid}/stat (the NAPI thread is gone)"))?;
+    // proc(5): utime and stime are fields 14 and 15; fields from the third
+    // on follow the command's closing parenthesis.
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')').map_or(0, |i| i + 2)..)
+        .unwrap_or("")
+        .split(' ')
+        .collect();
+    let field = |i: usize| -> Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .with_context(|| format!("/proc/{tid}/stat: no field {}", i + 3))
+    };
+    Ok(field(11)? + field(12)?)
+}
+
+/// Clock ticks per second (USER_HZ), the unit of /proc CPU times.
+pub fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf reads a constant.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +97,20 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(seen, vec![last]);
+    }
+
+    #[test]
+    fn a_spinning_thread_accumulates_cpu_time() {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        let before = thread_cpu_ticks(tid).unwrap();
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_millis(100) {
+            std::hint::spin_loop();
+        }
+        // A 100 ms spin gets at least one 10 ms tick, even mostly preempted.
+        assert!(thread_cpu_ticks(tid).unwrap() > before);
+        assert!(thread_cpu_ticks(u32::MAX).is_err());
     }
 
     #[test]

@@ -48,8 +48,11 @@ const REPORT_LAG: Duration = Duration::from_millis(1600);
 /// The longest wait for a fresh weir's first worker report (written every
 /// second).
 const FIRST_REPORT: Duration = Duration::from_secs(3);
-/// The software tier's worker threads (weir-software names them).
+/// The software tier's worker threads (weir-software names them with this
+/// prefix).
 const WORKER_THREAD: &str = "weir-worker";
+/// Real-time priority of the workers (see give_workers_their_core).
+const WORKER_PRIORITY: i32 = 50;
 /// How often an observed trial calls its observer.
 pub const OBSERVE_EVERY: Duration = Duration::from_millis(250);
 /// How often a trial looks whether its traffic is done.
@@ -290,6 +293,9 @@ impl Testbed {
         daemon
             .start()
             .with_context(|| format!("starting weir serve for {}", setup.label))?;
+        if setup.variant.has_workers() {
+            give_workers_their_core(&daemon)?;
+        }
 
         // Every connection, round robin, so the rarest of a Zipf mix exist too.
         let install = OfferSpec {
@@ -447,23 +453,56 @@ impl Bench<'_> {
     }
 }
 
-/// CPU time (user and system) the threads named `name` of process `pid`
-/// have had; None if it has none.
-fn thread_cpu_time(pid: u32, name: &str) -> Option<Duration> {
-    // SAFETY: sysconf reads a constant.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    let mut total: Option<u64> = None;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
-        let dir = task.ok()?.path();
-        if std::fs::read_to_string(dir.join("comm")).ok()?.trim() != name {
-            continue;
+/// HNLB's software load balancer has a core of its own. On this shared
+/// machine the worker's CPU also runs other work, which preempts a
+/// busy-polling worker for whole scheduler slices; in the real-time class
+/// it is not preempted (the kernel's RT throttling still leaves others 5%
+/// of the CPU, which the worker-CPU column shows).
+fn give_workers_their_core(daemon: &Daemon) -> Result<()> {
+    let pid = daemon.pid().context("weir serve is not running")?;
+    let deadline = Instant::now() + FIRST_REPORT;
+    loop {
+        let tids = threads_named(pid, WORKER_THREAD);
+        if !tids.is_empty() {
+            for tid in tids {
+                crate::cpus::realtime(tid, WORKER_PRIORITY)?;
+            }
+            return Ok(());
         }
-        // proc(5): utime and stime are fields 14 and 15; fields from the
-        // third on follow the command's closing parenthesis.
-        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-        let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
-        let t = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        *total.get_or_insert(0) += t;
+        ensure!(
+            Instant::now() < deadline,
+            "weir serve (pid {pid}) started no {WORKER_THREAD} thread in {FIRST_REPORT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
-    Some(Duration::from_secs_f64(total? as f64 / ticks as f64))
+}
+
+/// Thread ids of process `pid` whose name starts with `prefix`.
+fn threads_named(pid: u32, prefix: &str) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// CPU time (user and system) the threads of process `pid` whose name
+/// starts with `name` have had; None if it has none.
+fn thread_cpu_time(pid: u32, name: &str) -> Option<Duration> {
+    let tids = threads_named(pid, name);
+    if tids.is_empty() {
+        return None;
+    }
+    let ticks: u64 = tids
+        .into_iter()
+        .filter_map(|tid| crate::cpus::thread_cpu_ticks(tid).ok())
+        .sum();
+    Some(Duration::from_secs_f64(
+        ticks as f64 / crate::cpus::ticks_per_second(),
+    ))
 }

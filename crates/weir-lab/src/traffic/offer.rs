@@ -9,8 +9,9 @@
 //! what came due since its last run, at the generator's full speed, so a
 //! paced rate leaves in bursts: with two threads, bursts of 15 ms or more of
 //! traffic, which overflow a 2048-entry AF_XDP ring long before the socket's
-//! worker is busy. Paced offers therefore run many threads per CPU: their runs
-//! interleave, and each sends a sixteenth of what two would.
+//! worker is busy. Paced offers therefore run many threads per CPU, started at
+//! phases spread over that cycle: their runs interleave, and each sends a
+//! sixteenth of what two would.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -36,6 +37,9 @@ const THREADS_PER_CPU: usize = 2;
 const PACED_THREADS_PER_CPU: usize = 16;
 /// The most packets one live run sends.
 const MAX_CALL: u64 = 1 << 20;
+/// A live run and the sleep after it, about: paced lanes start spread over
+/// it.
+const PACE_CYCLE: Duration = Duration::from_millis(32);
 /// A paced thread sleeps until this much traffic is due, so that its runs
 /// are not single packets.
 const PACE_STEP: Duration = Duration::from_millis(1);
@@ -256,6 +260,10 @@ fn generate(
                     quota: spec.count.map_or(u64::MAX, |c| share(c, threads, t)),
                     rate: spec.rate.map(|r| r / threads as f64),
                     batch: spec.batch,
+                    phase: match spec.rate {
+                        Some(_) => PACE_CYCLE.mul_f64(t as f64 / threads as f64),
+                        None => Duration::ZERO,
+                    },
                     sent,
                     stop,
                 };
@@ -323,6 +331,9 @@ struct Lane<'a> {
     quota: u64,
     rate: Option<f64>,
     batch: u32,
+    /// A paced lane starts this late, so that the lanes' runs interleave
+    /// instead of bursting together.
+    phase: Duration,
     sent: &'a AtomicU64,
     stop: &'a AtomicBool,
 }
@@ -336,6 +347,10 @@ struct LaneResult {
 
 impl Lane<'_> {
     fn run(&self, deadline: Instant) -> Result<LaneResult> {
+        std::thread::sleep(
+            self.phase
+                .min(deadline.saturating_duration_since(Instant::now())),
+        );
         let start = Instant::now();
         let mut done = LaneResult::default();
         // Start small, then size runs to CALL_TIME.

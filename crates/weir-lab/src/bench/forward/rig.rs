@@ -270,16 +270,16 @@ impl Running<'_> {
         let bed = self.bed;
         let spec = OfferSpec::new(bed.packets(flows)?, duration);
         let received0 = bed.received()?;
-        let cpu0 = thread_cpu_ticks(self.napi_tid)?;
+        let cpu0 = crate::cpus::thread_cpu_ticks(self.napi_tid)?;
         let bpf0 = self.prog_id.map(RunStats::of_id).transpose()?;
         let start = Instant::now();
         let offered = offer(&bed.lab.client, "eth0", &spec)?;
         std::thread::sleep(DRAIN);
         let elapsed = start.elapsed();
-        let cpu1 = thread_cpu_ticks(self.napi_tid)?;
+        let cpu1 = crate::cpus::thread_cpu_ticks(self.napi_tid)?;
         let bpf1 = self.prog_id.map(RunStats::of_id).transpose()?;
         let received = bed.received()? - received0;
-        let busy_ns = cpu1.saturating_sub(cpu0) as f64 * 1e9 / ticks_per_second();
+        let busy_ns = cpu1.saturating_sub(cpu0) as f64 * 1e9 / crate::cpus::ticks_per_second();
         Ok(Trial {
             offered: offered.sent,
             offered_pps: offered.pps,
@@ -413,29 +413,4 @@ fn napi_threads(prefix: &str) -> Result<BTreeSet<u32>> {
         }
     }
     Ok(out)
-}
-
-/// A thread's CPU time (utime + stime), in clock ticks.
-fn thread_cpu_ticks(tid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat"))
-        .with_context(|| format!("reading /proc/{tid}/stat (the NAPI thread is gone)"))?;
-    // proc(5): utime and stime are fields 14 and 15; fields from the third
-    // on follow the command's closing parenthesis.
-    let fields: Vec<&str> = stat
-        .get(stat.rfind(')').map_or(0, |i| i + 2)..)
-        .unwrap_or("")
-        .split(' ')
-        .collect();
-    let field = |i: usize| -> Result<u64> {
-        fields
-            .get(i)
-            .and_then(|f| f.parse().ok())
-            .with_context(|| format!("/proc/{tid}/stat: no field {}", i + 3))
-    };
-    Ok(field(11)? + field(12)?)
-}
-
-fn ticks_per_second() -> f64 {
-    // SAFETY: sysconf reads a constant.
-    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
 }
