@@ -93,6 +93,7 @@ struct State {
     applied: BTreeMap<String, AppliedTable>,
     apply_delay_max_ms: Option<f64>,
     join: Option<JoinView>,
+    ready: bool,
     /// The first range has been read (the view is complete).
     loaded: bool,
 }
@@ -277,9 +278,12 @@ impl Cluster {
         update_peers(&self.inner);
     }
 
-    /// Notes what a join brought, for the view; the node is then ready.
-    pub fn joined(&self, r: &JoinReport) {
-        self.state().join = Some(JoinView {
+    /// The node is ready for traffic: its tables are the cluster's and, if
+    /// it joined with a bulk, `join` says what that brought.
+    pub fn ready(&self, join: Option<&JoinReport>) {
+        let mut s = self.state();
+        s.ready = true;
+        s.join = join.map(|r| JoinView {
             from: r.from.clone(),
             total: r.total,
             received: r.received,
@@ -481,9 +485,10 @@ async fn campaign(inner: &Inner, lease: i64) -> Result<()> {
         let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
         s.term = Some(revision);
         s.leader = Some(inner.opts.node.clone());
-        inner.is_leader.store(true, Ordering::SeqCst);
-        inner.terms_won.fetch_add(1, Ordering::SeqCst);
-        eprintln!("weir: cluster: this node leads (term {revision})");
+        if !inner.is_leader.swap(true, Ordering::SeqCst) {
+            inner.terms_won.fetch_add(1, Ordering::SeqCst);
+            eprintln!("weir: cluster: this node leads (term {revision})");
+        }
     }
     Ok(())
 }
@@ -512,7 +517,7 @@ async fn watch(inner: Arc<Inner>) {
             }
         };
         note_ok(&inner);
-        load(&inner, kvs);
+        load(&inner, kvs, revision);
         let result = inner
             .client
             .watch_prefix(&prefix, revision + 1, |events, _| changed(&inner, events))
@@ -543,8 +548,8 @@ fn entry<'a>(inner: &Inner, k: &'a str) -> Option<Entry<'a>> {
     }
 }
 
-/// A full read: the state is exactly what etcd holds.
-fn load(inner: &Inner, kvs: Vec<Kv>) {
+/// A full read at `revision`: the state is exactly what etcd held then.
+fn load(inner: &Inner, kvs: Vec<Kv>, revision: i64) {
     {
         let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
         s.leader = None;
@@ -556,7 +561,8 @@ fn load(inner: &Inner, kvs: Vec<Kv>) {
     let leaderless = {
         let mut s = inner.state.lock().unwrap_or_else(|e| e.into_inner());
         s.loaded = true;
-        s.leader.is_none()
+        // A read from before this node's own win says nothing about it.
+        s.leader.is_none() && s.term.is_none_or(|t| t <= revision)
     };
     if leaderless {
         lost_lead(inner, "no leader key in etcd");
@@ -577,9 +583,19 @@ fn changed(inner: &Inner, events: Vec<Event>) {
             match e {
                 Event::Put(kv) => match entry(inner, &kv.key) {
                     Some(Entry::Leader) => {
+                        // The key on this node's lease is this node's lead,
+                        // whoever saw the win first (the campaign or this).
                         let name = String::from_utf8_lossy(&kv.value).into_owned();
-                        let ours = name == inner.opts.node && s.term == Some(kv.create_revision);
-                        if !ours && inner.is_leader.swap(false, Ordering::SeqCst) {
+                        if kv.lease == s.lease && name == inner.opts.node {
+                            s.term = Some(kv.create_revision);
+                            if !inner.is_leader.swap(true, Ordering::SeqCst) {
+                                inner.terms_won.fetch_add(1, Ordering::SeqCst);
+                                eprintln!(
+                                    "weir: cluster: this node leads (term {})",
+                                    kv.create_revision
+                                );
+                            }
+                        } else if inner.is_leader.swap(false, Ordering::SeqCst) {
                             eprintln!("weir: cluster: {name} leads now");
                             s.term = None;
                         }
@@ -704,7 +720,9 @@ fn apply_tables(inner: &Inner, records: &[TableRecord], locked: Option<&Maps>) {
         });
         match outcome {
             Ok(Applied::Done) => {
-                if a.version != Some(rec.version) {
+                // The delay of a change a running node saw; a node that
+                // starts applies versions published long before.
+                if a.version.is_some_and(|v| v != rec.version) {
                     let delay = now.saturating_sub(rec.published_unix_ms) as f64;
                     a.delay_ms = Some(delay);
                     let max = s.apply_delay_max_ms.get_or_insert(0.0);
@@ -851,7 +869,7 @@ fn view(inner: &Inner) -> ClusterView {
         tables: s.applied.clone(),
         apply_delay_max_ms: s.apply_delay_max_ms,
         sync,
-        ready: s.join.is_some() || inner.opts.sync.is_none(),
+        ready: s.ready,
     };
     let nodes = s
         .nodes

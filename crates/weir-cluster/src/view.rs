@@ -40,7 +40,8 @@ pub struct NodeStatus {
     /// The longest apply delay this node has seen, in ms.
     pub apply_delay_max_ms: Option<f64>,
     pub sync: Option<Counters>,
-    /// The join's bulk ended (or there was nobody to ask).
+    /// The node has the cluster's tables and, joining, its peers'
+    /// connections: it may take traffic.
     pub ready: bool,
 }
 

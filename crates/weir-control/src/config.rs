@@ -272,6 +272,9 @@ pub struct Config {
     /// The management API; absent = on 127.0.0.1:9190 without a token.
     #[serde(default)]
     pub api: ApiCfg,
+    /// This node's cluster (shared tables, connection sync); absent = a
+    /// single node.
+    pub cluster: Option<weir_cluster::config::ClusterCfg>,
     #[serde(default, rename = "vip")]
     pub vips: Vec<Vip>,
     /// What is legal but odd (say a VIP with no DIPs), found at load; the
@@ -840,6 +843,7 @@ impl Config {
         }
         self.validate_controller(ck)?;
         warnings.extend(self.api.validate(ck)?);
+        self.validate_cluster(ck, &mut warnings)?;
         if total_dips > dp.max_dips as usize {
             return Err(ck.err(
                 None,
@@ -1074,10 +1078,39 @@ impl Config {
         Ok(())
     }
 
-    /// True when the controller thread has work: a `[controller]` section
-    /// or any health check.
+    /// True when the controller thread has work: a `[controller]` section,
+    /// any health check, or a cluster (whose leader publishes every table).
     pub fn wants_controller(&self) -> bool {
-        self.controller.is_some() || self.vips.iter().any(|v| v.health.is_some())
+        self.controller.is_some()
+            || self.vips.iter().any(|v| v.health.is_some())
+            || self.cluster.is_some()
+    }
+
+    /// `[cluster]`; a nat VIP in a cluster is legal but its replies return
+    /// through one node only.
+    fn validate_cluster(
+        &self,
+        ck: &Checker<'_>,
+        warnings: &mut Vec<ConfigWarning>,
+    ) -> Result<(), ConfigError> {
+        let Some(c) = &self.cluster else {
+            return Ok(());
+        };
+        let dp = &self.dataplane;
+        c.validate(dp.conn_table_size, dp.tier == Tier::Xdp)
+            .map_err(|(span, field, msg)| ck.err(span, field, msg))?;
+        for (i, v) in self.vips.iter().enumerate() {
+            if v.mode == Mode::Nat {
+                warnings.push(ck.err(
+                    Some(v.name.span()),
+                    format!("vip[{i}].mode"),
+                    "in a cluster, a nat VIP's replies go back through the backend's gateway, \
+                     not the node ECMP chose, and only that node reverse-translates them; \
+                     behind ECMP use mode = \"dsr\"",
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -1429,6 +1462,47 @@ mode = "nat"
     }
 
     /// GOOD with `keys` added to its [dataplane] (from line 4 on).
+    #[test]
+    fn a_cluster_section_is_checked_with_the_line_and_the_field() {
+        let cluster = |keys: &str| {
+            format!(
+                "{GOOD}\n[cluster]\nnode = \"lb-a\"\netcd = [\"10.0.0.9:2379\"]\n\
+                 sync_interface = \"eth1\"\nsync_key_file = \"/etc/weir/sync.key\"\n{keys}\n"
+            )
+        };
+        let c = Config::parse("t.toml", &cluster("")).unwrap();
+        let cl = c.cluster.as_ref().unwrap();
+        assert_eq!(cl.node.get_ref(), "lb-a");
+        assert!(c.wants_controller(), "the leader's controller publishes the tables");
+        assert!(
+            c.warnings.iter().any(|w| w.field == "vip[0].mode" && w.message.contains("dsr")),
+            "{:?}",
+            c.warnings
+        );
+        let line_of_last = cluster("").lines().count();
+        let e = err_of(&cluster("lease_ttl_s = 0"));
+        assert_eq!((e.field.as_str(), e.line), ("cluster.lease_ttl_s", Some(line_of_last)));
+        let e = err_of(&cluster("node2 = 1"));
+        assert!(e.message.contains("unknown field `node2`"), "{e}");
+        let no_key = cluster("").replace("sync_key_file = \"/etc/weir/sync.key\"\n", "");
+        let e = err_of(&no_key);
+        assert_eq!(e.field, "cluster.sync_key_file");
+        assert!(e.message.contains("openssl rand -hex 32"), "{e}");
+        let e = err_of(&cluster("").replace(
+            "interfaces = [\"veth0\"]\n",
+            "interfaces = [\"veth0\"]\ntier = \"software\"\n",
+        ));
+        assert_eq!(e.field, "cluster.connection_sync");
+        Config::parse(
+            "t.toml",
+            &cluster("connection_sync = false").replace(
+                "interfaces = [\"veth0\"]\n",
+                "interfaces = [\"veth0\"]\ntier = \"software\"\n",
+            ),
+        )
+        .unwrap();
+    }
+
     fn dataplane_with(keys: &str) -> String {
         GOOD.replace(
             "interfaces = [\"veth0\"]\n",

@@ -24,7 +24,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -243,6 +243,8 @@ impl DipModel {
 struct VipModel {
     name: String,
     vip_id: u32,
+    /// Address, port and protocol: what names the VIP across a cluster.
+    key: weir_vip_key,
     dips: Vec<DipModel>,
     /// Weights of the last table this controller published.
     published: Option<Vec<u32>>,
@@ -309,9 +311,9 @@ pub struct Snapshot {
 /// State shared between the controller thread and the rest of `weir serve`.
 #[derive(Debug, Default)]
 pub struct Shared {
-    /// Held while tables or DIP slots are written, so `apply` (reloads) and
-    /// the controller never publish at the same time.
-    pub table_lock: Mutex<()>,
+    /// Held while tables or DIP slots are written, so `apply` (reloads),
+    /// the controller and the cluster's tables never publish at the same time.
+    pub table_lock: Arc<Mutex<()>>,
     pub snapshot: Mutex<Option<Snapshot>>,
     /// Configurations applied since start, counted under `table_lock` (by
     /// `live.rs`). The controller publishes only while its model is of the
@@ -319,6 +321,10 @@ pub struct Shared {
     /// old weights would undo the change (a drained DIP would get new
     /// connections again).
     pub applied: AtomicU64,
+    /// This node's cluster, when it runs in one: then only the leader's
+    /// controller publishes, through etcd, and every node applies what the
+    /// leader published (weir_cluster::agent).
+    pub cluster: OnceLock<weir_cluster::Cluster>,
 }
 
 impl Shared {
@@ -370,6 +376,7 @@ impl Controller {
             tables_published: 0,
             entries_written: 0,
             last_snapshot_write: None,
+            terms_won: 0,
         };
         state.reconfigure(cfg);
         let thread = std::thread::Builder::new()
@@ -415,6 +422,8 @@ struct State {
     tables_published: u64,
     entries_written: u64,
     last_snapshot_write: Option<Instant>,
+    /// The cluster leaderships won when the model last published.
+    terms_won: u64,
 }
 
 fn unix_ms() -> u64 {
@@ -542,6 +551,7 @@ impl State {
             self.vips.push(VipModel {
                 name: v.name.get_ref().clone(),
                 vip_id,
+                key: vip_key(v),
                 dips,
                 // `apply` just published the static table: publish ours anew.
                 published: None,
@@ -614,13 +624,25 @@ impl State {
 
     fn tick(&mut self, now: Instant) {
         self.ticks += 1;
+        if let Some(c) = self.shared.cluster.get() {
+            // A leadership won since the last tick: what etcd holds is
+            // another leader's, so publish ours anew.
+            let won = c.terms_won();
+            if won != self.terms_won {
+                self.terms_won = won;
+                for v in &mut self.vips {
+                    v.published = None;
+                }
+            }
+        }
         self.poll_telemetry(now);
         for i in 0..self.vips.len() {
             let views: Vec<DipView> = self.vips[i].dips.iter().map(DipModel::view).collect();
             let weights = compute_weights(&self.params, &views);
             if self.vips[i].published.as_ref() != Some(&weights) {
                 match self.publish(i, &weights) {
-                    Ok(()) => self.vips[i].published = Some(weights),
+                    Ok(true) => self.vips[i].published = Some(weights),
+                    Ok(false) => {}
                     Err(e) => eprintln!(
                         "weir: controller: publishing the table of VIP {}: {e:#}",
                         self.vips[i].name
@@ -651,14 +673,20 @@ impl State {
 
     /// Publishes `weights` for VIP `i` under the table lock. Slots are
     /// checked against the `dips` map first: a DIP a reload just removed
-    /// (not yet in our model) is never named.
-    fn publish(&mut self, i: usize, weights: &[u32]) -> Result<()> {
+    /// (not yet in our model) is never named. In a cluster, the leader
+    /// hands the table to etcd instead (every node applies it from there)
+    /// and a follower publishes nothing. Returns whether it published.
+    fn publish(&mut self, i: usize, weights: &[u32]) -> Result<bool> {
         let shared = self.shared.clone();
+        let cluster = shared.cluster.get();
+        if cluster.is_some_and(|c| !c.is_leader()) {
+            return Ok(false);
+        }
         let _guard = shared.table_lock.lock().unwrap_or_else(|e| e.into_inner());
         if shared.applied.load(Ordering::SeqCst) != self.model_of {
             // A newer configuration is in the maps and its reconfigure on
             // the way (which forgets what was published): publish nothing.
-            return Ok(());
+            return Ok(false);
         }
         let vip = &mut self.vips[i];
         let mut pairs = Vec::with_capacity(weights.len());
@@ -680,11 +708,26 @@ impl State {
             d.weight = w;
         }
         let table = AwfdTable::from_weights(&pairs)?;
+        if let Some(c) = cluster {
+            let identity: HashMap<u32, weir_cluster::record::DipRef> = vip
+                .dips
+                .iter()
+                .map(|d| {
+                    let nat_port = u16::from_be(d.ident.1);
+                    (d.slot, weir_cluster::record::DipRef { address: d.addr, nat_port })
+                })
+                .collect();
+            let vip_ref = weir_cluster::apply::vip_ref(&vip.key)
+                .context("the VIP's address family is not IPv4 or IPv6")?;
+            let proposed = c.propose(&vip.name, vip_ref, &table, |s| identity.get(&s).copied())?;
+            self.tables_published += u64::from(proposed);
+            return Ok(proposed);
+        }
         let version = self.maps.table_version(vip.vip_id)?.wrapping_add(1);
         let report = self.maps.publish_table(vip.vip_id, version, &table)?;
         self.tables_published += 1;
         self.entries_written += u64::from(report.writes());
-        Ok(())
+        Ok(true)
     }
 
     fn update_shares(&mut self, i: usize, now: Instant) {

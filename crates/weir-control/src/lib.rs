@@ -8,6 +8,7 @@ pub mod agent;
 pub mod api;
 pub mod apply;
 pub mod bpffs;
+pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod cpus;

@@ -211,7 +211,13 @@ impl Live {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         self.shared.applied.fetch_add(1, Ordering::SeqCst);
-        apply(maps, cfg).map_err(|e| format!("{e:#}"))
+        let report = apply(maps, cfg).map_err(|e| format!("{e:#}"))?;
+        // In a cluster the leader's tables stand, not the configured weights
+        // `apply` just wrote.
+        if let Some(c) = self.shared.cluster.get() {
+            c.reapply(maps);
+        }
+        Ok(report)
     }
 
     /// After a failed edit: the configuration in force goes back into the

@@ -46,6 +46,8 @@ pub struct Scrape {
     pub stats: Vec<u64>,
     /// The software tier's workers' last reports (empty with `tier = "xdp"`).
     pub workers: Vec<WorkerStats>,
+    /// The cluster as this node sees it, when it runs in one.
+    pub cluster: Option<weir_cluster::view::ClusterView>,
 }
 
 impl Scrape {
@@ -54,10 +56,12 @@ impl Scrape {
     pub fn read(shared: &Shared, maps: Option<&Maps>, run_dir: &Path) -> Scrape {
         let snapshot = shared.snapshot();
         let workers = crate::tier::read_worker_stats(run_dir);
+        let cluster = shared.cluster.get().map(|c| c.view());
         let Some(m) = maps else {
             return Scrape {
                 snapshot,
                 workers,
+                cluster,
                 ..Scrape::default()
             };
         };
@@ -73,6 +77,7 @@ impl Scrape {
             new_conns,
             stats: m.stats().unwrap_or_default(),
             workers,
+            cluster,
         }
     }
 
@@ -253,6 +258,9 @@ impl Collector for Scrape {
         if !self.workers.is_empty() {
             encode_workers(&mut enc, &self.workers)?;
         }
+        if let Some(c) = &self.cluster {
+            encode_cluster(&mut enc, c)?;
+        }
         if !self.stats.is_empty() {
             family(
                 &mut enc,
@@ -401,6 +409,155 @@ fn encode_workers(enc: &mut DescriptorEncoder, workers: &[WorkerStats]) -> fmt::
     Ok(())
 }
 
+type SyncGet = fn(&weir_cluster::sync::stats::Counters) -> u64;
+/// A counter family of connection sync: name, help, the label's name, and
+/// each label value with its counter.
+type SyncFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, SyncGet)],
+);
+
+/// Connection sync's counters.
+const SYNC_COUNTERS: [SyncFamily; 4] = [
+    (
+        "weir_sync_records",
+        "Connection-sync records by fate: sent to peers, received, installed, already present, for an unknown VIP or DIP.",
+        "kind",
+        &[
+            ("sent", |c| c.sent_records),
+            ("received", |c| c.received_records),
+            ("installed", |c| c.installed),
+            ("present", |c| c.present),
+            ("unknown", |c| c.unknown),
+        ],
+    ),
+    (
+        "weir_sync_datagrams",
+        "Connection-sync datagrams by direction (send_error: refused by the socket).",
+        "direction",
+        &[
+            ("sent", |c| c.sent_datagrams),
+            ("received", |c| c.received_datagrams),
+            ("send_error", |c| c.send_errors),
+        ],
+    ),
+    (
+        "weir_sync_dropped",
+        "Connection-sync records (full) and datagrams (the rest) dropped, by reason.",
+        "reason",
+        &[
+            ("full", |c| c.dropped_full),
+            ("malformed", |c| c.dropped_malformed),
+            ("oversized", |c| c.dropped_oversized),
+            ("unauthenticated", |c| c.dropped_unauthenticated),
+            ("replayed", |c| c.dropped_replayed),
+        ],
+    ),
+    (
+        "weir_sync_announcements",
+        "Installs the data plane announced, and those its full ring lost.",
+        "kind",
+        &[("announced", |c| c.announced), ("lost", |c| c.announce_lost)],
+    ),
+];
+
+/// The cluster: etcd, leadership, table versions here and in etcd, and
+/// connection sync.
+fn encode_cluster(enc: &mut DescriptorEncoder, c: &weir_cluster::view::ClusterView) -> fmt::Result {
+    let flag = |b: bool| ConstGauge::new(i64::from(b));
+    single(
+        enc,
+        "weir_cluster_etcd_up",
+        "1 when etcd answered this node's last call; 0: tables are kept as they are.",
+        flag(c.etcd_ok),
+    )?;
+    single(
+        enc,
+        "weir_cluster_leader",
+        "1 when this node leads the cluster (its controller publishes the tables).",
+        flag(c.is_leader),
+    )?;
+    single(
+        enc,
+        "weir_cluster_nodes",
+        "Nodes registered in the cluster.",
+        ConstGauge::new(c.nodes.len() as i64),
+    )?;
+    family(
+        enc,
+        "weir_cluster_table_version",
+        "The VIP's latest table version in etcd (the leader's).",
+        MetricType::Gauge,
+        c.tables.iter().map(|t| {
+            (
+                [("vip", t.vip.clone())],
+                ConstGauge::new(i64::from(t.version)),
+            )
+        }),
+    )?;
+    family(
+        enc,
+        "weir_cluster_applied_version",
+        "The cluster table version in force on this node.",
+        MetricType::Gauge,
+        c.this.tables.iter().filter_map(|(v, a)| {
+            Some(([("vip", v.clone())], ConstGauge::new(i64::from(a.version?))))
+        }),
+    )?;
+    family(
+        enc,
+        "weir_cluster_apply_delay_seconds",
+        "From the leader's publication to its apply on this node, for the last version.",
+        MetricType::Gauge,
+        c.this.tables.iter().filter_map(|(v, a)| {
+            Some(([("vip", v.clone())], ConstGauge::new(a.delay_ms? / 1000.0)))
+        }),
+    )?;
+    family(
+        enc,
+        "weir_cluster_skew",
+        "1 when the VIP's latest cluster table could not be applied here (configuration skew).",
+        MetricType::Gauge,
+        c.this
+            .tables
+            .iter()
+            .map(|(v, a)| ([("vip", v.clone())], flag(a.skew.is_some()))),
+    )?;
+    let Some(s) = &c.this.sync else {
+        return Ok(());
+    };
+    for (name, help, label, values) in SYNC_COUNTERS {
+        family(
+            enc,
+            name,
+            help,
+            MetricType::Counter,
+            values
+                .iter()
+                .map(|(v, get)| ([(label, v.to_string())], ConstCounter::new(get(s)))),
+        )?;
+    }
+    single(
+        enc,
+        "weir_sync_peer_entries",
+        "Peers' connections in this node's table (bounded by sync_max_entries).",
+        ConstGauge::new(s.peer_entries as i64),
+    )?;
+    family(
+        enc,
+        "weir_sync_lag_seconds",
+        "From a peer's install to this node's, by quantile (upper bounds of buckets an eighth of their value wide; 1 = the maximum).",
+        MetricType::Gauge,
+        [("0.5", s.lag_p50_us), ("0.99", s.lag_p99_us), ("1", s.lag_max_us)]
+            .into_iter()
+            .filter_map(|(q, us)| {
+                Some(([("quantile", q.to_string())], ConstGauge::new(us? as f64 / 1e6)))
+            }),
+    )
+}
+
 /// `GET /metrics` over the controller's state, the maps pinned in
 /// `pin_dir` (opened once; without them only the controller's view) and the
 /// workers' reports in `run_dir`.
@@ -477,6 +634,7 @@ mod tests {
             new_conns: [(3, 42)].into_iter().collect(),
             stats: (0..STAT_NAMES.len() as u64).collect(),
             workers: Vec::new(),
+            cluster: None,
         }
     }
 
@@ -587,5 +745,71 @@ mod tests {
         assert!(t.contains("weir_packets_total{counter=\"rx\"} 0\n"), "{t}");
         assert!(!t.contains("weir_dip_"), "{t}");
         assert_eq!(Scrape::default().render(), "# EOF\n");
+    }
+    #[test]
+    fn a_cluster_node_exports_etcd_leadership_versions_and_sync() {
+        use weir_cluster::sync::stats::Counters;
+        use weir_cluster::view::*;
+        let this = NodeStatus {
+            name: "lb-a".into(),
+            at_unix_ms: 0,
+            tables: [(
+                "web".to_string(),
+                AppliedTable {
+                    version: Some(12),
+                    applied_unix_ms: Some(0),
+                    delay_ms: Some(3.0),
+                    skew: None,
+                },
+            )]
+            .into_iter()
+            .collect(),
+            apply_delay_max_ms: Some(3.0),
+            sync: Some(Counters {
+                sent_records: 5,
+                dropped_replayed: 2,
+                lag_p99_us: Some(512),
+                ..Counters::default()
+            }),
+            ready: true,
+        };
+        let t = Scrape {
+            cluster: Some(ClusterView {
+                node: "lb-a".into(),
+                prefix: "/weir".into(),
+                etcd: Vec::new(),
+                etcd_ok: false,
+                etcd_error: None,
+                etcd_down_since_unix_ms: Some(0),
+                leader: Some("lb-a".into()),
+                is_leader: true,
+                terms_won: 1,
+                nodes: Vec::new(),
+                tables: vec![TableView {
+                    vip: "web".into(),
+                    version: 12,
+                    leader: "lb-a".into(),
+                    published_unix_ms: 0,
+                }],
+                this,
+                join: None,
+                at_unix_ms: 0,
+            }),
+            ..Scrape::default()
+        }
+        .render();
+        for line in [
+            "weir_cluster_etcd_up 0",
+            "weir_cluster_leader 1",
+            "weir_cluster_table_version{vip=\"web\"} 12",
+            "weir_cluster_applied_version{vip=\"web\"} 12",
+            "weir_cluster_apply_delay_seconds{vip=\"web\"} 0.003",
+            "weir_cluster_skew{vip=\"web\"} 0",
+            "weir_sync_records_total{kind=\"sent\"} 5",
+            "weir_sync_dropped_total{reason=\"replayed\"} 2",
+            "weir_sync_lag_seconds{quantile=\"0.99\"} 0.000512",
+        ] {
+            assert!(t.lines().any(|l| l == line), "no `{line}` in\n{t}");
+        }
     }
 }

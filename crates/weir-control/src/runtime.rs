@@ -94,6 +94,8 @@ pub struct Preflight {
     /// With --takeover: the checked programs to replace.
     pub takeover: Option<Takeover>,
     pub persistence: Persistence,
+    /// `[cluster]` checked and, unless taking over, this node registered.
+    pub cluster: Option<(crate::cluster::Plan, Option<weir_cluster::Agent>)>,
 }
 
 /// Checks that need no loading: privileges, kernel, config, interfaces,
@@ -142,12 +144,21 @@ pub fn preflight(opts: &ServeOptions) -> Result<Preflight> {
             rec.config.display()
         );
     }
+    // Last: joining registers this node's name in etcd.
+    let cluster = match crate::cluster::plan(&cfg, &opts.run_dir)? {
+        Some(p) => {
+            let agent = if opts.takeover { None } else { Some(p.join()?) };
+            Some((p, agent))
+        }
+        None => None,
+    };
     Ok(Preflight {
         cfg,
         ifaces,
         mode,
         takeover,
         persistence,
+        cluster,
     })
 }
 
@@ -182,6 +193,10 @@ fn load_options(cfg: &Config) -> LoadOptions {
             .controller
             .as_ref()
             .is_some_and(|c| c.telemetry == crate::config::TelemetryKind::Passive),
+        conn_sync: cfg
+            .cluster
+            .as_ref()
+            .is_some_and(|c| *c.connection_sync.get_ref()),
     }
 }
 
@@ -235,6 +250,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         mode,
         takeover,
         persistence,
+        cluster,
     } = preflight(opts)?;
     let pin_dir = cfg.dataplane.pin_dir.clone();
     if opts.reset_state && pin_dir.exists() {
@@ -264,6 +280,28 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             lb.remove_created_pins();
             return Err(e);
         }
+    };
+    // In a cluster, its tables and its established connections come first.
+    let shared = Arc::new(Shared::default());
+    let (plan, agent) = cluster.map_or((None, None), |(p, a)| (Some(p), a));
+    let sync_maps = |p: &crate::cluster::Plan| {
+        p.conn_sync()
+            .then(|| weir_dataplane::sync_events::SyncMaps::of(&lb.skel))
+            .transpose()
+    };
+    let mut member = match (&plan, agent) {
+        (Some(p), Some(agent)) => {
+            match sync_maps(p)
+                .and_then(|m| crate::cluster::Member::start(p, agent, m, &shared, &cfg, true))
+            {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    lb.remove_created_pins();
+                    return Err(e.context("joining the cluster"));
+                }
+            }
+        }
+        _ => None,
     };
     // The software tier's sockets are registered before XDP is attached,
     // so no packet is steered to a queue without one; a tier that cannot
@@ -297,6 +335,13 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         }
     };
     prime_neighbours(&cfg);
+    let adopted = matches!(
+        &takeover,
+        Some(Takeover {
+            predecessor: Predecessor::Orphan(_),
+            ..
+        })
+    );
     match takeover.map(|t| (t.predecessor, t.held[0].prog_id)) {
         Some((Predecessor::Live(p), _)) => {
             retire_predecessor(p.pid);
@@ -312,13 +357,28 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         )),
         None => {}
     }
+    if let (Some(p), None) = (&plan, &member) {
+        // A takeover: the predecessor has left the cluster. A live one's
+        // connection table is ours already; an orphan's missed what its
+        // peers installed since it died, so ask them.
+        member = match p.join().and_then(|a| {
+            crate::cluster::Member::start(p, a, sync_maps(p)?, &shared, &cfg, adopted)
+        }) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                log(format!(
+                    "cluster: not joined ({e:#}); this node serves alone until it is restarted"
+                ));
+                None
+            }
+        };
+    }
 
     fs::create_dir_all(&opts.run_dir)
         .with_context(|| format!("creating {}", opts.run_dir.display()))?;
     // The controller and the API start only now: after a takeover the
     // predecessor (its controller, its API's port) is gone, so one process
     // writes the tables. The API is up before the run record names it.
-    let shared = Arc::new(Shared::default());
     let live = Arc::new(Live::start(
         maps,
         &opts.config,
@@ -391,6 +451,8 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     }
     drop(api);
     live.stop();
+    // Leaving the cluster revokes the lease: another node leads at once.
+    drop(member);
     if handed_over {
         // The successor already runs its program on our interfaces and owns
         // the run record.

@@ -99,6 +99,10 @@ pub struct Status {
     /// `weir serve` last wrote them), when it runs one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workers: Option<serde_json::Value>,
+    /// The cluster as this node sees it (`<run dir>/cluster.json`), when
+    /// `weir serve` runs in one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<weir_cluster::view::ClusterView>,
 }
 
 /// Reads the status; `cfg` (the running configuration) supplies VIP names,
@@ -179,6 +183,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
         counters,
         controller: None,
         workers: None,
+        cluster: None,
     })
 }
 
@@ -195,6 +200,11 @@ pub fn collect_pinned(
 pub fn read_controller(run_dir: &Path) -> Option<crate::controller::Snapshot> {
     let text = std::fs::read_to_string(crate::controller::snapshot_path(run_dir)).ok()?;
     serde_json::from_str(&text).ok()
+}
+
+/// The cluster as `weir serve` last saw it, from `<run dir>/cluster.json`.
+pub fn read_cluster(run_dir: &Path) -> Option<weir_cluster::view::ClusterView> {
+    weir_cluster::view::read_view(run_dir)
 }
 
 fn opt(x: Option<f64>, digits: usize) -> String {
@@ -312,6 +322,108 @@ fn render_workers(o: &mut String, workers: &serde_json::Value) {
     }
 }
 
+/// The cluster's part: etcd, the leader, each node's table versions and
+/// connection sync, and what this node could not apply.
+fn render_cluster(o: &mut String, c: &weir_cluster::view::ClusterView) {
+    let etcd = match (c.etcd_ok, c.etcd_down_since_unix_ms) {
+        (true, _) => "etcd ok".to_string(),
+        (false, since) => format!(
+            "etcd UNREACHABLE{}: every node keeps its tables ({})",
+            since.map_or(String::new(), |t| format!(
+                " for {:.1} s",
+                c.at_unix_ms.saturating_sub(t) as f64 / 1000.0
+            )),
+            c.etcd_error.as_deref().unwrap_or("no answer")
+        ),
+    };
+    let _ = writeln!(
+        o,
+        "\ncluster {}: node {}{}, leader {}, {etcd}",
+        c.prefix,
+        c.node,
+        if c.is_leader { " (leads)" } else { "" },
+        c.leader.as_deref().unwrap_or("NONE (an election is under way)"),
+    );
+    for t in &c.tables {
+        let _ = writeln!(
+            o,
+            "  VIP {} table=v{} published by {} {:.1} s ago",
+            t.vip,
+            t.version,
+            t.leader,
+            c.at_unix_ms.saturating_sub(t.published_unix_ms) as f64 / 1000.0
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  {:<16} {:>6} {:>5} {:<24} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
+        "node", "leader", "ready", "tables", "apply max", "sent", "received", "installed",
+        "dropped", "lag p99"
+    );
+    for n in &c.nodes {
+        let st = n.status.as_ref();
+        let tables = st.map_or("?".to_string(), |s| {
+            s.tables
+                .iter()
+                .map(|(v, a)| format!("{v}={}", a.version.map_or("-".into(), |x| format!("v{x}"))))
+                .collect::<Vec<_>>()
+                .join(" ")
+        });
+        let sync = st.and_then(|s| s.sync.as_ref());
+        let num = |f: fn(&weir_cluster::sync::stats::Counters) -> u64| {
+            sync.map_or("-".to_string(), |c| f(c).to_string())
+        };
+        let _ = writeln!(
+            o,
+            "  {:<16} {:>6} {:>5} {:<24} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
+            n.name,
+            if n.leader { "*" } else { "" },
+            st.map_or("?", |s| if s.ready { "yes" } else { "no" }),
+            tables,
+            st.and_then(|s| s.apply_delay_max_ms)
+                .map_or("-".into(), |d| format!("{d:.0} ms")),
+            num(|c| c.sent_records),
+            num(|c| c.received_records),
+            num(|c| c.installed),
+            num(|c| c.dropped()),
+            sync.and_then(|c| c.lag_p99_us)
+                .map_or("-".into(), |us| format!("<{us} us")),
+        );
+    }
+    if let Some(j) = &c.join {
+        let _ = writeln!(
+            o,
+            "  joined: {} established connections from {} ({} received) in {} ms",
+            j.total,
+            j.from.as_deref().unwrap_or("no peer"),
+            j.received,
+            j.took_ms
+        );
+    }
+    if let Some(s) = &c.this.sync {
+        let _ = writeln!(
+            o,
+            "  sync here: announced={} lost={} peer_entries={} present={} unknown={} \
+             dropped: full={} malformed={} oversized={} unauthenticated={} replayed={}",
+            s.announced,
+            s.announce_lost,
+            s.peer_entries,
+            s.present,
+            s.unknown,
+            s.dropped_full,
+            s.dropped_malformed,
+            s.dropped_oversized,
+            s.dropped_unauthenticated,
+            s.dropped_replayed
+        );
+    }
+    for (vip, a) in &c.this.tables {
+        if let Some(why) = &a.skew {
+            let _ = writeln!(o, "  NOT APPLIED here, VIP {vip}: {why}");
+        }
+    }
+}
+
 /// The human table.
 pub fn render(s: &Status) -> String {
     let mut o = String::new();
@@ -357,6 +469,9 @@ pub fn render(s: &Status) -> String {
     }
     if let Some(w) = &s.workers {
         render_workers(&mut o, w);
+    }
+    if let Some(c) = &s.cluster {
+        render_cluster(&mut o, c);
     }
     let _ = writeln!(o, "\ncounters:");
     for (name, v) in &s.counters {
@@ -441,6 +556,7 @@ mod tests {
                 "offload": {"occupancy": 5, "capacity": 16, "admitted": 5, "promoted": 2,
                             "demoted_idle": 1, "demoted_closed": 0, "demoted_light": 0}
             }])),
+            cluster: None,
         };
         let text = render(&st);
         // 50% busy, bursts of 16 of 32: HNLB's utilization reads 25%.
@@ -476,5 +592,114 @@ mod tests {
             json["controller"]["vips"][0]["dips"][1]["agent_silent"],
             true
         );
+    }
+    #[test]
+    fn the_human_output_shows_the_cluster() {
+        use weir_cluster::sync::stats::Counters;
+        use weir_cluster::view::*;
+        let applied = |v| AppliedTable {
+            version: Some(v),
+            applied_unix_ms: Some(9_000),
+            delay_ms: Some(2.0),
+            skew: None,
+        };
+        let status = |name: &str, v, sync| NodeStatus {
+            name: name.into(),
+            at_unix_ms: 9_000,
+            tables: [("web".to_string(), applied(v))].into_iter().collect(),
+            apply_delay_max_ms: Some(3.0),
+            sync,
+            ready: true,
+        };
+        let counters = Counters {
+            sent_records: 120,
+            received_records: 340,
+            installed: 338,
+            dropped_replayed: 2,
+            lag_p99_us: Some(512),
+            ..Default::default()
+        };
+        let mut this = status("lb-a", 12, Some(counters));
+        this.tables.insert(
+            "api".into(),
+            AppliedTable {
+                version: None,
+                applied_unix_ms: None,
+                delay_ms: None,
+                skew: Some("the leader's table names DIP 10.0.0.9".into()),
+            },
+        );
+        let view = ClusterView {
+            node: "lb-a".into(),
+            prefix: "/weir/prod".into(),
+            etcd: vec!["10.0.0.1:2379".parse().unwrap()],
+            etcd_ok: false,
+            etcd_error: Some("etcd unreachable (connection refused)".into()),
+            etcd_down_since_unix_ms: Some(6_000),
+            leader: Some("lb-b".into()),
+            is_leader: false,
+            terms_won: 0,
+            nodes: vec![
+                NodeView {
+                    name: "lb-a".into(),
+                    sync: None,
+                    leader: false,
+                    status: Some(this.clone()),
+                },
+                NodeView {
+                    name: "lb-b".into(),
+                    sync: None,
+                    leader: true,
+                    status: Some(status("lb-b", 12, None)),
+                },
+            ],
+            tables: vec![TableView {
+                vip: "web".into(),
+                version: 12,
+                leader: "lb-b".into(),
+                published_unix_ms: 8_500,
+            }],
+            this,
+            join: Some(JoinView {
+                from: Some("lb-b".into()),
+                total: 300,
+                received: 300,
+                took_ms: 45,
+            }),
+            at_unix_ms: 9_000,
+        };
+        let mut st = collect_empty();
+        st.cluster = Some(view);
+        let text = render(&st);
+        let head = row_of(&text, "cluster /weir/prod");
+        assert!(
+            head.contains("leader lb-b") && head.contains("etcd UNREACHABLE for 3.0 s"),
+            "{head}"
+        );
+        assert!(head.contains("keeps its tables"), "{head}");
+        let a = row_of(&text, "  lb-a ");
+        assert!(
+            a.contains("web=v12") && a.contains("api=-") && a.contains("120") && a.contains("<512 us"),
+            "{a}"
+        );
+        assert!(a.contains(" 2 "), "dropped: {a}");
+        assert!(row_of(&text, "  lb-b ").contains('*'));
+        assert!(row_of(&text, "VIP web table=v12").contains("0.5 s ago"));
+        assert!(row_of(&text, "joined: 300").contains("from lb-b"));
+        assert!(row_of(&text, "NOT APPLIED here, VIP api").contains("10.0.0.9"));
+        let json = serde_json::to_value(&st).unwrap();
+        assert_eq!(json["cluster"]["leader"], "lb-b");
+    }
+
+    fn collect_empty() -> Status {
+        Status {
+            connections: 0,
+            half_open: 0,
+            vips: Vec::new(),
+            counters: Vec::new(),
+            controller: None,
+            workers: None,
+            cluster: None,
+        }
     }
 }

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod hnlb;
 pub mod leaks;
 pub mod netns;
+pub mod scale;
 pub mod spotlight;
 pub mod synflood;
 pub mod topology;

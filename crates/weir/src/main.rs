@@ -124,6 +124,9 @@ enum LabCommand {
     /// HNLB's experiments (Fig. 4, 5, 7): software vs hybrid tier (xdp for reference),
     /// loss-free rates and the workers' utilization metric.
     Hnlb(weir_lab::hnlb::HnlbArgs),
+    /// Several weir nodes behind ECMP with etcd: node loss and addition, leader loss,
+    /// connection sync on and off: PCC violations, failures, recovery, sync window.
+    Scale(weir_lab::scale::ScaleArgs),
 }
 
 #[derive(Subcommand)]
@@ -194,6 +197,9 @@ fn run(cli: Cli) -> Result<()> {
             st.workers = record
                 .as_ref()
                 .and_then(|_| weir_control::tier::read_workers(&run_dir));
+            st.cluster = record
+                .as_ref()
+                .and_then(|_| status::read_cluster(&run_dir));
             if json {
                 println!(
                     "{}",
@@ -209,6 +215,9 @@ fn run(cli: Cli) -> Result<()> {
         Command::Lab(LabCommand::Gen(args)) => weir_lab::traffic::lab::run(&args),
         Command::Lab(LabCommand::Synflood(args)) => {
             weir_lab::synflood::run(&std::env::current_exe()?, &args).map(|_| ())
+        }
+        Command::Lab(LabCommand::Scale(args)) => {
+            weir_lab::scale::run(&std::env::current_exe()?, &args).map(|_| ())
         }
         Command::Lab(LabCommand::Hnlb(args)) => {
             weir_lab::hnlb::run(&std::env::current_exe()?, &args).map(|_| ())

@@ -6,9 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-/// Buckets of the lag histogram: bucket i holds lags in [2^(i-1), 2^i) µs
-/// (bucket 0: under 1 µs); the last one holds everything longer.
-const BUCKETS: usize = 32;
+/// The lag histogram is log-linear: lags under 8 µs have a bucket each,
+/// then every power of two is split into 8 buckets, so a quantile is known
+/// to within 12.5%. The last bucket holds everything longer (hours).
+const SUB: u64 = 8;
+const BUCKETS: usize = 256;
 
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -36,18 +38,38 @@ pub struct Stats {
     pub bulk_records_sent: AtomicU64,
     /// Bulk requests that came while one was being served.
     pub bulks_refused: AtomicU64,
-    lag: [AtomicU64; BUCKETS],
+    lag: Histogram,
     lag_max_us: AtomicU64,
     lag_sum_us: AtomicU64,
 }
 
-fn bucket_of(us: u64) -> usize {
-    ((u64::BITS - us.leading_zeros()) as usize).min(BUCKETS - 1)
+/// The lag histogram's counts, one per bucket.
+#[derive(Debug)]
+struct Histogram(Vec<AtomicU64>);
+
+impl Default for Histogram {
+    fn default() -> Histogram {
+        Histogram((0..BUCKETS).map(|_| AtomicU64::new(0)).collect())
+    }
 }
 
-/// The upper bound of bucket `i`, in µs.
+fn bucket_of(us: u64) -> usize {
+    if us < SUB {
+        return us as usize;
+    }
+    let octave = u64::from(u64::BITS - 1 - us.leading_zeros()); // >= 3
+    let sub = (us >> (octave - 3)) & (SUB - 1);
+    ((SUB + (octave - 3) * SUB + sub) as usize).min(BUCKETS - 1)
+}
+
+/// The (exclusive) upper bound of bucket `i`, in µs.
 fn bucket_top(i: usize) -> u64 {
-    1u64 << i
+    let i = i as u64;
+    if i < SUB {
+        return i + 1;
+    }
+    let (octave, sub) = (3 + (i - SUB) / SUB, (i - SUB) % SUB);
+    (SUB + sub + 1) << (octave - 3)
 }
 
 impl Stats {
@@ -61,14 +83,14 @@ impl Stats {
 
     /// One live record's lag: from its install on the peer to its install here.
     pub fn lag(&self, us: u64) {
-        self.lag[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+        self.lag.0[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
         self.lag_max_us.fetch_max(us, Ordering::Relaxed);
         self.lag_sum_us.fetch_add(us, Ordering::Relaxed);
     }
 
     pub fn snapshot(&self) -> Counters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let hist: Vec<u64> = self.lag.iter().map(get).collect();
+        let hist: Vec<u64> = self.lag.0.iter().map(get).collect();
         let n: u64 = hist.iter().sum();
         let quantile = |q: f64| -> Option<u64> {
             if n == 0 {
@@ -159,6 +181,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn buckets_cover_every_lag_within_an_eighth() {
+        for us in (0..100_000u64).chain([1 << 20, 3 << 30, u64::MAX / 2]) {
+            let b = bucket_of(us);
+            let top = bucket_top(b);
+            if b < BUCKETS - 1 {
+                assert!(us < top, "{us} not below its bucket's top {top}");
+                assert!(b == 0 || us >= bucket_top(b - 1), "{us} above bucket {b}");
+                assert!(top - us <= us / 8 + 1, "{us}: bucket too wide ({top})");
+            }
+        }
+    }
+
+    #[test]
     fn lag_quantiles_come_from_the_histogram() {
         let s = Stats::default();
         assert_eq!(s.snapshot().lag_p50_us, None);
@@ -170,9 +205,9 @@ mod tests {
         assert_eq!(
             c.lag_p50_us,
             Some(128),
-            "the third of five, 125, is in [64, 128)"
+            "the third of five, 125, is in [120, 128)"
         );
-        assert_eq!(c.lag_p99_us, Some(8192));
+        assert_eq!(c.lag_p99_us, Some(5120), "5000 is in [4608, 5120)");
         assert_eq!(c.lag_max_us, Some(5000));
         assert!((c.lag_mean_us.unwrap() - 1097.0).abs() < 1e-9);
         s.inc(&s.dropped_replayed);

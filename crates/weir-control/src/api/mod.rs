@@ -3,7 +3,8 @@
 //!
 //! Reads ([`view`]): `GET /api/v1/status` (everything, for a dashboard),
 //! `/vips`, `/vips/{vip}`, `/vips/{vip}/dips`, `/vips/{vip}/dips/{dip}`,
-//! `/counters`, `/connections`, `/workers` (the software tier's).
+//! `/counters`, `/connections`, `/workers` (the software tier's),
+//! `/cluster` (nodes, leader, table versions, connection sync).
 //!
 //! Writes ([`edit`]), each applied through [`Live`] as a reload is, and
 //! written back to the configuration file: `POST /vips/{vip}/dips` (add),
@@ -154,6 +155,7 @@ impl Api {
             .map_err(failed)?,
             counters: view::counters(maps).map_err(failed)?,
             workers: crate::tier::read_workers(self.live.run_dir()),
+            cluster: self.live.shared().cluster.get().map(|c| c.view()),
         })
     }
 
@@ -232,7 +234,7 @@ async fn authorize(State(token): State<Option<Arc<str>>>, req: Request, next: Ne
     }
 }
 
-const ENDPOINTS: [&str; 14] = [
+const ENDPOINTS: [&str; 15] = [
     "GET /api/v1/status",
     "GET /api/v1/vips",
     "GET /api/v1/vips/{vip}",
@@ -241,6 +243,7 @@ const ENDPOINTS: [&str; 14] = [
     "GET /api/v1/counters",
     "GET /api/v1/connections",
     "GET /api/v1/workers",
+    "GET /api/v1/cluster",
     "POST /api/v1/vips/{vip}/dips",
     "DELETE /api/v1/vips/{vip}/dips/{dip}",
     "PUT /api/v1/vips/{vip}/dips/{dip}/weight",
@@ -311,6 +314,18 @@ pub fn router(live: Arc<Live>, maps: Option<Maps>, token: Option<String>) -> Rou
                     None => Err(ApiError::new(
                         StatusCode::NOT_FOUND,
                         "no software tier runs (dataplane.tier = \"xdp\")",
+                    )),
+                })
+            }),
+        )
+        .route(
+            "/api/v1/cluster",
+            get(|State(a): State<Api>| {
+                blocking(a, |a| match a.live.shared().cluster.get() {
+                    Some(c) => json(c.view()),
+                    None => Err(ApiError::new(
+                        StatusCode::NOT_FOUND,
+                        "this node runs alone (no [cluster] in its configuration)",
                     )),
                 })
             }),

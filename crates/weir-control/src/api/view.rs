@@ -123,6 +123,10 @@ pub struct StatusView {
     /// `tier = "xdp"`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workers: Option<serde_json::Value>,
+    /// The cluster as this node sees it (nodes, leader, versions, sync);
+    /// none for a single node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<weir_cluster::view::ClusterView>,
 }
 
 pub fn unix_ms() -> u64 {

@@ -1,0 +1,338 @@
+//! The cluster lab: weir nodes behind a router's ECMP route, every node and
+//! backend on one L2 segment, etcd beside the router.
+//!
+//! ```text
+//!  client 10.88.0.2 ── rc0 10.88.0.1 [router: VIP/32 multipath via the nodes, L4 hash]
+//!                                    rf0 10.88.1.1 (etcd :2379)
+//!                                     │
+//!                 [fabric: bridge br0] ── eth0 10.88.1.1I  node I  (weir serve, dsr)
+//!                                     └── eth0 10.88.1.10J backend J  (VIP on lo)
+//! ```
+//! A node rewrites a client packet's MACs and sends it back out of its one
+//! interface to the backend (XDP_TX); the backend answers the client through
+//! the router directly (DSR), as in a Katran or Maglev fleet. Nodes send
+//! each other sync datagrams on the same segment. A node that dies is taken
+//! out of the route as a router would on losing its BGP session, and its
+//! data plane and pinned state go with the machine ([`ClusterLab::wipe`]).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::netns::{ip_in, sysctl_in, veth, NamespaceSet};
+use crate::topology::{attach_pass, ethtool_in};
+
+pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 2);
+pub const ROUTER_FABRIC: Ipv4Addr = Ipv4Addr::new(10, 88, 1, 1);
+/// The VIP (dsr) every node balances.
+pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 88, 100, 1);
+pub const VIP_PORT: u16 = 80;
+pub const ETCD_PORT: u16 = 2379;
+/// The lease TTL of the lab's nodes (s): how long a dead leader leads.
+pub const LEASE_TTL_S: u64 = 1;
+
+/// Node `i`'s address (1-based).
+pub fn node_addr(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 88, 1, 10 + i as u8)
+}
+
+/// Backend `j`'s address (1-based).
+pub fn backend_addr(j: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 88, 1, 100 + j as u8)
+}
+
+/// A built cluster lab; dropping it stops etcd and removes everything.
+pub struct ClusterLab {
+    pub ns: NamespaceSet,
+    pub client: String,
+    pub router: String,
+    pub nodes: Vec<String>,
+    pub backends: Vec<String>,
+    /// The sync key and etcd's data.
+    pub dir: PathBuf,
+    etcd: Option<Child>,
+}
+
+impl ClusterLab {
+    /// Builds room for `nodes` nodes (1..=9) and `backends` backends
+    /// (1..=50), starts etcd, and routes the VIP to no node yet.
+    pub fn build(nodes: usize, backends: usize) -> Result<ClusterLab> {
+        assert!((1..=9).contains(&nodes) && (1..=50).contains(&backends));
+        let mut ns = NamespaceSet::new();
+        let client = ns.add("client")?;
+        let router = ns.add("router")?;
+        let fabric = ns.add("fabric")?;
+        let nodes: Vec<String> = (1..=nodes)
+            .map(|i| ns.add(&format!("n{i}")))
+            .collect::<Result<_>>()?;
+        let backends: Vec<String> = (1..=backends)
+            .map(|j| ns.add(&format!("b{j}")))
+            .collect::<Result<_>>()?;
+        let dir = std::env::temp_dir().join(format!("weir-scale-{}", ns.prefix()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let mut lab = ClusterLab {
+            ns,
+            client,
+            router,
+            nodes,
+            backends,
+            dir,
+            etcd: None,
+        };
+        lab.wire(&fabric).context("building the cluster lab")?;
+        lab.write_key()?;
+        lab.start_etcd()?;
+        Ok(lab)
+    }
+
+    fn wire(&self, fabric: &str) -> Result<()> {
+        let r = &self.router;
+        for (k, v) in [
+            ("net.ipv4.ip_forward", "1"),
+            ("net.ipv4.conf.all.rp_filter", "0"),
+            ("net.ipv4.conf.default.rp_filter", "0"),
+            // ECMP over the 5-tuple, as a data-center router hashes.
+            ("net.ipv4.fib_multipath_hash_policy", "1"),
+        ] {
+            sysctl_in(r, k, v)?;
+        }
+        veth(&self.client, "eth0", r, "rc0")?;
+        ip_in(
+            &self.client,
+            &["addr", "add", "10.88.0.2/24", "dev", "eth0"],
+        )?;
+        ip_in(&self.client, &["link", "set", "eth0", "up"])?;
+        ip_in(
+            &self.client,
+            &["route", "add", "default", "via", "10.88.0.1"],
+        )?;
+        ip_in(r, &["addr", "add", "10.88.0.1/24", "dev", "rc0"])?;
+        ip_in(r, &["link", "set", "rc0", "up"])?;
+
+        ip_in(fabric, &["link", "add", "br0", "type", "bridge"])?;
+        ip_in(fabric, &["link", "set", "br0", "up"])?;
+        let mut ports: Vec<(String, String, String)> =
+            vec![(r.clone(), "rf0".into(), format!("{ROUTER_FABRIC}/24"))];
+        for (i, n) in self.nodes.iter().enumerate() {
+            ports.push((n.clone(), "eth0".into(), format!("{}/24", node_addr(i + 1))));
+        }
+        for (j, b) in self.backends.iter().enumerate() {
+            ports.push((
+                b.clone(),
+                "eth0".into(),
+                format!("{}/24", backend_addr(j + 1)),
+            ));
+        }
+        for (k, (host, dev, addr)) in ports.iter().enumerate() {
+            let port = format!("p{k}");
+            veth(host, dev, fabric, &port)?;
+            ip_in(fabric, &["link", "set", &port, "master", "br0"])?;
+            ip_in(fabric, &["link", "set", &port, "up"])?;
+            ip_in(host, &["addr", "add", addr, "dev", dev])?;
+            ip_in(host, &["link", "set", dev, "up"])?;
+            // Every sender computes its checksums (see topology.rs): XDP on a
+            // node turns a packet into a frame that has lost any "to be
+            // finished" note.
+            ethtool_in(host, &["-K", dev, "tx", "off"])?;
+            // A node's XDP_TX goes to this port: a veth takes XDP frames
+            // only when its peer runs XDP too.
+            attach_pass(fabric, &port)?;
+        }
+        ethtool_in(&self.client, &["-K", "eth0", "tx", "off"])?;
+        for n in &self.nodes {
+            sysctl_in(n, "net.ipv4.conf.all.rp_filter", "0")?;
+            // bpf_fib_lookup answers only where the kernel would forward.
+            sysctl_in(n, "net.ipv4.ip_forward", "1")?;
+        }
+        for b in &self.backends {
+            ip_in(
+                b,
+                &["route", "add", "default", "via", &ROUTER_FABRIC.to_string()],
+            )?;
+            ip_in(b, &["addr", "add", &format!("{VIP}/32"), "dev", "lo"])?;
+            for (k, v) in [
+                ("net.ipv4.conf.all.arp_ignore", "1"),
+                ("net.ipv4.conf.all.arp_announce", "2"),
+            ] {
+                sysctl_in(b, k, v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The cluster's sync key, shared by every node's configuration.
+    pub fn key_file(&self) -> PathBuf {
+        self.dir.join("sync.key")
+    }
+
+    fn write_key(&self) -> Result<()> {
+        let mut key = [0u8; 32];
+        // SAFETY: getrandom into a buffer of that size.
+        let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), key.len(), 0) };
+        if n != key.len() as isize {
+            bail!("getrandom: {}", std::io::Error::last_os_error());
+        }
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        std::fs::write(self.key_file(), hex + "\n")?;
+        Ok(())
+    }
+
+    /// Starts etcd in the router's namespace, with heartbeats short enough
+    /// for leases of a second, and waits until it answers.
+    fn start_etcd(&mut self) -> Result<()> {
+        let ns = std::fs::File::open(format!("/run/netns/{}", self.router))?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&ns);
+        let client = format!("http://{ROUTER_FABRIC}:{ETCD_PORT}");
+        let peer = "http://127.0.0.1:2380";
+        let log = std::fs::File::create(self.dir.join("etcd.log"))?;
+        let mut cmd = Command::new("etcd");
+        cmd.args(["--name", "lab", "--data-dir"])
+            .arg(self.dir.join("etcd"))
+            .args([
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                peer,
+                "--initial-advertise-peer-urls",
+                peer,
+            ])
+            .args(["--initial-cluster", &format!("lab={peer}")])
+            .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        // SAFETY: setns is async-signal-safe; only the child moves.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .context("starting etcd (scripts/deps.sh installs etcd-server)")?;
+        self.etcd = Some(child);
+        let addr = SocketAddr::from((ROUTER_FABRIC, ETCD_PORT));
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let up = std::thread::scope(|s| {
+                s.spawn(|| {
+                    crate::netns::enter(&self.router).is_ok()
+                        && std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100))
+                            .is_ok()
+                })
+                .join()
+                .unwrap_or(false)
+            });
+            if up {
+                return Ok(());
+            }
+            if let Some(status) = self.etcd.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                bail!(
+                    "etcd exited ({status}):\n{}",
+                    std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("etcd did not answer on {addr} within 15 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Routes the VIP over `nodes` (1-based; none: no route), as the router
+    /// would once their BGP sessions say so.
+    pub fn route_via(&self, nodes: &[usize]) -> Result<()> {
+        let vip = format!("{VIP}/32");
+        if nodes.is_empty() {
+            let _ = ip_in(&self.router, &["route", "del", &vip]);
+            return Ok(());
+        }
+        let mut args: Vec<String> = vec!["route".into(), "replace".into(), vip];
+        for &i in nodes {
+            args.extend(["nexthop".into(), "via".into(), node_addr(i).to_string()]);
+            args.extend(["dev".into(), "rf0".into()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ip_in(&self.router, &args)
+    }
+
+    /// Node `i`'s configuration (1-based).
+    pub fn node_config(&self, i: usize, sync: bool) -> String {
+        let mut dips = String::new();
+        for j in 1..=self.backends.len() {
+            let b = backend_addr(j);
+            dips.push_str(&format!(
+                "\n  [[vip.dip]]\n  address = \"{b}\"\n  agent = \"{b}:{}\"\n",
+                crate::backend::AGENT_PORT
+            ));
+        }
+        format!(
+            r#"[dataplane]
+interfaces = ["eth0"]
+conn_table_size = 65536
+
+[controller]
+policy = "awfd"
+m = 4
+update_interval_ms = 100
+telemetry = "agent"
+agent_timeout_ms = 40
+
+[api]
+listen = "off"
+
+[cluster]
+node = "n{i}"
+etcd = ["http://{ROUTER_FABRIC}:{ETCD_PORT}"]
+prefix = "/weir/lab"
+lease_ttl_s = {LEASE_TTL_S}
+connection_sync = {sync}
+sync_interface = "eth0"
+sync_key_file = "{}"
+join_timeout_ms = 2000
+
+[[vip]]
+name = "web"
+address = "{VIP}"
+port = {VIP_PORT}
+protocol = "tcp"
+mode = "dsr"
+{dips}"#,
+            self.key_file().display()
+        )
+    }
+
+    /// What a dead machine leaves: nothing. Takes node `i`'s XDP program
+    /// off its interface and removes its pinned state (its daemon is dead).
+    pub fn wipe(&self, i: usize, pin_dir: &Path) -> Result<()> {
+        ip_in(
+            &self.nodes[i - 1],
+            &["link", "set", "dev", "eth0", "xdp", "off"],
+        )?;
+        let _ = std::fs::remove_dir_all(pin_dir);
+        Ok(())
+    }
+}
+
+impl Drop for ClusterLab {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.etcd.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.ns.teardown();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

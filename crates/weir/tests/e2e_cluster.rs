@@ -1,0 +1,199 @@
+//! Three weir nodes behind a router's ECMP route (L4 hash), sharing table
+//! versions through an etcd the test starts, with connection sync on, in
+//! namespaces the test builds and always removes (weir_lab::scale).
+//!
+//! - The nodes agree on one leader and apply the same table versions.
+//! - Long-lived connections run while the leader is killed with SIGKILL
+//!   and the router drops it from the route: ECMP moves connections between
+//!   the survivors, and every established connection keeps its backend,
+//!   because the survivors learnt them from their peers. Another node leads.
+//! - Bad input: a node name in use, a missing sync key, an unreachable etcd:
+//!   each a clear error, with nothing attached or pinned.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use weir_lab::backend::{Backend, BackendOptions};
+use weir_lab::client::{http_once, spawn_http};
+use weir_lab::daemon::Daemon;
+use weir_lab::scale::topology::{ClusterLab, VIP, VIP_PORT};
+
+const NODES: usize = 3;
+const BACKENDS: usize = 3;
+/// Long-lived connections, and their requests 100 ms apart: they outlast
+/// the kill, the route change and the election.
+const CONNS: usize = 60;
+const REQUESTS: usize = 70;
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_weir"))
+}
+
+fn vip() -> SocketAddr {
+    SocketAddr::from((VIP, VIP_PORT))
+}
+
+fn cluster(d: &Daemon) -> Value {
+    d.status_json()
+        .map(|s| s["cluster"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// Waits until `cond` holds, at most `limit`.
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    cond()
+}
+
+/// The version of VIP `web` in force on each daemon.
+fn versions(daemons: &[&Daemon]) -> Vec<Option<u64>> {
+    daemons
+        .iter()
+        .map(|d| cluster(d)["this"]["tables"]["web"]["version"].as_u64())
+        .collect()
+}
+
+/// A node's daemon that must fail to start with `config`: the error names
+/// the problem, and nothing is attached to its interface or pinned.
+fn refused(lab: &ClusterLab, node: usize, config: &str, expect: &str) {
+    let mut d = Daemon::new(exe(), &lab.nodes[node - 1]).unwrap();
+    d.write_config(config).unwrap();
+    let e = d.start().unwrap_err().to_string();
+    assert!(e.contains(expect), "expected {expect:?} in:\n{e}");
+    assert!(!d.pin_dir.exists(), "a refused start left pins: {e}");
+    let out = std::process::Command::new("ip")
+        .args(["-n", &lab.nodes[node - 1], "link", "show", "eth0"])
+        .output()
+        .unwrap();
+    let link = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !link.contains("xdp"),
+        "a refused start left XDP attached:\n{link}"
+    );
+}
+
+#[test]
+fn a_killed_node_leaves_established_connections_intact_and_the_leader_moves() {
+    let lab = ClusterLab::build(NODES + 1, BACKENDS).expect("building the cluster lab");
+    let _backends: Vec<Backend> = lab
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(j, ns)| {
+            let opts = BackendOptions {
+                agent_window: Some(Duration::from_millis(500)),
+                ..Default::default()
+            };
+            Backend::start_with(ns, &format!("backend-{}", j + 1), &opts).unwrap()
+        })
+        .collect();
+    let mut daemons: Vec<Daemon> = Vec::new();
+    for i in 1..=NODES {
+        let mut d = Daemon::new(exe(), &lab.nodes[i - 1]).unwrap();
+        d.write_config(&lab.node_config(i, true)).unwrap();
+        d.start().unwrap_or_else(|e| panic!("node {i}: {e:#}"));
+        daemons.push(d);
+    }
+    lab.route_via(&[1, 2, 3]).unwrap();
+
+    // One leader; every node applies the leader's versions.
+    let all: Vec<&Daemon> = daemons.iter().collect();
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let v = versions(&all);
+            v[0].is_some() && v.iter().all(|x| *x == v[0])
+        }),
+        "the nodes never agreed on a version: {:?}",
+        versions(&all)
+    );
+    let leaders: Vec<usize> = (0..NODES)
+        .filter(|&i| cluster(&daemons[i])["is_leader"] == true)
+        .collect();
+    assert_eq!(leaders.len(), 1, "one leader: {leaders:?}");
+    let leader = leaders[0];
+    let view = cluster(&daemons[(leader + 1) % NODES]);
+    assert_eq!(view["nodes"].as_array().unwrap().len(), NODES, "{view}");
+    assert_eq!(view["leader"], format!("n{}", leader + 1));
+    assert_eq!(view["etcd_ok"], true);
+    for i in 0..20 {
+        http_once(&lab.client, vip()).unwrap_or_else(|e| panic!("new connection {i}: {e:#}"));
+    }
+
+    // Long-lived connections, established well before the kill (and so
+    // announced to every node).
+    let live = spawn_http(
+        &lab.client,
+        vip(),
+        CONNS,
+        REQUESTS,
+        Duration::from_millis(100),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let survivors: Vec<usize> = (1..=NODES).filter(|&i| i != leader + 1).collect();
+    for &i in &survivors {
+        let sync = &cluster(&daemons[i - 1])["this"]["sync"];
+        assert!(
+            sync["installed"].as_u64().unwrap_or(0) > 0,
+            "node {i} installed nothing: {sync}"
+        );
+    }
+
+    // The leader dies; the router notices and drops it from the route; the
+    // machine is gone with its data plane.
+    let mut dead = daemons.remove(leader);
+    dead.kill().unwrap();
+    lab.route_via(&survivors).unwrap();
+    lab.wipe(leader + 1, &dead.pin_dir).unwrap();
+
+    // Another node leads, and the survivors agree on which.
+    let rest: Vec<&Daemon> = daemons.iter().collect();
+    let leader_now = || -> Option<String> {
+        let views: Vec<Value> = rest.iter().map(|d| cluster(d)).collect();
+        let leads: Vec<&Value> = views.iter().filter(|v| v["is_leader"] == true).collect();
+        let name = leads.first()?["node"].as_str()?.to_string();
+        (leads.len() == 1 && views.iter().all(|v| v["leader"] == name.as_str())).then_some(name)
+    };
+    assert!(
+        wait_for(Duration::from_secs(10), || leader_now().is_some()),
+        "no node took the lead that the others follow"
+    );
+    assert_ne!(leader_now().unwrap(), format!("n{}", leader + 1));
+
+    let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
+    let broken: Vec<_> = records.iter().filter(|r| r.violated()).collect();
+    assert!(
+        broken.is_empty(),
+        "{} of {CONNS} established connections broke or moved: {:?}",
+        broken.len(),
+        broken.first()
+    );
+    assert!(records.iter().all(|r| r.served_by.len() == REQUESTS));
+    for i in 0..20 {
+        http_once(&lab.client, vip()).unwrap_or_else(|e| panic!("new connection {i} after: {e:#}"));
+    }
+
+    // Bad input on the spare node: each refused before anything is loaded.
+    let spare = NODES + 1;
+    let twin = lab.node_config(spare, true).replace(
+        &format!("node = \"n{spare}\""),
+        &format!("node = \"n{}\"", survivors[0]),
+    );
+    refused(&lab, spare, &twin, "in use by a live node");
+    let keyless = lab.node_config(spare, true).replace(
+        &lab.key_file().display().to_string(),
+        "/nonexistent/sync.key",
+    );
+    refused(&lab, spare, &keyless, "openssl rand -hex 32");
+    let no_etcd = lab
+        .node_config(spare, true)
+        .replace("http://10.88.1.1:2379", "http://10.88.1.250:2379");
+    refused(&lab, spare, &no_etcd, "does not answer");
+}
