@@ -183,8 +183,17 @@ struct weir_vip {
 };
 _Static_assert(sizeof(struct weir_vip) == 8, "weir_vip size");
 
+/* Where a frame to a DIP leaves: the egress interface and both MACs, as the
+ * control plane resolved them, so that forwarding needs no lookup. */
+struct weir_next_hop {
+	__u32 ifindex; /* 0: not resolved; forward.h falls back (FIB, configured MAC) */
+	__u8 dmac[6];  /* the DIP's, or its gateway's, MAC */
+	__u8 smac[6];  /* the egress interface's MAC */
+};
+_Static_assert(sizeof(struct weir_next_hop) == 16, "weir_next_hop size");
+
 /* One DIP slot. `weight` and `vip_id` are informational for `weir status`;
- * the data plane reads the address, port, MAC and liveness. */
+ * the data plane reads the address, port, next hop, MAC and liveness. */
 struct weir_dip {
 	__be32 addr[4];
 	__be16 port;   /* NAT destination port; 0 keeps the VIP's port */
@@ -196,8 +205,9 @@ struct weir_dip {
 	__u32 gen;     /* bumped each time the slot is (re)assigned */
 	__u32 vip_id;
 	__u32 weight;
+	struct weir_next_hop nh;
 };
-_Static_assert(sizeof(struct weir_dip) == 44, "weir_dip size");
+_Static_assert(sizeof(struct weir_dip) == 60, "weir_dip size");
 
 /* Stage 1 of AWFD for one (VIP, slot): the flow hash, scaled to
  * [0, total) as (hash * total) >> 32, selects the first range i with
@@ -212,21 +222,16 @@ struct weir_class_ranges {
 _Static_assert(sizeof(struct weir_class_ranges) == 136, "weir_class_ranges size");
 
 /* Stage 2 of AWFD for one (VIP, slot, range index): the members of one
- * priority class; a flow picks member[weir_rehash(hash) % nr]. */
+ * priority class; a flow picks member[weir_rehash(hash) % nr]. The rows sit
+ * in an array at (vip_id * WEIR_TABLE_SLOTS + slot) * WEIR_MAX_CLASSES +
+ * range; a row past the slot's last range is empty (nr = 0) or stale, and
+ * never read. */
 struct weir_class_members {
 	__u32 nr;
 	__u32 dip_id[WEIR_MAX_CLASS_MEMBERS];
 };
 _Static_assert(sizeof(struct weir_class_members) == 4 + 4 * WEIR_MAX_CLASS_MEMBERS,
 	       "weir_class_members size");
-
-/* Key of the stage-2 map. */
-struct weir_class_key {
-	__u32 vip_id;
-	__u16 slot;
-	__u16 range;
-};
-_Static_assert(sizeof(struct weir_class_key) == 8, "weir_class_key size");
 
 /* Per-CPU outcome counters. Every packet ends in exactly one of the
  * "outcome" counters; "event" counters count extra facts and may overlap.

@@ -16,7 +16,6 @@ static __always_inline int awfd_select(__u32 vip_id, __u32 hash, __u32 *dip_id, 
 {
 	struct weir_class_members *members;
 	struct weir_class_ranges *ranges;
-	struct weir_class_key ckey = {};
 	__u32 *ver, slot, idx, scaled, range = 0;
 
 	ver = bpf_map_lookup_elem(&table_version, &vip_id);
@@ -36,10 +35,8 @@ static __always_inline int awfd_select(__u32 vip_id, __u32 hash, __u32 *dip_id, 
 			break;
 	}
 
-	ckey.vip_id = vip_id;
-	ckey.slot = slot;
-	ckey.range = range;
-	members = bpf_map_lookup_elem(&class_members, &ckey);
+	idx = idx * WEIR_MAX_CLASSES + range;
+	members = bpf_map_lookup_elem(&class_members, &idx);
 	if (!members || members->nr == 0 || members->nr > WEIR_MAX_CLASS_MEMBERS)
 		return -1;
 	idx = weir_rehash(hash) % members->nr;

@@ -2,8 +2,10 @@
 /*
  * forward.h - choosing the next hop and sending the frame: XDP_TX when it
  * leaves by the interface it came in on, XDP_REDIRECT through `tx_ports`
- * otherwise. The next hop comes from the kernel's FIB (bpf_fib_lookup), or
- * from the DIP's configured MAC when the FIB is off or has no neighbour.
+ * otherwise. The next hop is the one the control plane resolved into the
+ * DIP's slot (weir_dip.nh): no lookup at all. Without one it comes from the
+ * kernel's FIB (bpf_fib_lookup), or from the DIP's configured MAC when the
+ * FIB is off or has no neighbour.
  */
 #ifndef WEIR_FORWARD_H
 #define WEIR_FORWARD_H
@@ -61,6 +63,8 @@ static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_
 	__u32 ifindex = ctx->ingress_ifindex;
 	long rc;
 
+	if (dip->nh.ifindex)
+		return send_out(ctx, dip->nh.ifindex, dip->nh.dmac, dip->nh.smac, event);
 	if (cfg_fib_lookup) {
 		fib.family = dip->family == WEIR_AF_INET6 ? AF_INET6 : AF_INET;
 		fib.ifindex = ctx->ingress_ifindex;

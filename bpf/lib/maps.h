@@ -94,11 +94,12 @@ struct {
 	__type(value, struct weir_class_ranges);
 } class_ranges SEC(".maps");
 
-/* AWFD stage 2: (vip, slot, range) -> members of that priority class. */
+/* AWFD stage 2: the members of each priority class, by (vip, slot, range)
+ * (weir.h): an array, so a dispatch reads its row without hashing a key. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, WEIR_DEFAULT_VIPS * WEIR_TABLE_SLOTS * WEIR_MAX_CLASSES);
-	__type(key, struct weir_class_key);
+	__type(key, __u32);
 	__type(value, struct weir_class_members);
 } class_members SEC(".maps");
 

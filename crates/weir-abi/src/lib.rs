@@ -57,7 +57,6 @@ pod!(
     weir_dip,
     weir_class_ranges,
     weir_class_members,
-    weir_class_key,
     weir_iface,
     weir_traffic,
     weir_xsk_meta,
@@ -88,7 +87,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<weir_conn_timeouts>(), 20);
         assert_eq!(std::mem::size_of::<weir_endpoint>(), 20);
         assert_eq!(std::mem::size_of::<weir_rev_nat>(), 40);
-        assert_eq!(std::mem::size_of::<weir_dip>(), 44);
+        assert_eq!(std::mem::size_of::<weir_dip>(), 60);
         assert_eq!(std::mem::size_of::<weir_iface>(), 12);
         assert_eq!(std::mem::size_of::<weir_class_ranges>(), 136);
         assert_eq!(
@@ -117,13 +116,14 @@ mod tests {
 
     #[test]
     fn bytes_round_trip() {
-        let key = weir_class_key {
-            vip_id: 7,
-            slot: 1,
-            range: 3,
+        let key = weir_vip_key {
+            addr: [7, 0, 0, 0],
+            port: 80u16.to_be(),
+            proto: 6,
+            family: 2,
         };
-        let back = weir_class_key::from_bytes(key.as_bytes()).unwrap();
+        let back = weir_vip_key::from_bytes(key.as_bytes()).unwrap();
         assert_eq!(back, key);
-        assert!(weir_class_key::from_bytes(&[0u8; 3]).is_none());
+        assert!(weir_vip_key::from_bytes(&[0u8; 3]).is_none());
     }
 }

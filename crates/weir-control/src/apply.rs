@@ -131,6 +131,9 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
                 },
                 vip_id,
                 weight: *d.weight.get_ref(),
+                // The next hop resolved for this very DIP stays until the
+                // resolver says otherwise; a new tenant starts unresolved.
+                nh: if fresh { Default::default() } else { prev.nh },
             };
             maps.put_dip(id, &dip)?;
             slots.insert(id, dip);

@@ -224,30 +224,21 @@ impl Maps {
         let slot = version % WEIR_TABLE_SLOTS;
         let idx = vip_id * WEIR_TABLE_SLOTS + slot;
         let mut report = PublishReport::default();
-        for range in 0..WEIR_MAX_CLASSES as usize {
-            let key = weir_class_key {
-                vip_id,
-                slot: slot as u16,
-                range: range as u16,
+        for range in 0..WEIR_MAX_CLASSES {
+            let key = u32_key(class_row(vip_id, slot, range));
+            // An empty row (nr = 0) is an absent one.
+            let held = get::<weir_class_members>(&self.class_members, &key)?.filter(|h| h.nr != 0);
+            let (row, what) = match table.members(range as usize) {
+                Some(row) if held.is_some_and(|h| same_members(&h, &row)) => continue,
+                Some(row) => (row, &mut report.rows_written),
+                // Rows past the last class are never read; empty stale ones.
+                None if held.is_some() => (weir_class_members::default(), &mut report.rows_deleted),
+                None => continue,
             };
-            let held: Option<weir_class_members> = get(&self.class_members, key.as_bytes())?;
-            match table.members(range) {
-                Some(row) => {
-                    if held.is_some_and(|h| same_members(&h, &row)) {
-                        continue;
-                    }
-                    self.class_members
-                        .update(key.as_bytes(), row.as_bytes(), MapFlags::ANY)
-                        .with_context(|| format!("writing class row {range} of VIP {vip_id}"))?;
-                    report.rows_written += 1;
-                }
-                None if held.is_some() => {
-                    // Rows past the last class are never read; drop stale ones.
-                    let _ = self.class_members.delete(key.as_bytes());
-                    report.rows_deleted += 1;
-                }
-                None => {}
-            }
+            self.class_members
+                .update(&key, row.as_bytes(), MapFlags::ANY)
+                .with_context(|| format!("writing class row {range} of VIP {vip_id}"))?;
+            *what += 1;
         }
         let ranges = table.ranges();
         let held: Option<weir_class_ranges> = get(&self.class_ranges, &u32_key(idx))?;
@@ -272,12 +263,8 @@ impl Maps {
         };
         let mut out = Vec::new();
         for range in 0..r.nr.min(WEIR_MAX_CLASSES) {
-            let key = weir_class_key {
-                vip_id,
-                slot: slot as u16,
-                range: range as u16,
-            };
-            let m: Option<weir_class_members> = get(&self.class_members, key.as_bytes())?;
+            let key = u32_key(class_row(vip_id, slot, range));
+            let m: Option<weir_class_members> = get(&self.class_members, &key)?;
             let members = m.map_or(Vec::new(), |m| {
                 m.dip_id[..(m.nr.min(WEIR_MAX_CLASS_MEMBERS)) as usize].to_vec()
             });
@@ -561,7 +548,7 @@ pub fn fold_stats(raw: &[u64]) -> Vec<u64> {
 pub struct PublishReport {
     /// Stage-2 rows written (new or changed classes).
     pub rows_written: u32,
-    /// Stage-2 rows deleted (classes that no longer exist).
+    /// Stage-2 rows emptied (classes that no longer exist).
     pub rows_deleted: u32,
     /// The stage-1 ranges changed.
     pub ranges_written: bool,
@@ -572,6 +559,12 @@ impl PublishReport {
     pub fn writes(&self) -> u32 {
         self.rows_written + self.rows_deleted + u32::from(self.ranges_written)
     }
+}
+
+/// Where the stage-2 row of (VIP, slot, range) sits in `class_members`
+/// (weir.h).
+fn class_row(vip_id: u32, slot: u32, range: u32) -> u32 {
+    (vip_id * WEIR_TABLE_SLOTS + slot) * WEIR_MAX_CLASSES + range
 }
 
 /// Equal rows: the same count and the same members (the bytes past `nr`

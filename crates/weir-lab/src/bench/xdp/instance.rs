@@ -34,6 +34,13 @@ impl Inst {
             gen: DIP_GEN,
             vip_id: 0,
             weight: 1,
+            // Resolved as `weir serve`'s control plane resolves a DIP's next
+            // hop: out of the interface test runs arrive on.
+            nh: weir_next_hop {
+                ifindex: lo,
+                dmac: DIP_MAC,
+                smac: LB_MAC,
+            },
         };
         maps.put_dip(0, &dip)?;
         let table = AwfdTable::from_weights(&[(0, 1)]).map_err(anyhow::Error::msg)?;
