@@ -30,6 +30,8 @@ use serde_json::{json, Value};
 const NAMES: [&str; 3] = ["chromium", "chromium-browser", "google-chrome"];
 /// Longest wait for one answer of the browser.
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+/// The browser's stderr, in its profile directory.
+const STDERR: &str = "stderr.log";
 /// Longest wait for the page to load.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -126,7 +128,7 @@ impl Browser {
         .arg("about:blank")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(File::create(profile.join(STDERR))?)
         .process_group(0);
         let (cr, aw) = (cmd_r.as_raw_fd(), ans_w.as_raw_fd());
         let ns_fd = netns.as_ref().map(|f| f.as_raw_fd());
@@ -145,41 +147,48 @@ impl Browser {
                 Ok(())
             });
         }
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("starting {}", exe.display()))?;
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&profile);
+                return Err(e).with_context(|| format!("starting {}", exe.display()));
+            }
+        };
         drop((cmd_r, ans_w));
         let (tx, from) = mpsc::channel();
-        let reader = std::thread::Builder::new()
-            .name("browser-pipe".into())
-            .spawn(move || {
-                let mut r = BufReader::new(File::from(ans_r));
-                let mut buf = Vec::new();
-                loop {
-                    buf.clear();
-                    match r.read_until(0, &mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) => {}
-                    }
-                    if buf.last() == Some(&0) {
-                        buf.pop();
-                    }
-                    if let Ok(v) = serde_json::from_slice::<Value>(&buf) {
-                        if tx.send(v).is_err() {
-                            return;
-                        }
-                    }
-                }
-            })?;
+        // From here on, drop ends the browser whatever fails.
         let mut b = Browser {
             child,
             to: File::from(cmd_w),
             from,
-            reader: Some(reader),
+            reader: None,
             next_id: 0,
             session: String::new(),
             profile,
         };
+        b.reader = Some(
+            std::thread::Builder::new()
+                .name("browser-pipe".into())
+                .spawn(move || {
+                    let mut r = BufReader::new(File::from(ans_r));
+                    let mut buf = Vec::new();
+                    loop {
+                        buf.clear();
+                        match r.read_until(0, &mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) => {}
+                        }
+                        if buf.last() == Some(&0) {
+                            buf.pop();
+                        }
+                        if let Ok(v) = serde_json::from_slice::<Value>(&buf) {
+                            if tx.send(v).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                })?,
+        );
         let target = b.send(None, "Target.createTarget", json!({ "url": url }))?;
         let id = target["targetId"]
             .as_str()
@@ -230,7 +239,9 @@ impl Browser {
                 Err(RecvTimeoutError::Timeout) => {
                     bail!("{method}: no answer from the browser within {CALL_TIMEOUT:?}")
                 }
-                Err(RecvTimeoutError::Disconnected) => bail!("{method}: the browser exited"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    bail!("{method}: the browser exited; it said: {}", self.said())
+                }
             };
             if m["id"].as_u64() != Some(id) {
                 continue; // an event, or the answer to a call that timed out
@@ -272,6 +283,13 @@ impl Browser {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The last lines the browser wrote to stderr.
+    fn said(&self) -> String {
+        let text = std::fs::read_to_string(self.profile.join(STDERR)).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(3)..].join(" | ")
     }
 
     /// A PNG of the whole page (not only the window).
