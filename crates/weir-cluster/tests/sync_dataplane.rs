@@ -31,6 +31,7 @@ fn sync_of(node: &Node, name: &str, port: u16, budget: u32, announce: bool) -> S
             pin_dir: node.pin_dir.clone(),
             budget,
             timeouts: ConnTimeouts::default(),
+            realtime: false,
         },
         announce.then(|| SyncMaps::of(&node.lb.skel).unwrap()),
     )

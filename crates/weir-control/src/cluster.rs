@@ -129,6 +129,7 @@ impl Member {
                         pin_dir: pin_dir.clone(),
                         budget: plan.cfg.sync_budget(cfg.dataplane.conn_table_size),
                         timeouts: cfg.dataplane.timeouts.to_conn_timeouts(),
+                        realtime: *plan.cfg.sync_realtime.get_ref(),
                     },
                     sync_maps,
                 )?;

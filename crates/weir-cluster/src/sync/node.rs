@@ -46,6 +46,21 @@ const MAX_SENDERS: usize = 256;
 /// The sync socket's receive buffer: room for a bulk's bursts.
 const RCVBUF: usize = 8 << 20;
 
+/// Puts the calling thread at the lowest real-time priority (SCHED_FIFO 1):
+/// it then runs as soon as it wakes, ahead of every ordinary thread. The
+/// sync threads sleep until a datagram or an announcement comes, and the
+/// kernel keeps 5% of each second for others (sched_rt_runtime_us).
+fn go_realtime(what: &str) {
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: sched_setscheduler on the calling thread (pid 0).
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+        eprintln!(
+            "weir: sync: the {what} stays at normal priority ({}); it needs CAP_SYS_NICE",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
 /// Wall-clock time in ns (datagrams carry it, for the lag).
 pub fn unix_ns() -> u64 {
     SystemTime::now()
@@ -80,6 +95,9 @@ pub struct SyncOptions {
     /// Peers' entries this node's table may hold.
     pub budget: u32,
     pub timeouts: ConnTimeouts,
+    /// Run the sender and the receiver at real-time priority (SCHED_FIFO 1),
+    /// so a busy machine does not delay them (conntrackd offers the same).
+    pub realtime: bool,
 }
 
 /// What a join brought.
@@ -171,6 +189,7 @@ impl SyncNode {
         let announce = announce.map(Arc::new);
         let (done_tx, done_rx) = mpsc::sync_channel(16);
         let mut threads = Vec::new();
+        let realtime = opts.realtime;
         let receiver = Receive {
             socket: socket.clone(),
             key: opts.key.clone(),
@@ -193,7 +212,12 @@ impl SyncNode {
         threads.push(
             std::thread::Builder::new()
                 .name("sync-recv".into())
-                .spawn(move || receiver.run())
+                .spawn(move || {
+                    if realtime {
+                        go_realtime("receiver");
+                    }
+                    receiver.run()
+                })
                 .context("starting the sync receiver")?,
         );
         if let Some(maps) = &announce {
@@ -208,7 +232,12 @@ impl SyncNode {
             threads.push(
                 std::thread::Builder::new()
                     .name("sync-send".into())
-                    .spawn(move || send.run())
+                    .spawn(move || {
+                        if realtime {
+                            go_realtime("sender");
+                        }
+                        send.run()
+                    })
                     .context("starting the sync sender")?,
             );
         }

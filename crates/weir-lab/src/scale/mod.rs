@@ -53,7 +53,7 @@ pub struct ScaleArgs {
     pub backends: usize,
     /// How often each backend's service delay changes, ms (it drives the
     /// load-aware tables).
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 100)]
     pub load_every_ms: u64,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -105,12 +105,14 @@ pub fn table(r: &Report) -> String {
         let _ = writeln!(
             o,
             "{:<5} {} long-lived and {} new connections; tables: {:.1} versions/s, applied \
-             within {} ms of publication; sync window p99 {} ms (max {} ms)",
+             within {} ms of publication; sync lag p50 {} ms, p99 (the sync window) {} ms, \
+             max {} ms",
             if run.sync { "on" } else { "off" },
             run.long_lived,
             run.new_conns,
             run.versions_per_s,
             opt(run.apply_delay_max_ms, 0),
+            opt(run.sync_lag_p50_ms, 3),
             opt(run.sync_window_ms, 3),
             opt(run.sync_lag_max_ms, 3),
         );
@@ -159,14 +161,38 @@ pub fn figure(r: &Report) -> Figure {
         }
         out
     };
+    // Counts of zero everywhere still get a readable axis from 0 to 1.
     let panel =
         |title: &str, y: &str, get: &dyn Fn(&crate::scale::scenario::EventResult) -> f64| {
             Panel::Bars(Bars {
                 title: title.into(),
-                y: Axis::new(y).from_zero(),
+                y: Axis::new(y).from_zero().span(0.0, 1.0),
                 bars: bars(get),
             })
         };
+    // How long the cluster took: a node to be ready, another to lead.
+    let mut took = Vec::new();
+    for run in &r.runs {
+        for e in &run.events {
+            let what = if e.leader_moved_s.is_some() {
+                "new leader"
+            } else {
+                "ready"
+            };
+            if let Some(s) = e.join_s.or(e.leader_moved_s) {
+                took.push(Bar {
+                    label: format!(
+                        "{}: {what} {}",
+                        e.name,
+                        if run.sync { "(sync)" } else { "(no sync)" }
+                    ),
+                    value: s,
+                    err: None,
+                    style: Style::solid(usize::from(!run.sync)),
+                });
+            }
+        }
+    }
     Figure {
         title: "weir lab scale: node loss, addition and leader loss behind ECMP".into(),
         subtitle: Some(format!(
@@ -181,8 +207,15 @@ pub fn figure(r: &Report) -> Figure {
                 e.new_conn_failures as f64
             }),
             panel("time to recover", "seconds", &|e| e.recover_s),
+            Panel::Bars(Bars {
+                title: "a joining node ready (start to attach); another node leading after the \
+                        leader's death"
+                    .into(),
+                y: Axis::new("seconds").from_zero(),
+                bars: took,
+            }),
         ],
         columns: 1,
-        size: (1100, 1300),
+        size: (1100, 1700),
     }
 }

@@ -72,6 +72,7 @@ pub struct EventResult {
 pub struct NodeEnd {
     pub name: String,
     pub apply_delay_max_ms: Option<f64>,
+    pub lag_p50_us: Option<u64>,
     pub lag_p99_us: Option<u64>,
     pub lag_max_us: Option<u64>,
     pub installed: u64,
@@ -87,6 +88,8 @@ pub struct RunResult {
     /// largest lag seen.
     pub sync_window_ms: Option<f64>,
     pub sync_lag_max_ms: Option<f64>,
+    /// The largest median lag of any node (ms).
+    pub sync_lag_p50_ms: Option<f64>,
     /// The longest any node took to apply a version after its publication.
     pub apply_delay_max_ms: Option<f64>,
     /// Table versions the leaders published per second.
@@ -136,6 +139,12 @@ fn version_of(d: &Daemon) -> Option<u32> {
     view(d)?.this.tables.get("web")?.version
 }
 
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let until = Instant::now() + limit;
     while Instant::now() < until {
@@ -162,7 +171,7 @@ impl LoadChanger {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             while !s.load(Ordering::Relaxed) {
                 for d in &delays {
-                    d.store(rng.gen_range(0..3000), Ordering::Relaxed);
+                    d.store(rng.gen_range(0..5000), Ordering::Relaxed);
                 }
                 std::thread::sleep(every);
             }
@@ -192,7 +201,8 @@ pub fn run(exe: &Path, opts: &RunOptions, progress: &Progress) -> Result<RunResu
         .enumerate()
         .map(|(j, ns)| {
             let o = BackendOptions {
-                agent_window: Some(Duration::from_millis(500)),
+                // A short window: the estimates follow the delays quickly.
+                agent_window: Some(Duration::from_millis(200)),
                 ..Default::default()
             };
             Backend::start_with(ns, &format!("backend-{}", j + 1), &o)
@@ -265,10 +275,18 @@ pub fn run(exe: &Path, opts: &RunOptions, progress: &Progress) -> Result<RunResu
     // 2. It comes back from nothing; 3. a fourth node joins.
     for (name, i) in [("node back", victim), ("fourth node", 3)] {
         let t0 = Instant::now();
+        let since = unix_ms();
         nodes[i].daemon.start()?;
         nodes[i].up = true;
         let join_s = t0.elapsed().as_secs_f64();
-        let learnt = view(&nodes[i].daemon).and_then(|v| v.join.map(|j| j.received));
+        // The view this start wrote (the node rewrites it every 250 ms).
+        let d = &nodes[i].daemon;
+        wait_for(Duration::from_secs(2), || {
+            view(d).is_some_and(|v| v.at_unix_ms >= since && v.this.ready)
+        });
+        let learnt = view(d)
+            .filter(|v| v.at_unix_ms >= since)
+            .and_then(|v| v.join.map(|j| j.received));
         lab.route_via(&up(&nodes))?;
         events.push(Happened {
             join_s: Some(join_s),
@@ -309,6 +327,7 @@ pub fn run(exe: &Path, opts: &RunOptions, progress: &Progress) -> Result<RunResu
             Some(NodeEnd {
                 name: v.node.clone(),
                 apply_delay_max_ms: v.this.apply_delay_max_ms,
+                lag_p50_us: s.lag_p50_us,
                 lag_p99_us: s.lag_p99_us,
                 lag_max_us: s.lag_max_us,
                 installed: s.installed,
@@ -326,6 +345,11 @@ pub fn run(exe: &Path, opts: &RunOptions, progress: &Progress) -> Result<RunResu
         sync: opts.sync,
         events: judge(&events, &outcome, window_ms.unwrap_or(0.0), elapsed),
         sync_window_ms: window_ms,
+        sync_lag_p50_ms: ends
+            .iter()
+            .filter_map(|n| n.lag_p50_us)
+            .max()
+            .map(|us| us as f64 / 1000.0),
         sync_lag_max_ms: ends
             .iter()
             .filter_map(|n| n.lag_max_us)

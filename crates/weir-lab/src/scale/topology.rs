@@ -52,8 +52,12 @@ pub struct ClusterLab {
     pub router: String,
     pub nodes: Vec<String>,
     pub backends: Vec<String>,
-    /// The sync key and etcd's data.
+    /// The sync key and etcd's log.
     pub dir: PathBuf,
+    /// etcd's data, in memory: etcd syncs every write to disk, and on a
+    /// shared machine a busy disk would delay each table's publication by
+    /// up to seconds (etcd asks for a dedicated fast disk in production).
+    etcd_dir: PathBuf,
     etcd: Option<Child>,
 }
 
@@ -73,8 +77,13 @@ impl ClusterLab {
             .map(|j| ns.add(&format!("b{j}")))
             .collect::<Result<_>>()?;
         let dir = std::env::temp_dir().join(format!("weir-scale-{}", ns.prefix()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir)?;
+        let shm = Path::new("/dev/shm");
+        let etcd_dir = if shm.is_dir() { shm } else { dir.as_path() }
+            .join(format!("weir-scale-etcd-{}", ns.prefix()));
+        for d in [&dir, &etcd_dir] {
+            let _ = std::fs::remove_dir_all(d);
+            std::fs::create_dir_all(d)?;
+        }
         let mut lab = ClusterLab {
             ns,
             client,
@@ -82,6 +91,7 @@ impl ClusterLab {
             nodes,
             backends,
             dir,
+            etcd_dir,
             etcd: None,
         };
         lab.wire(&fabric).context("building the cluster lab")?;
@@ -192,7 +202,7 @@ impl ClusterLab {
         let log = std::fs::File::create(self.dir.join("etcd.log"))?;
         let mut cmd = Command::new("etcd");
         cmd.args(["--name", "lab", "--data-dir"])
-            .arg(self.dir.join("etcd"))
+            .arg(&self.etcd_dir)
             .args([
                 "--listen-client-urls",
                 &client,
@@ -334,5 +344,6 @@ impl Drop for ClusterLab {
         }
         self.ns.teardown();
         let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.etcd_dir);
     }
 }
