@@ -18,6 +18,7 @@ pub mod health;
 pub mod http;
 pub mod live;
 pub mod metrics;
+pub mod nexthops;
 pub mod runtime;
 pub mod signals;
 pub mod status;

@@ -415,6 +415,22 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     let _sweeper = crate::sweeper::Sweeper::start(&pin_dir, timeouts)
         .map_err(|e| log(format!("connection sweeper not started: {e:#}")))
         .ok();
+    // Each DIP's next hop in its slot: what a packet would ask the FIB for,
+    // resolved once per change instead (fib_lookup off: configured MACs only;
+    // the software tier's workers resolve their own).
+    let resolve_next_hops =
+        cfg.dataplane.fib_lookup && cfg.dataplane.tier != crate::config::Tier::Software;
+    let _next_hops = resolve_next_hops
+        .then(|| {
+            let held = ifaces
+                .iter()
+                .map(|i| (i.name.clone(), (i.ifindex, i.mac)))
+                .collect();
+            crate::nexthops::NextHops::start(&pin_dir, held, shared.table_lock.clone())
+                .map_err(|e| log(format!("next-hop resolver not started: {e:#}")))
+                .ok()
+        })
+        .flatten();
     let _metrics = cfg.metrics.as_ref().and_then(|m| {
         let addr = *m.listen.get_ref();
         match crate::metrics::serve(addr, shared.clone(), &pin_dir, &opts.run_dir) {

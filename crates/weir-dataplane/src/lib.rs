@@ -5,6 +5,8 @@
 //! - [`maps`] is typed access to every map, from a loaded program or from
 //!   the pins of a running one (what `weir status` reads).
 //! - [`attach`] attaches and detaches XDP on interfaces.
+//! - [`nexthop`] resolves DIPs' next hops from the kernel's route and
+//!   neighbour tables and watches them for changes (netlink).
 //! - [`conntrack`] ages connection entries: the data plane's clock and
 //!   expiry rule in user space, and the sweep that deletes expired entries.
 //! - [`testrun`] runs a program on a packet through BPF_PROG_TEST_RUN.
@@ -24,6 +26,7 @@ pub mod kv;
 pub mod loader;
 pub mod maps;
 pub mod minimal;
+pub mod nexthop;
 pub mod runstats;
 pub mod sink;
 pub mod sync_events;

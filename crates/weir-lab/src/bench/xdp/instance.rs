@@ -11,11 +11,29 @@ pub(super) struct Inst {
     pub(super) lo: u32,
 }
 
+/// Where the bench's DIP's next hop comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NextHopSource {
+    /// Resolved into the DIP's slot, as `weir serve` keeps it: no lookup.
+    Resolved,
+    /// Not resolved: the kernel's FIB per packet (bpf_fib_lookup), what
+    /// weir did before it resolved next hops, and still does for a DIP
+    /// whose neighbour is unknown.
+    Fib,
+}
+
 impl Inst {
-    pub(super) fn new(size: u64, conn_capacity: u32, lo: u32) -> Result<Inst> {
+    pub(super) fn new(
+        size: u64,
+        conn_capacity: u32,
+        lo: u32,
+        egress: &weir_dataplane::iface::Iface,
+        source: NextHopSource,
+    ) -> Result<Inst> {
+        // The defaults of `weir serve`: the FIB on.
         let opts = LoadOptions {
             conn_capacity,
-            fib_lookup: false,
             pin_dir: None,
             ..LoadOptions::default()
         };
@@ -34,18 +52,22 @@ impl Inst {
             gen: DIP_GEN,
             vip_id: 0,
             weight: 1,
-            // Resolved as `weir serve`'s control plane resolves a DIP's next
-            // hop: out of the interface test runs arrive on.
-            nh: weir_next_hop {
-                ifindex: lo,
-                dmac: DIP_MAC,
-                smac: LB_MAC,
+            // As `weir serve`'s resolver writes it: the route's interface
+            // and gateway (net.rs), which the FIB names too.
+            nh: match source {
+                NextHopSource::Resolved => weir_next_hop {
+                    ifindex: egress.ifindex,
+                    dmac: super::net::GW_MAC,
+                    smac: egress.mac,
+                },
+                NextHopSource::Fib => weir_next_hop::default(),
             },
         };
         maps.put_dip(0, &dip)?;
         let table = AwfdTable::from_weights(&[(0, 1)]).map_err(anyhow::Error::msg)?;
         maps.publish_table(0, TABLE_VERSION, &table)?;
         maps.put_iface(lo, LB_MAC)?;
+        maps.put_iface_in_slot(egress.ifindex, egress.mac, 1)?;
         let inst = Inst { size, lb, maps, lo };
         inst.set_mode(Mode::Nat)?;
         Ok(inst)
@@ -79,8 +101,8 @@ impl Inst {
         let idx = self.size + 500_000;
         let out = testrun::run(self.prog(), &packet(idx, TCP_SYN), 1)?;
         ensure!(
-            out.action() == Some(XdpAction::Tx),
-            "probe: weir_lb returned {} instead of XDP_TX",
+            out.action() == Some(XdpAction::Redirect),
+            "probe: weir_lb returned {} instead of XDP_REDIRECT",
             out.raw
         );
         let key = flow(idx).key();
@@ -185,12 +207,17 @@ pub(super) fn check_delta(
 }
 
 /// Mean ns per repetition of `repeat` runs of `prog` on `pkt`, as the
-/// kernel timed them (whole ns, truncated); the verdict must be XDP_TX.
-pub(super) fn timed(prog: &ProgramMut<'_>, pkt: &[u8], repeat: u32) -> Result<f64> {
+/// kernel timed them (whole ns, truncated); the verdict must be `want`.
+pub(super) fn timed(
+    prog: &ProgramMut<'_>,
+    pkt: &[u8],
+    repeat: u32,
+    want: XdpAction,
+) -> Result<f64> {
     let out = testrun::run(prog, pkt, repeat)?;
     ensure!(
-        out.action() == Some(XdpAction::Tx),
-        "{} returned {} instead of XDP_TX",
+        out.action() == Some(want),
+        "{} returned {} instead of {want:?}",
         prog.name().to_string_lossy(),
         out.raw
     );

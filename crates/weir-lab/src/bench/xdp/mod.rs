@@ -4,15 +4,20 @@
 //!
 //! What is measured, and how (also written into the JSON as `method`):
 //!
-//! - Setup. One private `weir_lb` per table size (nothing pinned or
-//!   attached), all with the same table capacity, the FIB lookup off, one
-//!   TCP VIP 10.255.0.1:80 and one DIP with a configured MAC.
-//!   BPF_PROG_TEST_RUN runs an XDP program as if the packet had arrived on
-//!   the loopback device of the caller's namespace, so that interface is
-//!   registered in `ifaces` and a hit leaves by XDP_TX. The bench checks it:
-//!   a NAT miss records the ingress ifindex in its reverse entry. test_run of
-//!   XDP_TX returns the verdict and the packet without transmitting anything,
-//!   for both programs.
+//! - Setup. The bench runs in a network namespace of its own (net.rs), so
+//!   the FIB answers alike everywhere: `lo`, forwarding on, and a veth by
+//!   which the DIP's route leaves through a gateway with a permanent
+//!   neighbour entry. One private `weir_lb` per table size (nothing pinned
+//!   or attached), all with the same table capacity and `weir serve`'s
+//!   defaults (the FIB on), one TCP VIP 10.255.0.1:80 and one DIP.
+//!   `--next-hop resolved` (the default) puts the DIP's next hop into its
+//!   slot as `weir serve`'s resolver does; `--next-hop fib` leaves it out,
+//!   so every packet asks the FIB. BPF_PROG_TEST_RUN runs an XDP program as
+//!   if the packet had arrived on the namespace's loopback device, which is
+//!   registered in `ifaces`; the bench checks it (a NAT miss records the
+//!   ingress ifindex in its reverse entry). A forwarded packet ends in
+//!   XDP_REDIRECT to the veth, the floor's in XDP_TX; test_run returns the
+//!   verdict and the packet without carrying either out.
 //! - Connections. Each instance's connection table and reverse table are
 //!   filled from user space with batch updates to its size (1, 1k, 100k, 1M
 //!   by default): distinct client address/port pairs towards the VIP.
@@ -43,7 +48,7 @@
 //!   the median over `--runs` runs, min..max, the median of the per-run
 //!   ratio to the floor and of the per-run ratio to the smallest table.
 //! - After every series the data-plane counters prove what ran: every
-//!   repetition of a hit series counted a connection hit and an XDP_TX,
+//!   repetition of a hit series counted a connection hit and an XDP_REDIRECT,
 //!   every miss call installed a connection.
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -65,6 +70,7 @@ use weir_dataplane::testrun::{self, XdpAction};
 use weir_progress::Progress;
 
 mod instance;
+mod net;
 mod packet;
 mod report;
 
@@ -121,6 +127,10 @@ pub struct XdpBenchArgs {
     /// Forwarding modes of the VIP to measure, comma separated.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Mode::Nat, Mode::Dsr])]
     pub modes: Vec<Mode>,
+    /// Where the DIP's next hop comes from: resolved into its slot (what
+    /// `weir serve` does) or the kernel's FIB per packet (an unresolved DIP).
+    #[arg(long, value_enum, default_value_t = NextHopSource::Resolved)]
+    pub next_hop: NextHopSource,
     /// Seed of the random choice of measured connections.
     #[arg(long, default_value_t = 0x7765_6972)]
     pub seed: u64,
@@ -137,6 +147,7 @@ impl Default for XdpBenchArgs {
             keys: 5,
             spread: 4096,
             modes: vec![Mode::Nat, Mode::Dsr],
+            next_hop: NextHopSource::Resolved,
             seed: 0x7765_6972,
         }
     }
@@ -168,15 +179,15 @@ impl Mode {
 
 const METHOD: &[&str] = &[
     "BPF_PROG_TEST_RUN on weir_lb and on xdp_floor (swap MACs, XDP_TX) with the same 64-byte IPv4/TCP frames; the figure is the kernel's duration per repetition (syscall overhead excluded)",
-    "one private weir_lb per table size (nothing pinned or attached), all with the same table capacity: fib_lookup off, one TCP VIP, one DIP with a configured MAC; test_run's ingress is the loopback device (checked), registered in `ifaces`, so hits end in XDP_TX",
-    "test_run of XDP_TX returns the verdict and the packet without transmitting: no driver or NIC cost in any figure",
+    "one private weir_lb per table size (nothing pinned or attached), all with the same table capacity and `weir serve`'s defaults (fib_lookup on), one TCP VIP, one DIP; run in a network namespace of the bench's own: test_run's ingress is its loopback device (checked), and the DIP's route leaves by a veth through a gateway with a permanent neighbour entry, so every forwarded packet ends in XDP_REDIRECT (test_run does not carry it out); next_hop = resolved: the DIP's slot holds that next hop as `weir serve` resolves it (no lookup per packet); next_hop = fib: the slot holds none and every packet asks the kernel's FIB",
+    "test_run of XDP_TX and XDP_REDIRECT returns the verdict and the packet without transmitting: no driver or NIC cost in any figure",
     "connection and reverse-NAT tables filled from user space with batch updates (BPF_MAP_UPDATE_BATCH)",
     "hot: one packet repeated `repeat` times per call (kernel mean, whole ns, truncated); run i uses installed connection i mod `keys`, drawn at random per table; the caches keep that connection's entries warm, so this is the instruction cost",
     "spread: `spread` calls of one repetition each per run, every call a connection drawn at random from the table; shows the table size through cache misses; includes the kernel's timer reads around one repetition, as does the floor it is compared with; between calls the syscall and the other tables' runs evict caches and TLB entries, so spread is the pessimistic bound and hot the optimistic one for real traffic",
     "miss: spread mode only (a repeated packet hits after its first repetition); every call a SYN of a new connection, dispatched by AWFD and installed, on the largest table",
     "nat: test_run does not restore the packet between repetitions, so the DIP has the VIP's address and port; the rewrite and the checksum updates still run and every repetition is a packet to the VIP",
     "per run the floor and every table size run in an order that rotates from run to run, so machine noise hits all of them; rows are medians over runs; x floor = median of per-run weir_lb/floor; x hit(1) = median of per-run ns / ns of the smallest table",
-    "counters checked after every series: each hit repetition counted a connection hit and an XDP_TX, each miss call installed a connection",
+    "counters checked after every series: each hit repetition counted a connection hit and an XDP_REDIRECT, each miss call installed a connection",
 ];
 
 /// Runs the benchmark, prints the table and writes the JSON if asked.
@@ -230,13 +241,15 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
         "weir bench xdp",
         u64::from(args.runs) * 3 * modes.len() as u64,
     );
+    // Before anything is loaded: the bench's own namespace and its routes.
+    let egress = net::enter()?;
     let lo = lo_ifindex()?;
     let floor = minimal::load()?;
     let mut rng = SplitMix(args.seed);
     let mut insts = Vec::new();
     let mut fill_seconds = 0.0;
     for &size in &sizes {
-        let inst = Inst::new(u64::from(size), conn_capacity, lo)?;
+        let inst = Inst::new(u64::from(size), conn_capacity, lo, &egress, args.next_hop)?;
         let t = Instant::now();
         inst.fill(&progress)?;
         fill_seconds += t.elapsed().as_secs_f64();
@@ -341,6 +354,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             spread: args.spread,
             sizes,
             modes,
+            next_hop: args.next_hop,
             seed: args.seed,
             conn_capacity,
             frame_bytes: FRAME_LEN,
@@ -390,10 +404,11 @@ impl Series {
         pkts: &[Vec<Set>],
         progress: &Progress,
     ) -> Result<Vec<RunTimes>> {
-        let time = |prog: &ProgramMut<'_>, set: &[Vec<u8>]| -> Result<f64> {
+        // The floor transmits; weir_lb redirects to the DIP's next hop (net.rs).
+        let time = |prog: &ProgramMut<'_>, set: &[Vec<u8>], want| -> Result<f64> {
             let mut sum = 0.0;
             for p in set {
-                sum += timed(prog, p, self.repeat)?;
+                sum += timed(prog, p, self.repeat, want)?;
             }
             Ok(sum / set.len() as f64)
         };
@@ -402,8 +417,8 @@ impl Series {
             for set in sets {
                 for p in set.iter().take(64) {
                     if self.path == "hit" {
-                        timed(floor, p, 1000.min(self.repeat))?;
-                        timed(inst.prog(), p, 1000.min(self.repeat))?;
+                        timed(floor, p, 1000.min(self.repeat), XdpAction::Tx)?;
+                        timed(inst.prog(), p, 1000.min(self.repeat), XdpAction::Redirect)?;
                     }
                 }
             }
@@ -425,11 +440,11 @@ impl Series {
                 if slot == 0 {
                     // The floor runs on the packets of the instance after it.
                     let sets = &pkts[r % insts.len()];
-                    t.floor = time(floor, &sets[r % sets.len()])?;
+                    t.floor = time(floor, &sets[r % sets.len()], XdpAction::Tx)?;
                 } else {
                     let i = slot - 1;
                     let set = &pkts[i][r % pkts[i].len()];
-                    t.lb[i] = time(insts[i].prog(), set)?;
+                    t.lb[i] = time(insts[i].prog(), set, XdpAction::Redirect)?;
                     calls[i] += set.len() as u64;
                 }
             }
@@ -440,7 +455,7 @@ impl Series {
             let after = inst.maps.stats()?;
             let b = &before[i];
             let reps = calls[i] * u64::from(self.repeat);
-            check_delta(b, &after, WEIR_STAT_TX, reps, "XDP_TX")?;
+            check_delta(b, &after, WEIR_STAT_REDIRECT, reps, "XDP_REDIRECT")?;
             if self.path == "hit" {
                 check_delta(b, &after, WEIR_STAT_CONN_HIT, reps, "connection hits")?;
                 check_delta(b, &after, WEIR_STAT_CONN_MISS, 0, "connection misses")?;

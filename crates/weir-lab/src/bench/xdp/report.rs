@@ -73,6 +73,7 @@ pub struct Config {
     pub spread: u32,
     pub sizes: Vec<u32>,
     pub modes: Vec<Mode>,
+    pub next_hop: NextHopSource,
     pub seed: u64,
     pub conn_capacity: u32,
     pub frame_bytes: usize,
@@ -112,6 +113,14 @@ pub fn render(report: &Report) -> String {
     );
     let _ = writeln!(
         s,
+        "FIB on, the DIP's next hop {}",
+        match report.config.next_hop {
+            NextHopSource::Resolved => "resolved into its slot (weir serve's default)",
+            NextHopSource::Fib => "not resolved: a FIB lookup per packet",
+        }
+    );
+    let _ = writeln!(
+        s,
         "hot = one packet x{} per call (runs cycle over {} random installed connections); \
          spread = {} calls x1 repetition, each a random connection",
         report.config.repeat, report.config.keys, report.config.spread
@@ -119,7 +128,7 @@ pub fn render(report: &Report) -> String {
     let _ = writeln!(
         s,
         "medians over {} runs; every table size has its own weir_lb, run in rotating order with the floor xdp_floor (swap MACs, XDP_TX);\n\
-         ns are the kernel's (hot: whole ns, truncated); test_run does not transmit XDP_TX; x hit(1) = median per-run ns / ns with the fewest connections",
+         ns are the kernel's (hot: whole ns, truncated); test_run does not carry out XDP_TX or XDP_REDIRECT; x hit(1) = median per-run ns / ns with the fewest connections",
         report.config.runs
     );
     let _ = writeln!(s);
