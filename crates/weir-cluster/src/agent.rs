@@ -45,6 +45,7 @@ use weir_dataplane::maps::Maps;
 
 use crate::apply::{apply_record, vip_ids, Applied};
 use crate::etcd::{Client, Compare, Event, Kv};
+use crate::realtime::go_realtime;
 use crate::record::{DipRef, TableRecord, VipRef};
 use crate::sync::node::{unix_ns, JoinReport, SyncNode};
 use crate::view::{
@@ -63,6 +64,8 @@ pub struct AgentOptions {
     pub prefix: String,
     pub endpoints: Vec<SocketAddr>,
     pub lease_ttl: Duration,
+    /// Run the agent's thread at real-time priority ([`crate::realtime`]).
+    pub realtime: bool,
     /// This node's sync address, for its peers (none: sync off).
     pub sync: Option<SocketAddr>,
     /// Where `cluster.json` goes (none: nowhere).
@@ -174,6 +177,9 @@ impl Agent {
         let thread = std::thread::Builder::new()
             .name("cluster".into())
             .spawn(move || {
+                if agent_inner.opts.realtime {
+                    go_realtime("etcd agent");
+                }
                 rt.block_on(async move {
                     match register(&agent_inner).await {
                         Ok(()) => {

@@ -63,10 +63,11 @@ pub struct ClusterCfg {
     /// before it attaches.
     #[serde(default = "join_timeout")]
     pub join_timeout_ms: Spanned<u64>,
-    /// Run connection sync's threads at real-time priority (SCHED_FIFO 1),
-    /// so that a busy machine does not widen the sync window.
+    /// Run the cluster's threads (the etcd agent, connection sync) at
+    /// real-time priority (SCHED_FIFO 1), so that a busy machine neither
+    /// widens the sync window nor delays tables.
     #[serde(default = "yes")]
-    pub sync_realtime: Spanned<bool>,
+    pub realtime: Spanned<bool>,
 }
 
 /// A mistake in `[cluster]`: where, which field (under `cluster.`), what.

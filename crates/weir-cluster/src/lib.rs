@@ -7,7 +7,8 @@
 //! - Connection sync ([`sync`]): a node that installs a connection tells
 //!   the others, so a connection that ECMP moves to another node keeps its
 //!   DIP; a joining node first asks a peer for every connection it knows.
-//! - [`config`] is the `[cluster]` section; [`view`] what status shows.
+//! - [`config`] is the `[cluster]` section; [`view`] what status shows;
+//!   [`realtime`] the priority of the cluster's threads.
 //!
 //! Without `[cluster]`, weir is a single node and none of this runs.
 
@@ -15,6 +16,7 @@ pub mod agent;
 pub mod apply;
 pub mod config;
 pub mod etcd;
+pub mod realtime;
 pub mod record;
 pub mod sync;
 pub mod view;

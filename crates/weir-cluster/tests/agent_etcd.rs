@@ -23,6 +23,7 @@ fn options(name: &str, etcd: SocketAddr) -> AgentOptions {
         prefix: "/weir/test".into(),
         endpoints: vec![etcd],
         lease_ttl: Duration::from_secs(1),
+        realtime: false,
         sync: None,
         run_dir: None,
     }

@@ -64,6 +64,7 @@ pub fn plan(cfg: &Config, run_dir: &Path) -> Result<Option<Plan>> {
             prefix: c.prefix.get_ref().clone(),
             endpoints: c.endpoints(),
             lease_ttl: c.lease_ttl(),
+            realtime: *c.realtime.get_ref(),
             sync: sync.as_ref().map(|(_, a)| *a),
             run_dir: Some(run_dir.to_path_buf()),
         },
@@ -129,7 +130,7 @@ impl Member {
                         pin_dir: pin_dir.clone(),
                         budget: plan.cfg.sync_budget(cfg.dataplane.conn_table_size),
                         timeouts: cfg.dataplane.timeouts.to_conn_timeouts(),
-                        realtime: *plan.cfg.sync_realtime.get_ref(),
+                        realtime: *plan.cfg.realtime.get_ref(),
                     },
                     sync_maps,
                 )?;

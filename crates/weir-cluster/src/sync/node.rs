@@ -31,6 +31,7 @@ use weir_dataplane::loader::ConnTimeouts;
 use weir_dataplane::maps::Maps;
 use weir_dataplane::sync_events::{Announcements, SyncMaps};
 
+use crate::realtime::go_realtime;
 use crate::sync::install::{monotonic_ns, table_records, Installer, Outcome};
 use crate::sync::stats::{Counters, Stats};
 use crate::sync::wire::{self, ConnRecord, Encoder, Key, Kind, Reject, ReplayGuard, MAX_DATAGRAM};
@@ -45,21 +46,6 @@ const BULK_PAUSE: Duration = Duration::from_millis(1);
 const MAX_SENDERS: usize = 256;
 /// The sync socket's receive buffer: room for a bulk's bursts.
 const RCVBUF: usize = 8 << 20;
-
-/// Puts the calling thread at the lowest real-time priority (SCHED_FIFO 1):
-/// it then runs as soon as it wakes, ahead of every ordinary thread. The
-/// sync threads sleep until a datagram or an announcement comes, and the
-/// kernel keeps 5% of each second for others (sched_rt_runtime_us).
-fn go_realtime(what: &str) {
-    let param = libc::sched_param { sched_priority: 1 };
-    // SAFETY: sched_setscheduler on the calling thread (pid 0).
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
-        eprintln!(
-            "weir: sync: the {what} stays at normal priority ({}); it needs CAP_SYS_NICE",
-            std::io::Error::last_os_error()
-        );
-    }
-}
 
 /// Wall-clock time in ns (datagrams carry it, for the lag).
 pub fn unix_ns() -> u64 {
@@ -95,8 +81,8 @@ pub struct SyncOptions {
     /// Peers' entries this node's table may hold.
     pub budget: u32,
     pub timeouts: ConnTimeouts,
-    /// Run the sender and the receiver at real-time priority (SCHED_FIFO 1),
-    /// so a busy machine does not delay them (conntrackd offers the same).
+    /// Run the sender and the receiver at real-time priority
+    /// ([`crate::realtime`]).
     pub realtime: bool,
 }
 
@@ -214,7 +200,7 @@ impl SyncNode {
                 .name("sync-recv".into())
                 .spawn(move || {
                     if realtime {
-                        go_realtime("receiver");
+                        go_realtime("sync receiver");
                     }
                     receiver.run()
                 })
@@ -234,7 +220,7 @@ impl SyncNode {
                     .name("sync-send".into())
                     .spawn(move || {
                         if realtime {
-                            go_realtime("sender");
+                            go_realtime("sync sender");
                         }
                         send.run()
                     })

@@ -220,10 +220,17 @@ impl ClusterLab {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        // SAFETY: setns is async-signal-safe; only the child moves.
+        // SAFETY: setns and sched_setscheduler are async-signal-safe; only
+        // the child moves. etcd runs at real-time priority, as if it had a
+        // machine of its own (its guidance for production): on this shared
+        // machine compilers would otherwise hold every publication back.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let param = libc::sched_param { sched_priority: 1 };
+                if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
