@@ -317,8 +317,10 @@ fn physical_memory() -> u64 {
     info.totalram as u64 * info.mem_unit as u64
 }
 
-/// How long a bind waits for a queue whose previous socket is closing.
-const BUSY_QUEUE_WAIT: Duration = Duration::from_millis(200);
+/// How long a bind waits for a queue whose previous socket is closing:
+/// the kernel frees it from a workqueue that takes the RTNL lock, which a
+/// busy host (namespaces and links coming and going) may hold a while.
+const BUSY_QUEUE_WAIT: Duration = Duration::from_secs(1);
 const BUSY_QUEUE_RETRY: Duration = Duration::from_millis(5);
 
 type Queues = (TxQueue, RxQueue, Option<(FillQueue, CompQueue)>);

@@ -8,8 +8,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use toml::Spanned;
+use weir_core::distribution::{cost::validate_cost_cycles, DistributionConfig};
+pub use weir_core::distribution::{Mode as Distribution, SprayScope};
 use weir_core::flow::Proto;
 pub use weir_core::offload::OffloadPolicy;
+use weir_core::reorder::ReorderConfig;
 
 pub use crate::diag::ConfigError;
 use crate::diag::{key_at, line_of};
@@ -97,6 +100,15 @@ fn seed() -> u32 {
 fn heavy() -> Spanned<OffloadPolicy> {
     Spanned::new(0..0, OffloadPolicy::Heavy)
 }
+fn flow() -> Spanned<Distribution> {
+    Spanned::new(0..0, Distribution::Flow)
+}
+fn tcp_scope() -> Spanned<SprayScope> {
+    Spanned::new(0..0, SprayScope::Tcp)
+}
+fn reorder_on() -> Spanned<bool> {
+    Spanned::new(0..0, true)
+}
 /// One worker on the last CPU weir may use (the first ones usually take
 /// the interrupts and everything else).
 fn last_cpu() -> Spanned<Vec<u32>> {
@@ -159,6 +171,22 @@ pub struct Dataplane {
     /// Software and hybrid: one worker thread pinned to each of these CPUs.
     #[serde(default = "last_cpu")]
     pub workers: Spanned<Vec<u32>>,
+    /// Software and hybrid: how XDP hands packets to the workers (flow,
+    /// spray, adaptive).
+    #[serde(default = "flow")]
+    pub distribution: Spanned<Distribution>,
+    /// Spray and adaptive: the protocols they spread (`tcp`, or `all`).
+    #[serde(default = "tcp_scope")]
+    pub spray_scope: Spanned<SprayScope>,
+    /// Spray and adaptive: restore each ingress queue's order before
+    /// transmit (the reorder stage).
+    #[serde(default = "reorder_on")]
+    pub reorder: Spanned<bool>,
+    /// How long a released packet may wait for a missing earlier one, in
+    /// microseconds (the reorder stage's hold time).
+    pub reorder_hold_us: Option<Spanned<u64>>,
+    /// Experiments: TSC cycles of busy work added per packet in each worker.
+    pub cost_cycles: Option<Spanned<u64>>,
 }
 
 /// `[dataplane.timeouts]`: idle timeouts of connection entries, in seconds,
@@ -219,6 +247,33 @@ impl Dataplane {
     pub fn half_open_size(&self) -> u32 {
         self.half_open_table_size
             .unwrap_or((self.conn_table_size / 4).max(1))
+    }
+
+    /// The workers' distribution as weir-core and the loader take it.
+    pub fn distribution_config(&self) -> DistributionConfig {
+        let mode = *self.distribution.get_ref();
+        DistributionConfig {
+            scope: *self.spray_scope.get_ref(),
+            ..DistributionConfig::new(mode, self.workers.get_ref().len() as u16)
+        }
+    }
+
+    /// Spray and adaptive with the reorder stage on.
+    pub fn reorders(&self) -> bool {
+        *self.distribution.get_ref() != Distribution::Flow && *self.reorder.get_ref()
+    }
+
+    /// The reorder stage's bounds: weir-core's defaults, and the hold time
+    /// if given.
+    pub fn reorder_config(&self) -> ReorderConfig {
+        let d = ReorderConfig::default();
+        ReorderConfig {
+            hold_ns: self
+                .reorder_hold_us
+                .as_ref()
+                .map_or(d.hold_ns, |h| h.get_ref().saturating_mul(1000)),
+            ..d
+        }
     }
 
     /// `fast_table_size`, or its default.
@@ -951,6 +1006,84 @@ impl Config {
                 )));
             }
         }
+        self.validate_distribution(ck, warnings)
+    }
+
+    /// `distribution`, `spray_scope`, `reorder` and `cost_cycles`.
+    fn validate_distribution(
+        &self,
+        ck: &Checker<'_>,
+        warnings: &mut Vec<ConfigWarning>,
+    ) -> Result<(), ConfigError> {
+        let dp = &self.dataplane;
+        if let Some(c) = &dp.cost_cycles {
+            let field = "dataplane.cost_cycles";
+            validate_cost_cycles(*c.get_ref())
+                .map_err(|e| ck.err(Some(c.span()), field, e.to_string()))?;
+            if !weir_software::cost::AVAILABLE {
+                return Err(ck.err(
+                    Some(c.span()),
+                    field,
+                    "the added cost spins on the x86-64 time-stamp counter, which this machine \
+                     lacks",
+                ));
+            }
+        }
+        if let Some(h) = &dp.reorder_hold_us {
+            dp.reorder_config()
+                .validate()
+                .map_err(|e| ck.err(Some(h.span()), "dataplane.reorder_hold_us", e.to_string()))?;
+        }
+        let keys = [
+            (
+                "distribution",
+                given(&dp.distribution).then(|| dp.distribution.span()),
+            ),
+            (
+                "spray_scope",
+                given(&dp.spray_scope).then(|| dp.spray_scope.span()),
+            ),
+            ("reorder", given(&dp.reorder).then(|| dp.reorder.span())),
+            (
+                "reorder_hold_us",
+                dp.reorder_hold_us.as_ref().map(|h| h.span()),
+            ),
+            ("cost_cycles", dp.cost_cycles.as_ref().map(|c| c.span())),
+        ];
+        if dp.tier == Tier::Xdp {
+            for (key, span) in keys.into_iter().filter(|(_, s)| s.is_some()) {
+                warnings.push(ck.err(
+                    span,
+                    format!("dataplane.{key}"),
+                    "tier = \"xdp\" runs no workers; this is ignored",
+                ));
+            }
+            return Ok(());
+        }
+        let mode = *dp.distribution.get_ref();
+        dp.distribution_config().validate().map_err(|e| {
+            ck.err(
+                Some(dp.distribution.span()).filter(|_| given(&dp.distribution)),
+                "dataplane.distribution",
+                e.to_string(),
+            )
+        })?;
+        if mode == Distribution::Flow {
+            for (key, span) in keys[1..4].iter().filter(|(_, s)| s.is_some()) {
+                warnings.push(ck.err(
+                    span.clone(),
+                    format!("dataplane.{key}"),
+                    "distribution = \"flow\" keeps each flow on one worker; this is ignored",
+                ));
+            }
+        } else if dp.reorders() && dp.xdp_mode == XdpModeCfg::Generic {
+            return Err(ck.err(
+                Some(dp.reorder.span()).filter(|_| given(&dp.reorder)),
+                "dataplane.reorder",
+                "generic XDP may run one queue's packets on several CPUs at once, so there is \
+                 no ingress order to restore: use xdp_mode = \"native\", or reorder = false",
+            ));
+        }
         Ok(())
     }
 
@@ -1626,6 +1759,88 @@ mode = "nat"
             warned("tier = \"software\"\noffload = \"heavy\""),
             [field("dataplane.offload", 5)]
         );
+    }
+
+    #[test]
+    fn distribution_reorder_and_cost_are_checked_with_the_field_and_the_line() {
+        let cpus = crate::cpus::usable();
+        let dp = Config::parse("t.toml", GOOD).unwrap().dataplane;
+        assert_eq!(*dp.distribution.get_ref(), Distribution::Flow);
+        assert_eq!(*dp.spray_scope.get_ref(), SprayScope::Tcp);
+        assert!(*dp.reorder.get_ref() && !dp.reorders());
+        assert!(dp.cost_cycles.is_none());
+        let one = "tier = \"software\"";
+        let e = err_of(&dataplane_with(&format!("{one}\ndistribution = \"spray\"")));
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("dataplane.distribution", Some(5))
+        );
+        assert!(e.message.contains("at least 2 workers"), "{e}");
+        let e = err_of(&dataplane_with(&format!("{one}\ndistribution = \"rss\"")));
+        assert_eq!(e.field, "dataplane.distribution");
+        assert!(e.message.contains("unknown variant `rss`"), "{e}");
+        for (cost, what) in [
+            ("0", "remove cost_cycles"),
+            ("2000000", "more than 1000000"),
+        ] {
+            let e = err_of(&dataplane_with(&format!("{one}\ncost_cycles = {cost}")));
+            assert_eq!(
+                (e.field.as_str(), e.line),
+                ("dataplane.cost_cycles", Some(5))
+            );
+            assert!(e.message.contains(what), "{e}");
+        }
+        // A bad cost is refused in any tier; other keys of the workers only
+        // warn in the xdp tier.
+        assert_eq!(
+            err_of(&dataplane_with("cost_cycles = 0")).field,
+            "dataplane.cost_cycles"
+        );
+        let w = Config::parse("t.toml", &dataplane_with("distribution = \"spray\""))
+            .unwrap()
+            .warnings;
+        assert_eq!(w[0].field, "dataplane.distribution", "{w:?}");
+        let flow = Config::parse(
+            "t.toml",
+            &dataplane_with(&format!("{one}\nreorder = false")),
+        );
+        assert_eq!(flow.unwrap().warnings[0].field, "dataplane.reorder");
+        for hold in ["0", "200000"] {
+            let e = err_of(&dataplane_with(&format!("{one}\nreorder_hold_us = {hold}")));
+            assert_eq!(
+                (e.field.as_str(), e.line),
+                ("dataplane.reorder_hold_us", Some(5))
+            );
+            assert!(
+                e.message.contains("hold time must be from 1 µs to 100 ms"),
+                "{e}"
+            );
+        }
+        let [a, b] = cpus[..] else {
+            return; // spreading needs two CPUs
+        };
+        let two = format!("tier = \"software\"\nworkers = [{a}, {b}]");
+        let spray = format!("{two}\ndistribution = \"spray\"\ncost_cycles = 10000");
+        let c = Config::parse("t.toml", &dataplane_with(&spray)).unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert!(c.dataplane.reorders());
+        assert_eq!(c.dataplane.reorder_config(), ReorderConfig::default());
+        let held = format!("{spray}\nreorder_hold_us = 20000");
+        let dp = Config::parse("t.toml", &dataplane_with(&held))
+            .unwrap()
+            .dataplane;
+        assert_eq!(dp.reorder_config().hold_ns, 20_000_000);
+        assert_eq!(c.dataplane.distribution_config().workers, 2);
+        let generic = format!("{spray}\nxdp_mode = \"generic\"");
+        let e = err_of(&dataplane_with(&generic));
+        assert_eq!(e.field, "dataplane.reorder");
+        assert!(e.message.contains("reorder = false"), "{e}");
+        let unordered = format!("{generic}\nreorder = false\nspray_scope = \"all\"");
+        let dp = Config::parse("t.toml", &dataplane_with(&unordered))
+            .unwrap()
+            .dataplane;
+        assert_eq!(dp.distribution_config().scope, SprayScope::All);
+        assert!(!dp.reorders());
     }
 
     #[test]

@@ -175,6 +175,7 @@ fn load_options(cfg: &Config) -> LoadOptions {
         fast_table_size: dp.fast_size(),
         // The configuration refuses an empty list and a repeated interface.
         interfaces: dp.interfaces.get_ref().len() as u32,
+        workers: crate::tier::load_workers(cfg),
         timeouts: dp.timeouts.to_conn_timeouts(),
         max_vips: dp.max_vips,
         max_dips: dp.max_dips,

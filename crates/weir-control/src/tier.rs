@@ -1,7 +1,8 @@
 //! Starting the software tier of `weir serve` (`tier = "software"` or
-//! `"hybrid"`): the configuration as the worker's load balancer, sockets
-//! and offload policy take it, and the workers' reports for `weir status`
-//! (`<run dir>/workers.json`, rewritten every second).
+//! `"hybrid"`): the configuration as the workers' load balancer, sockets,
+//! distribution, reorder stage and offload policy take it (and as the XDP
+//! program's loader takes the workers), and the workers' reports for `weir
+//! status` (`<run dir>/workers.json`, rewritten every second).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -10,10 +11,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Result};
+use weir_core::distribution::Mode;
 use weir_core::offload::OffloadConfig;
 use weir_core::slb;
 use weir_dataplane::iface::Iface;
+use weir_dataplane::loader;
 use weir_dataplane::maps::Maps;
 use weir_software::{SoftwareTier, TierConfig, TierInterface, WorkerStats};
 
@@ -91,13 +94,12 @@ pub fn start(
     if dp.tier == Tier::Xdp {
         return Ok(None);
     }
-    let cpu = *dp
-        .workers
-        .get_ref()
-        .first()
-        .context("dataplane.workers: name the worker's CPU")? as usize;
+    let cpus: Vec<usize> = dp.workers.get_ref().iter().map(|&c| c as usize).collect();
+    if cpus.is_empty() {
+        bail!("dataplane.workers: name the workers' CPUs");
+    }
     let tc = TierConfig {
-        cpu,
+        cpus,
         interfaces: ifaces
             .iter()
             .enumerate()
@@ -115,6 +117,9 @@ pub fn start(
             o
         }),
         socket: weir_afxdp::Config::default(),
+        distribution: dp.distribution_config(),
+        reorder: dp.reorders().then(|| dp.reorder_config()),
+        cost_cycles: dp.cost_cycles.as_ref().map_or(0, |c| *c.get_ref()),
     };
     let tier = SoftwareTier::start(&tc, maps, &dp.pin_dir)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -146,6 +151,26 @@ pub fn start(
         writer: Some(writer),
         file,
     }))
+}
+
+/// The workers as the XDP program's loader takes them: one socket per
+/// worker on every queue, and the distribution (none in the xdp tier).
+pub fn load_workers(cfg: &Config) -> loader::Workers {
+    let dp = &cfg.dataplane;
+    if dp.tier == Tier::Xdp {
+        return loader::Workers::default();
+    }
+    let d = dp.distribution_config();
+    loader::Workers {
+        count: u32::from(d.workers),
+        mode: match d.mode {
+            Mode::Flow => loader::DistMode::Flow,
+            Mode::Spray => loader::DistMode::Spray,
+            Mode::Adaptive => loader::DistMode::Adaptive,
+        },
+        buckets: d.buckets,
+        spread_all: d.scope == weir_core::distribution::SprayScope::All,
+    }
 }
 
 /// The worker's load balancer takes the XDP program's knobs, so the tiers

@@ -1,8 +1,9 @@
 //! The software tier's control thread: everything that needs a syscall, so
-//! the worker never makes one. It follows the maps (a VIP's table version
+//! the workers never make one. It follows the maps (a VIP's table version
 //! every few milliseconds, everything else every second), resolves the
-//! DIPs' next hops, and in the hybrid tier applies the worker's fast-table
-//! decisions and reads the fast table back for the `heavy` policy.
+//! DIPs' next hops, in the hybrid tier applies the workers' fast-table
+//! decisions and reads the fast table back for the `heavy` policy, and in
+//! adaptive distribution decides which buckets to spread.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -19,6 +20,7 @@ use weir_dataplane::maps::Maps;
 
 use crate::clock::coarse_now_ns;
 use crate::nexthop::resolve;
+use crate::spread::Spreader;
 use crate::stats::WorkerStats;
 use crate::tables::Snapshot;
 use crate::worker::{ToControl, ToWorker};
@@ -28,6 +30,9 @@ const FULL_READ: Duration = Duration::from_secs(1);
 const UNRESOLVED_RETRY: Duration = Duration::from_millis(50);
 /// How often the offload policy plans over the fast table.
 pub const OFFLOAD_INTERVAL: Duration = Duration::from_millis(100);
+/// How often adaptive distribution decides (over the buckets' counts since
+/// the last decision and the workers' last reports).
+pub const SPREAD_INTERVAL: Duration = Duration::from_millis(100);
 
 /// What the control thread shares with `weir status` and /metrics.
 #[derive(Debug, Default)]
@@ -42,6 +47,8 @@ pub struct Control {
     /// Interfaces weir holds: name -> (ifindex, MAC), for next hops.
     pub ifaces: HashMap<String, (u32, [u8; 6])>,
     pub policy: Option<OffloadPolicy>,
+    /// Adaptive distribution's decisions.
+    pub spreader: Option<Spreader>,
     pub to_worker: Sender<ToWorker>,
     pub from_worker: Receiver<ToControl>,
     pub shared: Arc<Shared>,
@@ -49,12 +56,13 @@ pub struct Control {
 }
 
 impl Control {
-    pub fn run(self) {
+    pub fn run(mut self) {
         let mut snapshot: Option<Snapshot> = None;
         let mut versions = Vec::new();
         let mut next_full = Instant::now();
         let mut next_prime = Instant::now();
         let mut next_offload = Instant::now() + OFFLOAD_INTERVAL;
+        let mut next_spread = Instant::now() + SPREAD_INTERVAL;
         while !self.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             let changed = snapshot.as_ref().is_none_or(|s| {
@@ -99,6 +107,15 @@ impl Control {
                     Err(e) => self.note_error(format!("reading the fast table: {e:#}")),
                 }
             }
+            if now >= next_spread {
+                next_spread = now + SPREAD_INTERVAL;
+                if let Some(sp) = self.spreader.as_mut() {
+                    if let Err(e) = sp.decide(&self.maps, coarse_now_ns()) {
+                        let e = format!("adaptive distribution: {e:#}");
+                        self.note_error(e);
+                    }
+                }
+            }
             self.serve_worker();
             std::thread::sleep(VERSION_POLL);
         }
@@ -129,7 +146,7 @@ impl Control {
         resolved
     }
 
-    fn serve_worker(&self) {
+    fn serve_worker(&mut self) {
         while let Ok(msg) = self.from_worker.try_recv() {
             match msg {
                 ToControl::Install(c) => {
@@ -143,7 +160,12 @@ impl Control {
                         self.note_error(format!("removing a fast entry: {e:#}"));
                     }
                 }
-                ToControl::Stats(s) => {
+                ToControl::Stats(mut s) => {
+                    if let (Some(sp), Some(u)) = (self.spreader.as_mut(), &s.utilization) {
+                        if sp.report(s.cpu, u) == Some(0) {
+                            s.spread = Some(sp.stats().into());
+                        }
+                    }
                     let mut all = self
                         .shared
                         .workers

@@ -1,28 +1,35 @@
 //! weir's software tier (HNLB's software load balancer, seed 000 section
-//! III): a worker thread pinned to a core busy-polls AF_XDP sockets
-//! (`weir-afxdp`), one per queue of every interface weir holds, and runs
+//! III): worker threads pinned to cores busy-poll AF_XDP sockets
+//! (`weir-afxdp`), one per queue of every interface weir holds, and run
 //! each frame through the sans-IO load balancer `weir_core::slb`, which
 //! decides exactly what the XDP program would. The XDP program steers to
 //! the sockets what the tier must see (`tier = "software"`: every VIP
-//! packet and nat reply; `"hybrid"`: what misses the bounded fast table).
-//! Both tiers dispatch with the tables the controller publishes, read from
-//! the maps, so a connection's DIP does not depend on the tier.
+//! packet and nat reply; `"hybrid"`: what misses the bounded fast table),
+//! and picks the worker of each packet (`distribution`: flow, spray,
+//! adaptive). Both tiers dispatch with the tables the controller
+//! publishes, read from the maps, so a connection's DIP does not depend on
+//! the tier.
 //!
 //! - [`worker`]: the run-to-completion loop, cross-interface sends, the
-//!   utilization metric, the hybrid tier's offload decisions.
+//!   utilization metric.
+//! - [`balancer`]: the load balancer the workers share (one table, one
+//!   lock per burst), and the hybrid tier's offload decisions.
+//! - [`streams`]: the reorder stage of spread packets (seed 001).
+//! - [`cost`]: the added per-packet cost of experiments (`cost_cycles`).
 //! - [`control`]: the thread that makes the syscalls: map reads, next hops,
-//!   fast-table writes, stats for `weir status` and /metrics.
+//!   fast-table writes, adaptive distribution ([`spread`]), stats for
+//!   `weir status` and /metrics.
 //! - [`tables`]: VIPs, DIP slots and active AWFD tables from the maps.
 //! - [`nexthop`]: each DIP's egress interface and MACs.
-//!
-//! One worker runs in this release: a connection's packets and its
-//! replies arrive on different queues, and workers do not share their
-//! tables (spreading over cores is the next step).
 
+pub mod balancer;
 pub mod clock;
 pub mod control;
+pub mod cost;
 pub mod nexthop;
+pub mod spread;
 pub mod stats;
+pub mod streams;
 pub mod tables;
 pub mod worker;
 
@@ -30,12 +37,14 @@ use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use anyhow::{bail, Context, Result};
 use weir_afxdp::Socket;
+use weir_core::distribution::{DistributionConfig, Mode};
 use weir_core::offload::{Offload, OffloadConfig};
+use weir_core::reorder::ReorderConfig;
 use weir_core::slb::{self, Slb};
 use weir_core::utilization::UtilizationMeter;
 use weir_dataplane::maps::Maps;
@@ -56,13 +65,21 @@ pub struct TierInterface {
 /// How to run the tier.
 #[derive(Debug, Clone)]
 pub struct TierConfig {
-    /// The worker's CPU.
-    pub cpu: usize,
+    /// One worker on each of these CPUs; worker `i` is the XDP program's
+    /// worker `i` (the program must be loaded for as many).
+    pub cpus: Vec<usize>,
     pub interfaces: Vec<TierInterface>,
     pub slb: slb::Config,
     /// Hybrid: the fast table's offload policy and bound.
     pub offload: Option<OffloadConfig>,
     pub socket: weir_afxdp::Config,
+    /// How XDP distributes packets to the workers (its `workers` is the
+    /// number of CPUs).
+    pub distribution: DistributionConfig,
+    /// The reorder stage of spread packets; None turns it off.
+    pub reorder: Option<ReorderConfig>,
+    /// TSC cycles of added work per packet (0: none).
+    pub cost_cycles: u64,
 }
 
 /// The running tier; stops its threads when dropped (the sockets close,
@@ -77,42 +94,75 @@ pub struct SoftwareTier {
 const MAX_QUEUES: u32 = weir_abi::WEIR_MAX_QUEUES;
 
 impl SoftwareTier {
-    /// Opens a socket on every queue of every interface, registers each in
-    /// the program's socket map (`maps` must be the loading process's), and
-    /// starts the worker and the control thread. All or nothing: on an
+    /// Opens every worker's socket on every queue of every interface (the
+    /// workers' sockets of one queue share its UMEM), registers each in the
+    /// program's socket map (`maps` must be the loading process's), and
+    /// starts the workers and the control thread. All or nothing: on an
     /// error no socket stays registered.
     pub fn start(cfg: &TierConfig, maps: &Maps, pin_dir: &std::path::Path) -> Result<SoftwareTier> {
+        let workers = cfg.cpus.len();
+        if workers == 0 {
+            bail!("the software tier needs at least one worker CPU");
+        }
+        if u32::try_from(workers).ok() != Some(maps.workers()) {
+            bail!(
+                "{workers} workers, but the program was loaded for {}",
+                maps.workers()
+            );
+        }
+        if usize::from(cfg.distribution.workers) != workers {
+            bail!(
+                "the distribution is for {} workers, not {workers}",
+                cfg.distribution.workers
+            );
+        }
+        cfg.distribution
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        if cfg.cost_cycles > 0 && !cost::AVAILABLE {
+            bail!("cost_cycles needs the x86-64 time-stamp counter, which this machine lacks");
+        }
         let mut slb = Slb::new(cfg.slb.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
         for i in &cfg.interfaces {
             slb.services_mut().set_interface(i.ifindex, i.mac);
         }
-        let mut ports = Vec::new();
+        // ports[w]: worker w's sockets, in the same (interface, queue) order
+        // for every worker.
+        let mut ports: Vec<Vec<worker::Port>> = (0..workers).map(|_| Vec::new()).collect();
         for iface in &cfg.interfaces {
             for queue in 0..MAX_QUEUES {
-                let socket = match Socket::new(&iface.name, queue, &cfg.socket) {
-                    Ok(s) => s,
+                let group = match Socket::group(&iface.name, queue, &cfg.socket, workers) {
+                    Ok(g) => g,
                     Err(weir_afxdp::Error::NoQueue { .. }) if queue > 0 => break,
                     Err(e) => {
                         return Err(e).with_context(|| {
-                            format!("opening the AF_XDP socket of {} queue {queue}", iface.name)
+                            format!("opening the AF_XDP sockets of {} queue {queue}", iface.name)
                         })
                     }
                 };
-                // SAFETY: the socket outlives this call.
-                let fd = unsafe { BorrowedFd::borrow_raw(socket.fd()) };
-                maps.put_worker(iface.xsk_slot, queue, 0, &fd)?;
-                ports.push(worker::Port {
-                    socket,
-                    ifindex: iface.ifindex,
-                });
+                for (w, socket) in group.into_iter().enumerate() {
+                    // SAFETY: the socket outlives this call.
+                    let fd = unsafe { BorrowedFd::borrow_raw(socket.fd()) };
+                    maps.put_worker(iface.xsk_slot, queue, w as u32, &fd)?;
+                    ports[w].push(worker::Port {
+                        socket,
+                        ifindex: iface.ifindex,
+                    });
+                }
             }
         }
-        if ports.is_empty() {
+        if ports[0].is_empty() {
             bail!("the software tier has no interface to take packets from");
         }
-        let max_burst = ports[0].socket.batch_size() as u32;
-        let meter = UtilizationMeter::new(max_burst, ports.len())
-            .map_err(|e| anyhow::anyhow!("the utilization metric: {e}"))?;
+        let spreading = cfg.distribution.mode != Mode::Flow;
+        let streams: Arc<[streams::Stream]> = match cfg.reorder {
+            Some(r) if spreading => (0..ports[0].len())
+                .map(|s| streams::Stream::new(s % workers, r))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .into(),
+            _ => Vec::new().into(),
+        };
         let offload = match &cfg.offload {
             Some(o) => Some(Offload::new(o.clone()).map_err(|e| anyhow::anyhow!("offload: {e}"))?),
             None => None,
@@ -121,45 +171,79 @@ impl SoftwareTier {
         let shared = Arc::new(Shared::default());
         let (to_worker, worker_rx) = channel();
         let (to_control, control_rx) = channel();
-        let w = worker::Worker {
-            cpu: cfg.cpu,
-            ports,
+        let balancer = Arc::new(Mutex::new(balancer::Balancer::new(
             slb,
-            meter,
             offload,
-            rx: worker_rx,
-            tx: to_control,
-            stop: stop.clone(),
-            vips: Vec::new(),
+            to_control.clone(),
+        )));
+        let spreader = match cfg.distribution.mode {
+            Mode::Adaptive => Some(spread::Spreader::new(
+                &cfg.distribution,
+                &cfg.cpus,
+                clock::coarse_now_ns(),
+            )?),
+            _ => None,
         };
+        let mut control_maps = Maps::pinned(pin_dir)?;
+        // Adaptive's per-bucket maps are not pinned: the loader's handles.
+        if let (Some(_), Some((sets, packets))) = (&spreader, &maps.dist) {
+            control_maps.dist = Some((
+                libbpf_rs::MapHandle::try_from(sets)?,
+                libbpf_rs::MapHandle::try_from(packets)?,
+            ));
+        }
         let control = control::Control {
-            maps: Maps::pinned(pin_dir)?,
+            maps: control_maps,
             ifaces: cfg
                 .interfaces
                 .iter()
                 .map(|i| (i.name.clone(), (i.ifindex, i.mac)))
                 .collect::<HashMap<_, _>>(),
             policy: cfg.offload.as_ref().map(|o| o.policy),
+            spreader,
             to_worker,
             from_worker: control_rx,
             shared: shared.clone(),
             stop: stop.clone(),
         };
-        let threads = vec![
-            std::thread::Builder::new()
-                .name("weir-worker".into())
-                .spawn(move || {
-                    w.run();
-                })?,
+        // Threads go into the tier as they start: on an error, dropping it
+        // stops the ones already running.
+        let mut tier = SoftwareTier {
+            stop: stop.clone(),
+            threads: Vec::with_capacity(workers + 1),
+            shared,
+        };
+        let mut worker_rx = Some(worker_rx);
+        for (id, (ports, &cpu)) in ports.into_iter().zip(&cfg.cpus).enumerate() {
+            let max_burst = ports[0].socket.batch_size() as u32;
+            let meter = UtilizationMeter::new(max_burst, ports.len())
+                .map_err(|e| anyhow::anyhow!("the utilization metric: {e}"))?;
+            let w = worker::Worker {
+                id,
+                cpu,
+                ports,
+                balancer: balancer.clone(),
+                streams: streams.clone(),
+                cost_cycles: cfg.cost_cycles,
+                meter,
+                rx: worker_rx.take(),
+                tx: to_control.clone(),
+                stop: stop.clone(),
+            };
+            tier.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("weir-worker-{id}"))
+                    .spawn(move || {
+                        w.run();
+                    })?,
+            );
+        }
+        tier.threads.push(
             std::thread::Builder::new()
                 .name("weir-tier-ctl".into())
                 .spawn(move || control.run())?,
-        ];
-        Ok(SoftwareTier {
-            stop,
-            threads,
-            shared,
-        })
+        );
+        Ok(tier)
     }
 
     /// The workers' last reports.

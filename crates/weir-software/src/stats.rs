@@ -1,6 +1,9 @@
-//! What a worker reports twice a second: its load balancer's counters
-//! (weir_lb's `enum weir_stat`), its sockets' counters and drops, HNLB's
-//! utilization metric over the last window, and the offload counters.
+//! What a worker reports twice a second: its sockets' counters and drops,
+//! HNLB's utilization metric over the last window, the reorder stages it
+//! owns; and, from the first worker only, what the workers share: the load
+//! balancer's counters (weir_lb's `enum weir_stat`), connections and
+//! traffic, the offload counters, the adaptive decisions. So sums over the
+//! workers count everything once.
 
 use std::collections::BTreeMap;
 
@@ -50,6 +53,70 @@ pub struct Traffic {
     pub new_conns: u64,
 }
 
+/// The reorder stages a worker owns, added up
+/// (`weir_core::reorder::ReorderStats`, whose meanings these are).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReorderCounters {
+    /// Packets the workers handed in.
+    pub completed: u64,
+    /// Numbers whose packet a worker dropped.
+    pub dropped: u64,
+    /// Packets that waited for an earlier number.
+    pub held: u64,
+    /// Released in ingress order.
+    pub in_order: u64,
+    /// Released after an earlier missing number was given up.
+    pub late: u64,
+    /// Came after its number was given up: released out of order.
+    pub out_of_order: u64,
+    /// Missing numbers given up after the hold time (lost after ingress,
+    /// or a worker stalled that long).
+    pub timeouts: u64,
+    /// Missing numbers given up to stay within the buffer.
+    pub overflows: u64,
+    /// Held now.
+    pub buffered: u64,
+}
+
+impl ReorderCounters {
+    pub fn add(&mut self, s: &weir_core::reorder::ReorderStats) {
+        self.completed += s.completed;
+        self.dropped += s.dropped;
+        self.held += s.held;
+        self.in_order += s.in_order;
+        self.late += s.late;
+        self.out_of_order += s.out_of_order;
+        self.timeouts += s.timeouts + s.flushed;
+        self.overflows += s.overflows;
+        self.buffered += s.buffered;
+    }
+}
+
+/// Adaptive distribution's decisions
+/// (`weir_core::distribution::adaptive::AdaptiveStats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpreadCounters {
+    pub decisions: u64,
+    /// Buckets spread over several workers now.
+    pub spread: u64,
+    pub widened: u64,
+    pub narrowed: u64,
+    /// What one worker carries, packets per second, once known.
+    pub capacity_pps: Option<f64>,
+}
+
+impl From<weir_core::distribution::adaptive::AdaptiveStats> for SpreadCounters {
+    fn from(s: weir_core::distribution::adaptive::AdaptiveStats) -> Self {
+        SpreadCounters {
+            decisions: s.decisions,
+            spread: s.spread,
+            widened: s.widened,
+            narrowed: s.narrowed,
+            capacity_pps: s.capacity_pps,
+        }
+    }
+}
+
 /// A worker's report.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WorkerStats {
@@ -57,8 +124,10 @@ pub struct WorkerStats {
     /// The last error the worker met (it goes on).
     pub error: Option<String>,
     pub counters: WorkerCounters,
-    /// The load balancer's counters, indexed by `enum weir_stat`.
+    /// The shared load balancer's counters, indexed by `enum weir_stat`
+    /// (the first worker's report; empty in the others').
     pub slb: Vec<u64>,
+    /// The shared table's connections (first worker; 0 in the others).
     pub connections: usize,
     pub half_open: usize,
     /// By VIP id, those with traffic.
@@ -71,4 +140,10 @@ pub struct WorkerStats {
     pub utilization: Option<Utilization>,
     pub offload: Option<OffloadStats>,
     pub sockets: Vec<SocketStats>,
+    /// The reorder stages this worker transmits for (None: reordering off).
+    #[serde(default)]
+    pub reorder: Option<ReorderCounters>,
+    /// Adaptive distribution (first worker's report, adaptive mode only).
+    #[serde(default)]
+    pub spread: Option<SpreadCounters>,
 }

@@ -1,10 +1,20 @@
 //! One worker: a thread pinned to a core that busy-polls its AF_XDP
-//! sockets (one per interface queue it owns) in bursts and runs every frame
-//! through its [`Slb`], run to completion. A frame that leaves by the
-//! interface it came in on is forwarded in place; one that leaves by
-//! another interface is copied into that interface's socket (each socket
-//! has a UMEM of its own). The worker never makes a map syscall: it talks
-//! to the control thread through channels, which it drains between bursts.
+//! sockets (one per queue of every interface; each queue's sockets, one
+//! per worker, share its UMEM) in bursts, run to completion:
+//!
+//! 1. receive a burst and read each frame's number (XDP metadata);
+//! 2. run the burst through the shared load balancer, under its lock
+//!    (see [`crate::balancer`]);
+//! 3. the added per-packet cost (`cost_cycles`), outside the lock;
+//! 4. unnumbered frames: forward in place, or copy to another interface's
+//!    socket, or drop; numbered frames (spray, a spread bucket) go to their
+//!    ingress queue's reorder stage (see [`crate::streams`]), and the
+//!    streams this worker owns release theirs in ingress order for it to
+//!    send.
+//!
+//! The worker makes no syscall but its sockets' wakeups: it talks to the
+//! control thread through channels (the first worker applies what the
+//! control thread sends, for all).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,24 +23,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use weir_abi::*;
-use weir_afxdp::{pin_current_thread, Socket, Verdict};
-use weir_core::offload::{FastEntry, Offload};
-use weir_core::slb::{Connection, Event, Outcome, Slb};
+use weir_afxdp::{pin_current_thread, Frame, Socket};
+use weir_core::offload::FastEntry;
+use weir_core::reorder::Seq;
+use weir_core::slb::{Connection, Outcome};
 use weir_core::utilization::UtilizationMeter;
 
+use crate::balancer::{self, Balancer};
 use crate::clock::coarse_now_ns;
-use crate::stats::{SocketStats, Traffic, WorkerStats};
+use crate::stats::{ReorderCounters, SocketStats, Traffic, WorkerCounters, WorkerStats};
+use crate::streams::{Done, Stream};
 use crate::tables::Snapshot;
 
 /// How often the worker looks at its channel, ages entries and reports.
 const HOUSEKEEPING: Duration = Duration::from_millis(1);
 const STATS_EVERY: Duration = Duration::from_millis(500);
-/// Expired entries removed per housekeeping round at most.
-const EXPIRE_BUDGET: usize = 256;
 /// The largest frame a socket takes (its UMEM frame size bounds it).
 const MAX_FRAME: usize = 4096;
 
-/// What the control thread tells a worker.
+/// What the control thread tells the first worker.
 pub enum ToWorker {
     /// The maps' VIPs, DIPs, tables and nat endpoints, and this host's
     /// addresses.
@@ -50,31 +61,64 @@ pub enum ToControl {
     Stats(Box<WorkerStats>),
 }
 
-/// A socket and what the worker knows of its interface.
+/// A socket and what the worker knows of its interface. Every worker has
+/// the same ports in the same order: port `i` is stream `i`.
 pub struct Port {
     pub socket: Socket,
     pub ifindex: u32,
 }
 
 /// Frames to send by another interface than they came in on, copied out of
-/// the receiving UMEM during a burst and sent after it.
+/// the receiving UMEM and sent at the end of the loop.
 struct Staged {
     data: Vec<u8>,
     frames: Vec<(usize, usize, usize)>, // (port, offset, length)
 }
 
+impl Staged {
+    fn push(&mut self, port: usize, frame: &[u8]) {
+        let off = self.data.len();
+        self.data.extend_from_slice(frame);
+        self.frames.push((port, off, frame.len()));
+    }
+}
+
+/// Where a frame of a burst goes after the load balancer.
+#[derive(Clone, Copy)]
+enum Next {
+    /// Out of this port (the ingress one: in place).
+    Port(usize),
+    Drop,
+}
+
+/// Scratch of one burst, kept between bursts so nothing allocates.
+#[derive(Default)]
+struct Burst {
+    frames: Vec<Frame>,
+    /// Each frame's number, if XDP numbered it and reordering is on.
+    seqs: Vec<Option<Seq>>,
+    next: Vec<Next>,
+    /// For the port's stream: finished numbered packets, dropped numbers.
+    done: Vec<(Seq, Done)>,
+    dropped: Vec<Seq>,
+}
+
 pub struct Worker {
+    /// The worker's index: the XDP program's worker number.
+    pub id: usize,
     pub cpu: usize,
     pub ports: Vec<Port>,
-    pub slb: Slb,
+    pub balancer: balancer::Shared,
+    /// Every ingress queue's reorder stage, by port; empty when reordering
+    /// is off.
+    pub streams: Arc<[Stream]>,
+    /// `cost_cycles`: TSC cycles spun for every packet.
+    pub cost_cycles: u64,
     pub meter: UtilizationMeter,
-    /// Hybrid: the fast table's offload decision.
-    pub offload: Option<Offload<weir_flow_key>>,
-    pub rx: Receiver<ToWorker>,
+    /// The first worker's: what the control thread sends.
+    pub rx: Option<Receiver<ToWorker>>,
     pub tx: Sender<ToControl>,
     pub stop: Arc<AtomicBool>,
-    /// The VIPs of the last snapshot applied (to remove the ones that go).
-    pub vips: Vec<weir_vip_key>,
 }
 
 impl Worker {
@@ -88,44 +132,43 @@ impl Worker {
             stats.error = Some(format!("pinning to CPU {}: {e}", self.cpu));
         }
         let batch = self.ports.iter().map(|p| p.socket.batch_size()).max();
+        let batch = batch.unwrap_or(64);
         let mut staged = Staged {
-            data: Vec::with_capacity(batch.unwrap_or(64) * MAX_FRAME),
-            frames: Vec::with_capacity(batch.unwrap_or(64)),
+            data: Vec::with_capacity(batch * MAX_FRAME),
+            frames: Vec::with_capacity(batch),
         };
+        let mut burst = Burst::default();
+        let mut released = Vec::new();
         let epoch = Instant::now();
         let mut next_housekeeping = epoch;
         let mut next_stats = epoch + STATS_EVERY;
-        let ifindexes: Vec<u32> = self.ports.iter().map(|p| p.ifindex).collect();
+        let egress: BTreeMap<u32, usize> = self
+            .ports
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, p)| (p.ifindex, i))
+            .collect();
         while !self.stop.load(Ordering::Relaxed) {
             let now_ns = coarse_now_ns();
-            for (i, port) in self.ports.iter_mut().enumerate() {
+            for p in 0..self.ports.len() {
                 let started = Instant::now();
-                let ifindex = port.ifindex;
-                let (slb, offload) = (&mut self.slb, &mut self.offload);
-                let it = port.socket.poll_once(|frame| {
-                    handle(
-                        frame,
-                        ifindex,
-                        now_ns,
-                        slb,
-                        offload,
-                        &ifindexes,
-                        &mut staged,
-                        &mut stats.counters,
-                    )
-                });
-                match it {
-                    Ok(it) => {
+                let fine_ns = started.duration_since(epoch).as_nanos() as u64;
+                match self.poll_port(p, now_ns, fine_ns, &egress, &mut burst, &mut staged) {
+                    Ok((n, c)) => {
+                        add_counters(&mut stats.counters, c);
                         self.meter
-                            .record(started.elapsed().as_nanos() as u64, it.received, i)
+                            .record(started.elapsed().as_nanos() as u64, n as u32, p);
                     }
                     Err(e) => {
-                        stats.error = Some(format!("polling {}: {e}", port.socket.interface()))
+                        stats.error =
+                            Some(format!("polling {}: {e}", self.ports[p].socket.interface()))
                     }
                 }
             }
-            self.flush(&mut staged, &mut stats);
-            self.drain_events();
+            let fine_ns = epoch.elapsed().as_nanos() as u64;
+            self.send_released(fine_ns, &mut released, &mut staged, &mut stats);
+            self.flush_staged(&mut staged, &mut stats);
             let now = Instant::now();
             if now >= next_housekeeping {
                 next_housekeeping = now + HOUSEKEEPING;
@@ -136,33 +179,187 @@ impl Worker {
                 self.report(&mut stats);
             }
         }
+        // What the owned streams still hold leaves now, in order.
+        let owned: Vec<usize> = self.owned().collect();
+        for s in owned {
+            self.streams[s].flush(&mut released);
+            self.send_stream(s, &mut released, &mut staged, &mut stats);
+        }
+        self.flush_staged(&mut staged, &mut stats);
         self.report(&mut stats);
         stats
     }
 
+    /// One burst of port `p`. Returns the packets received and the
+    /// worker counters it moved.
+    fn poll_port(
+        &mut self,
+        p: usize,
+        now_ns: u64,
+        fine_ns: u64,
+        egress: &BTreeMap<u32, usize>,
+        b: &mut Burst,
+        staged: &mut Staged,
+    ) -> weir_afxdp::Result<(usize, WorkerCounters)> {
+        let mut c = WorkerCounters::default();
+        let port = &mut self.ports[p];
+        let n = port.socket.receive(&mut b.frames)?;
+        if n == 0 {
+            return Ok((0, c));
+        }
+        // Numbers matter only to the reorder stage; without one, the
+        // metadata is left alone (XDP rewrites it for every packet).
+        let reorder = !self.streams.is_empty();
+        b.seqs.clear();
+        for f in &mut b.frames {
+            let seq = reorder
+                .then(|| port.socket.take_meta::<8>(f))
+                .flatten()
+                .and_then(|m| weir_xsk_meta::from_bytes(&m))
+                .filter(|m| m.mark == WEIR_XSK_META_NUMBERED)
+                .map(|m| m.seq);
+            b.seqs.push(seq);
+        }
+        // The table's work, once per burst under its lock.
+        b.next.clear();
+        {
+            let mut lb = balancer::lock(&self.balancer);
+            for f in &mut b.frames {
+                let next = match lb.process(port.socket.data_mut(f), port.ifindex, now_ns) {
+                    Outcome::Forward(fw) if fw.egress.ifindex == port.ifindex => Next::Port(p),
+                    Outcome::Forward(fw) => match egress.get(&fw.egress.ifindex) {
+                        Some(&e) => Next::Port(e),
+                        None => {
+                            c.no_egress_socket += 1;
+                            Next::Drop
+                        }
+                    },
+                    Outcome::Drop(_) => Next::Drop,
+                    // A socket cannot hand a frame to the kernel: XDP steers
+                    // only what the software tier must see.
+                    Outcome::Pass(_) => {
+                        c.pass_dropped += 1;
+                        Next::Drop
+                    }
+                };
+                b.next.push(next);
+            }
+            lb.drain_events();
+        }
+        if self.cost_cycles > 0 {
+            crate::cost::spin(self.cost_cycles * n as u64);
+        }
+        for ((frame, seq), next) in b.frames.drain(..).zip(&b.seqs).zip(&b.next) {
+            match (*seq, *next) {
+                (Some(seq), Next::Port(e)) => b.done.push((seq, Done { frame, egress: e })),
+                (Some(seq), Next::Drop) => {
+                    b.dropped.push(seq);
+                    port.socket.release(frame);
+                }
+                (None, Next::Port(e)) if e == p => port.socket.queue_tx(frame),
+                (None, Next::Port(e)) => {
+                    let data = port.socket.data(&frame);
+                    if data.len() <= MAX_FRAME {
+                        staged.push(e, data);
+                    } else {
+                        c.cross_dropped += 1;
+                    }
+                    port.socket.release(frame);
+                }
+                (None, Next::Drop) => port.socket.release(frame),
+            }
+        }
+        if !b.done.is_empty() || !b.dropped.is_empty() {
+            self.streams[p].hand_in(&mut b.done, &mut b.dropped, fine_ns);
+        }
+        port.socket.flush()?;
+        Ok((n, c))
+    }
+
+    /// The streams this worker sends for.
+    fn owned(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.streams.len()).filter(|&s| self.streams[s].owner() == self.id)
+    }
+
+    /// Takes what the owned streams released (and what their hold time
+    /// gives up) and sends it, in order.
+    fn send_released(
+        &mut self,
+        fine_ns: u64,
+        released: &mut Vec<Done>,
+        staged: &mut Staged,
+        stats: &mut WorkerStats,
+    ) {
+        for s in 0..self.streams.len() {
+            if self.streams[s].owner() != self.id {
+                continue;
+            }
+            self.streams[s].take_released(fine_ns, released);
+            if !released.is_empty() {
+                self.send_stream(s, released, staged, stats);
+            }
+        }
+    }
+
+    /// Sends a stream's released packets by its port's socket (in place)
+    /// or, for another interface, copied to that one's.
+    fn send_stream(
+        &mut self,
+        s: usize,
+        released: &mut Vec<Done>,
+        staged: &mut Staged,
+        stats: &mut WorkerStats,
+    ) {
+        let port = &mut self.ports[s];
+        for d in released.drain(..) {
+            if d.egress == s {
+                port.socket.queue_tx(d.frame);
+                continue;
+            }
+            let data = port.socket.data(&d.frame);
+            if data.len() <= MAX_FRAME {
+                staged.push(d.egress, data);
+            } else {
+                stats.counters.cross_dropped += 1;
+            }
+            port.socket.release(d.frame);
+        }
+        if let Err(e) = port.socket.flush() {
+            stats.error = Some(format!("sending on {}: {e}", port.socket.interface()));
+        }
+    }
+
     /// Sends the staged frames by their interfaces; what does not fit is
     /// dropped and counted.
-    fn flush(&mut self, staged: &mut Staged, stats: &mut WorkerStats) {
+    fn flush_staged(&mut self, staged: &mut Staged, stats: &mut WorkerStats) {
         if staged.frames.is_empty() {
             return;
         }
         for (p, port) in self.ports.iter_mut().enumerate() {
-            let mut mine = staged.frames.iter().filter(|(q, _, _)| *q == p).peekable();
-            if mine.peek().is_none() {
+            let want = staged.frames.iter().filter(|(q, _, _)| *q == p).count();
+            if want == 0 {
                 continue;
             }
-            let want = staged.frames.iter().filter(|(q, _, _)| *q == p).count();
+            let mut mine = staged.frames.iter().filter(|(q, _, _)| *q == p);
             let data = &staged.data;
-            let sent = port
-                .socket
-                .transmit(want, |buf| match mine.next() {
-                    Some(&(_, off, len)) if len <= buf.len() => {
-                        buf[..len].copy_from_slice(&data[off..off + len]);
-                        len
-                    }
-                    _ => 0,
-                })
-                .unwrap_or(0);
+            let mut sent = 0;
+            // A batch per call: send until done or the socket has no room.
+            while sent < want {
+                let n = port
+                    .socket
+                    .transmit(want - sent, |buf| match mine.next() {
+                        Some(&(_, off, len)) if len <= buf.len() => {
+                            buf[..len].copy_from_slice(&data[off..off + len]);
+                            len
+                        }
+                        _ => 0,
+                    })
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                sent += n;
+            }
             stats.counters.cross_sent += sent as u64;
             stats.counters.cross_dropped += (want - sent) as u64;
         }
@@ -170,91 +367,42 @@ impl Worker {
         staged.frames.clear();
     }
 
+    /// The first worker applies what the control thread sent, for all;
+    /// every worker ages the table a little.
     fn housekeeping(&mut self, now_ns: u64, stats: &mut WorkerStats) {
-        while let Ok(msg) = self.rx.try_recv() {
-            match msg {
-                ToWorker::Services(snapshot, local) => {
-                    if let Err(e) = apply_snapshot(&mut self.slb, &mut self.vips, &snapshot, local)
-                    {
-                        stats.error = Some(e);
+        if let Some(rx) = &self.rx {
+            while let Ok(msg) = rx.try_recv() {
+                let mut lb = balancer::lock(&self.balancer);
+                match msg {
+                    ToWorker::Services(snapshot, local) => {
+                        if let Err(e) = lb.apply_snapshot(&snapshot, local) {
+                            stats.error = Some(e);
+                        }
                     }
-                }
-                ToWorker::NextHops(hops) => {
-                    for (id, hop) in hops {
-                        let _ = self.slb.services_mut().set_next_hop(id, hop);
+                    ToWorker::NextHops(hops) => {
+                        for (id, hop) in hops {
+                            let _ = lb.slb.services_mut().set_next_hop(id, hop);
+                        }
                     }
-                }
-                ToWorker::FastView(view) => self.plan(now_ns, &view),
-            }
-        }
-        self.slb.expire(now_ns, EXPIRE_BUDGET);
-        self.drain_events();
-    }
-
-    /// After every round of bursts: the event queue is bounded.
-    fn drain_events(&mut self) {
-        while let Some(ev) = self.slb.poll_event() {
-            self.mirror(ev);
-        }
-    }
-
-    /// Hybrid: a connection event of the software table, mirrored into the
-    /// fast table as the policy says. The software entry always comes first
-    /// (HNLB 4a before 4b), so a packet that races the install still finds
-    /// its DIP here.
-    fn mirror(&mut self, ev: Event) {
-        let Some(offload) = self.offload.as_mut() else {
-            return;
-        };
-        match ev {
-            Event::Installed(conn) => {
-                if offload.admit() {
-                    let _ = self.tx.send(ToControl::Install(conn));
+                    ToWorker::FastView(view) => lb.plan(now_ns, &view),
                 }
             }
-            Event::Closed(key) => {
-                let rkey = reverse_key_of(&self.slb, &key);
-                let _ = self.tx.send(ToControl::Remove(key, rkey));
-            }
-            // The connection is gone from the software table: its event
-            // carries the reverse key.
-            Event::Removed { key, reverse, .. } => {
-                let _ = self.tx.send(ToControl::Remove(key, reverse));
-            }
-        }
-    }
-
-    /// Hybrid: one plan over the fast table's current view.
-    fn plan(&mut self, now_ns: u64, view: &[FastEntry<weir_flow_key>]) {
-        let Some(offload) = self.offload.as_mut() else {
-            return;
-        };
-        // Offloaded connections send nothing through this table: keep
-        // their software entries as fresh as their fast ones.
-        for e in view {
-            let _ = self.slb.refresh(&e.key, e.last_seen_ns);
-        }
-        let plan = offload.plan(now_ns, view);
-        for key in plan.demote {
-            let rkey = reverse_key_of(&self.slb, &key);
-            let _ = self.tx.send(ToControl::Remove(key, rkey));
-        }
-        for key in plan.promote {
-            if let Some(conn) = self.slb.connection(&key) {
-                let _ = self.tx.send(ToControl::Install(conn));
-            }
+            balancer::lock(&self.balancer).expire(now_ns);
         }
     }
 
     fn report(&mut self, stats: &mut WorkerStats) {
-        stats.slb = self.slb.counters().stats().to_vec();
-        stats.connections = self.slb.conn_count();
-        stats.half_open = self.slb.half_open_count();
-        let (vips, dips) = self.slb.all_traffic();
-        stats.vip_traffic = active_traffic(vips);
-        stats.dip_traffic = active_traffic(dips);
+        if self.rx.is_some() {
+            shared_part(&balancer::lock(&self.balancer), stats);
+        }
         stats.utilization = Some(self.meter.take());
-        stats.offload = self.offload.as_ref().map(|o| o.stats());
+        if !self.streams.is_empty() {
+            let mut r = ReorderCounters::default();
+            for s in self.owned() {
+                r.add(&self.streams[s].stats());
+            }
+            stats.reorder = Some(r);
+        }
         stats.sockets = self
             .ports
             .iter()
@@ -278,44 +426,22 @@ impl Worker {
     }
 }
 
-/// One frame: the software load balancer decides, the worker carries it out.
-#[allow(clippy::too_many_arguments)]
-fn handle(
-    frame: &mut [u8],
-    ifindex: u32,
-    now_ns: u64,
-    slb: &mut Slb,
-    offload: &mut Option<Offload<weir_flow_key>>,
-    port_ifindexes: &[u32],
-    staged: &mut Staged,
-    counters: &mut crate::stats::WorkerCounters,
-) -> Verdict {
-    match slb.process(frame, ifindex, now_ns) {
-        Outcome::Forward(f) => {
-            if let Some(o) = offload.as_mut() {
-                o.observe(&f.conn);
-            }
-            if f.egress.ifindex == ifindex {
-                return Verdict::Forward;
-            }
-            match port_ifindexes.iter().position(|&i| i == f.egress.ifindex) {
-                Some(p) if frame.len() <= MAX_FRAME => {
-                    let off = staged.data.len();
-                    staged.data.extend_from_slice(frame);
-                    staged.frames.push((p, off, frame.len()));
-                }
-                _ => counters.no_egress_socket += 1,
-            }
-            Verdict::Drop
-        }
-        Outcome::Drop(_) => Verdict::Drop,
-        // A socket cannot hand a frame to the kernel: XDP steers only what
-        // the software tier must see, so these are counted and dropped.
-        Outcome::Pass(_) => {
-            counters.pass_dropped += 1;
-            Verdict::Drop
-        }
-    }
+/// What the workers share, in the first worker's report.
+fn shared_part(lb: &Balancer, stats: &mut WorkerStats) {
+    stats.slb = lb.slb.counters().stats().to_vec();
+    stats.connections = lb.slb.conn_count();
+    stats.half_open = lb.slb.half_open_count();
+    let (vips, dips) = lb.slb.all_traffic();
+    stats.vip_traffic = active_traffic(vips);
+    stats.dip_traffic = active_traffic(dips);
+    stats.offload = lb.offload.as_ref().map(|o| o.stats());
+}
+
+fn add_counters(sum: &mut WorkerCounters, c: WorkerCounters) {
+    sum.cross_sent += c.cross_sent;
+    sum.cross_dropped += c.cross_dropped;
+    sum.no_egress_socket += c.no_egress_socket;
+    sum.pass_dropped += c.pass_dropped;
 }
 
 /// The entries of `counters` with packets, by index.
@@ -333,47 +459,4 @@ fn active_traffic(counters: &[weir_traffic]) -> BTreeMap<u32, Traffic> {
             (i as u32, traffic)
         })
         .collect()
-}
-
-fn reverse_key_of(slb: &Slb, key: &weir_flow_key) -> Option<weir_flow_key> {
-    slb.connection(key).and_then(|c| c.reverse.map(|(k, _)| k))
-}
-
-/// Brings the load balancer's services in line with the maps.
-fn apply_snapshot(
-    slb: &mut Slb,
-    applied: &mut Vec<weir_vip_key>,
-    snapshot: &Snapshot,
-    local: Vec<std::net::IpAddr>,
-) -> Result<(), String> {
-    let services = slb.services_mut();
-    for (id, dip) in &snapshot.dips {
-        // An unchanged slot keeps its resolved next hop.
-        if services.dip(*id).map(|d| d.dip) != Some(*dip) {
-            services
-                .set_dip(*id, *dip)
-                .map_err(|e| format!("DIP slot {id}: {e:?}"))?;
-        }
-    }
-    let current: Vec<weir_vip_key> = snapshot.vips.iter().map(|v| v.key).collect();
-    for v in &snapshot.vips {
-        services
-            .set_vip(v.key, v.vip)
-            .map_err(|e| format!("VIP {}: {e:?}", v.vip.vip_id))?;
-        let stale = services
-            .table(v.vip.vip_id)
-            .is_none_or(|(version, _)| version != v.version);
-        if stale {
-            services
-                .publish_table(v.vip.vip_id, v.version, Arc::new(v.table.clone()))
-                .map_err(|e| format!("table of VIP {}: {e:?}", v.vip.vip_id))?;
-        }
-    }
-    for gone in applied.iter().filter(|k| !current.contains(k)) {
-        services.remove_vip(gone);
-    }
-    *applied = current;
-    services.set_nat_endpoints(snapshot.nat_endpoints.iter().copied());
-    services.set_local_addrs(local);
-    Ok(())
 }
