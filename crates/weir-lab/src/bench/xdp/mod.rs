@@ -69,6 +69,7 @@ use weir_dataplane::minimal;
 use weir_dataplane::testrun::{self, XdpAction};
 use weir_progress::Progress;
 
+mod concurrent;
 mod instance;
 mod net;
 mod packet;
@@ -185,6 +186,7 @@ const METHOD: &[&str] = &[
     "hot: one packet repeated `repeat` times per call (kernel mean, whole ns, truncated); run i uses installed connection i mod `keys`, drawn at random per table; the caches keep that connection's entries warm, so this is the instruction cost",
     "spread: `spread` calls of one repetition each per run, every call a connection drawn at random from the table; shows the table size through cache misses; includes the kernel's timer reads around one repetition, as does the floor it is compared with; between calls the syscall and the other tables' runs evict caches and TLB entries, so spread is the pessimistic bound and hot the optimistic one for real traffic",
     "miss: spread mode only (a repeated packet hits after its first repetition); every call a SYN of a new connection, dispatched by AWFD and installed, on the largest table",
+    "miss allcpus: the same, with one thread per CPU, each pinned to it and sending its own new connections at the same time as the others into the same program, so inserts contend; the floor runs the same way first in every run; ns = mean over CPUs of each CPU's mean",
     "nat: test_run does not restore the packet between repetitions, so the DIP has the VIP's address and port; the rewrite and the checksum updates still run and every repetition is a packet to the VIP",
     "per run the floor and every table size run in an order that rotates from run to run, so machine noise hits all of them; rows are medians over runs; x floor = median of per-run weir_lb/floor; x hit(1) = median of per-run ns / ns of the smallest table",
     "counters checked after every series: each hit repetition counted a connection hit and an XDP_REDIRECT, each miss call installed a connection",
@@ -335,6 +337,18 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
         };
         let m = series.run(floor_prog, big, &batches, &progress)?;
         rows.extend(series.rows(mode, big, &batches, &m));
+        // The same on every CPU at once: inserts from all cores contend.
+        progress.set_message(format!("miss path, {} mode, all CPUs at once", mode.name()));
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        rows.push(concurrent::miss_on_all_cpus(
+            &big[0],
+            floor_prog,
+            mode,
+            args.runs,
+            args.spread,
+            cpus,
+            &mut next_fresh,
+        )?);
     }
     progress.finish(format!(
         "{} rows, {} runs of each series",
