@@ -244,7 +244,7 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
 
     // Reads.
     let index = get(&lab, a, "/api/v1");
-    assert_eq!(index["endpoints"].as_array().unwrap().len(), 14, "{index}");
+    assert_eq!(index["endpoints"].as_array().unwrap().len(), 15, "{index}");
     let st = get(&lab, a, "/api/v1/status");
     assert!(
         st["connections"]["established"].as_u64().unwrap() >= 24,
@@ -315,8 +315,10 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
             >= 24
     );
     assert!(st.get("workers").is_none(), "tier = \"xdp\" has no workers");
+    assert!(st.get("cluster").is_none(), "a single node has no cluster");
     for (path, status, says) in [
         ("/api/v1/workers", 404, "no software tier runs"),
+        ("/api/v1/cluster", 404, "this node runs alone"),
         (
             "/api/v1/vips/api",
             404,
