@@ -133,12 +133,12 @@ enum LabCommand {
 enum BenchCommand {
     /// Cost per packet of the XDP program against the floor (BPF_PROG_TEST_RUN).
     Xdp(weir_lab::bench::xdp::XdpBenchArgs),
-    /// Simulator speed: 10k, 100k and 1M flows.
-    Sim(weir_sim::cli::BenchArgs),
-    /// memcached GETs (Zipf): direct, nutcracker and weir's TCP proxy.
     /// Real forwarding in namespaces: weir (nat, dsr) next to nftables DNAT, received Mpps
     /// and the load balancer's CPU per packet.
     Forward(weir_lab::bench::forward::ForwardBenchArgs),
+    /// Simulator speed: 10k, 100k and 1M flows.
+    Sim(weir_sim::cli::BenchArgs),
+    /// memcached GETs (Zipf): direct, nutcracker and weir's TCP proxy.
     Kv(weir_kv::bench::KvBenchArgs),
     /// BPF run time of the XDP memcached switch per path (fnv1a_64 and md5 gets, set, cache hit).
     KvBpf(weir_kv::bench_bpf::KvBpfBenchArgs),
@@ -223,6 +223,7 @@ fn run(cli: Cli) -> Result<()> {
             weir_lab::hnlb::run(&std::env::current_exe()?, &args).map(|_| ())
         }
         Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
+        Command::Bench(BenchCommand::Forward(args)) => weir_lab::bench::forward::run(&args),
         Command::Bench(BenchCommand::Sim(args)) => weir_sim::cli::run_bench(&args),
         Command::Bench(BenchCommand::Kv(args)) => weir_kv::bench::run(&args),
         Command::Bench(BenchCommand::KvBpf(args)) => weir_kv::bench_bpf::run(&args),
@@ -232,7 +233,6 @@ fn run(cli: Cli) -> Result<()> {
             listen,
             stats_file,
             window_ms,
-        Command::Bench(BenchCommand::Forward(args)) => weir_lab::bench::forward::run(&args),
         } => weir_control::agent::run(
             listen,
             stats_file,
