@@ -1606,15 +1606,23 @@ mode = "nat"
         let c = Config::parse("t.toml", &cluster("")).unwrap();
         let cl = c.cluster.as_ref().unwrap();
         assert_eq!(cl.node.get_ref(), "lb-a");
-        assert!(c.wants_controller(), "the leader's controller publishes the tables");
         assert!(
-            c.warnings.iter().any(|w| w.field == "vip[0].mode" && w.message.contains("dsr")),
+            c.wants_controller(),
+            "the leader's controller publishes the tables"
+        );
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w.field == "vip[0].mode" && w.message.contains("dsr")),
             "{:?}",
             c.warnings
         );
         let line_of_last = cluster("").lines().count();
         let e = err_of(&cluster("lease_ttl_s = 0"));
-        assert_eq!((e.field.as_str(), e.line), ("cluster.lease_ttl_s", Some(line_of_last)));
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("cluster.lease_ttl_s", Some(line_of_last))
+        );
         let e = err_of(&cluster("node2 = 1"));
         assert!(e.message.contains("unknown field `node2`"), "{e}");
         let no_key = cluster("").replace("sync_key_file = \"/etc/weir/sync.key\"\n", "");

@@ -714,7 +714,13 @@ impl State {
                 .iter()
                 .map(|d| {
                     let nat_port = u16::from_be(d.ident.1);
-                    (d.slot, weir_cluster::record::DipRef { address: d.addr, nat_port })
+                    (
+                        d.slot,
+                        weir_cluster::record::DipRef {
+                            address: d.addr,
+                            nat_port,
+                        },
+                    )
                 })
                 .collect();
             let vip_ref = weir_cluster::apply::vip_ref(&vip.key)

@@ -342,7 +342,9 @@ fn render_cluster(o: &mut String, c: &weir_cluster::view::ClusterView) {
         c.prefix,
         c.node,
         if c.is_leader { " (leads)" } else { "" },
-        c.leader.as_deref().unwrap_or("NONE (an election is under way)"),
+        c.leader
+            .as_deref()
+            .unwrap_or("NONE (an election is under way)"),
     );
     for t in &c.tables {
         let _ = writeln!(
@@ -357,8 +359,16 @@ fn render_cluster(o: &mut String, c: &weir_cluster::view::ClusterView) {
     let _ = writeln!(
         o,
         "  {:<16} {:>6} {:>5} {:<24} {:>9} {:>9} {:>9} {:>9} {:>8} {:>9}",
-        "node", "leader", "ready", "tables", "apply max", "sent", "received", "installed",
-        "dropped", "lag p99"
+        "node",
+        "leader",
+        "ready",
+        "tables",
+        "apply max",
+        "sent",
+        "received",
+        "installed",
+        "dropped",
+        "lag p99"
     );
     for n in &c.nodes {
         let st = n.status.as_ref();
@@ -679,7 +689,10 @@ mod tests {
         assert!(head.contains("keeps its tables"), "{head}");
         let a = row_of(&text, "  lb-a ");
         assert!(
-            a.contains("web=v12") && a.contains("api=-") && a.contains("120") && a.contains("<512 us"),
+            a.contains("web=v12")
+                && a.contains("api=-")
+                && a.contains("120")
+                && a.contains("<512 us"),
             "{a}"
         );
         assert!(a.contains(" 2 "), "dropped: {a}");

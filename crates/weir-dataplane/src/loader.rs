@@ -301,7 +301,10 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
         bail!("workers: {} (1 to {})", w.count, weir_abi::WEIR_MAX_QUEUES);
     }
     if !w.buckets.is_power_of_two() || w.buckets < w.count {
-        bail!("distribution buckets: {} (a power of two, at least the workers)", w.buckets);
+        bail!(
+            "distribution buckets: {} (a power of two, at least the workers)",
+            w.buckets
+        );
     }
     ro.cfg_workers = w.count;
     ro.cfg_dist_mode = w.mode.raw();

@@ -197,9 +197,7 @@ fn run(cli: Cli) -> Result<()> {
             st.workers = record
                 .as_ref()
                 .and_then(|_| weir_control::tier::read_workers(&run_dir));
-            st.cluster = record
-                .as_ref()
-                .and_then(|_| status::read_cluster(&run_dir));
+            st.cluster = record.as_ref().and_then(|_| status::read_cluster(&run_dir));
             if json {
                 println!(
                     "{}",
