@@ -5,6 +5,7 @@ pub mod backend;
 pub mod bench;
 pub mod browser;
 pub mod client;
+pub mod cores;
 pub mod cpus;
 pub mod daemon;
 pub mod demo;

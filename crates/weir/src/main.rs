@@ -124,6 +124,9 @@ enum LabCommand {
     /// HNLB's experiments (Fig. 4, 5, 7): software vs hybrid tier (xdp for reference),
     /// loss-free rates and the workers' utilization metric.
     Hnlb(weir_lab::hnlb::HnlbArgs),
+    /// Spreading packets over the software tier's workers (seeds 001 and 003): flow, spray
+    /// and adaptive against the cost per packet, one TCP flow with and without reordering.
+    Cores(weir_lab::cores::CoresArgs),
     /// Several weir nodes behind ECMP with etcd: node loss and addition, leader loss,
     /// connection sync on and off: PCC violations, failures, recovery, sync window.
     Scale(weir_lab::scale::ScaleArgs),
@@ -219,6 +222,9 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Lab(LabCommand::Hnlb(args)) => {
             weir_lab::hnlb::run(&std::env::current_exe()?, &args).map(|_| ())
+        }
+        Command::Lab(LabCommand::Cores(args)) => {
+            weir_lab::cores::run(&std::env::current_exe()?, &args).map(|_| ())
         }
         Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
         Command::Bench(BenchCommand::Forward(args)) => weir_lab::bench::forward::run(&args),
