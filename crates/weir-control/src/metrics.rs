@@ -445,10 +445,11 @@ const SYNC_COUNTERS: [SyncFamily; 4] = [
     ),
     (
         "weir_sync_dropped",
-        "Connection-sync records (full) and datagrams (the rest) dropped, by reason.",
+        "Connection-sync records (full, install_error) and datagrams (the rest) dropped, by reason.",
         "reason",
         &[
             ("full", |c| c.dropped_full),
+            ("install_error", |c| c.install_errors),
             ("malformed", |c| c.dropped_malformed),
             ("oversized", |c| c.dropped_oversized),
             ("unauthenticated", |c| c.dropped_unauthenticated),

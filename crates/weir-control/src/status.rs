@@ -414,13 +414,15 @@ fn render_cluster(o: &mut String, c: &weir_cluster::view::ClusterView) {
         let _ = writeln!(
             o,
             "  sync here: announced={} lost={} peer_entries={} present={} unknown={} \
-             dropped: full={} malformed={} oversized={} unauthenticated={} replayed={}",
+             dropped: full={} install_error={} malformed={} oversized={} unauthenticated={} \
+             replayed={}",
             s.announced,
             s.announce_lost,
             s.peer_entries,
             s.present,
             s.unknown,
             s.dropped_full,
+            s.install_errors,
             s.dropped_malformed,
             s.dropped_oversized,
             s.dropped_unauthenticated,

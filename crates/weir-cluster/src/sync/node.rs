@@ -479,7 +479,7 @@ impl Receive {
                 Ok(Outcome::Full) => s.inc(&s.dropped_full),
                 Err(e) => {
                     eprintln!("weir: sync: installing a connection: {e:#}");
-                    s.inc(&s.dropped_full);
+                    s.inc(&s.install_errors);
                 }
             }
         }

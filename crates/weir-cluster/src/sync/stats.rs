@@ -29,6 +29,8 @@ pub struct Stats {
     pub unknown: AtomicU64,
     /// Records refused because peers' entries filled their share of the table.
     pub dropped_full: AtomicU64,
+    /// Records the connection table refused (a map error; logged).
+    pub install_errors: AtomicU64,
     pub dropped_malformed: AtomicU64,
     pub dropped_oversized: AtomicU64,
     pub dropped_unauthenticated: AtomicU64,
@@ -113,6 +115,7 @@ impl Stats {
             present: get(&self.present),
             unknown: get(&self.unknown),
             dropped_full: get(&self.dropped_full),
+            install_errors: get(&self.install_errors),
             dropped_malformed: get(&self.dropped_malformed),
             dropped_oversized: get(&self.dropped_oversized),
             dropped_unauthenticated: get(&self.dropped_unauthenticated),
@@ -144,6 +147,7 @@ pub struct Counters {
     pub present: u64,
     pub unknown: u64,
     pub dropped_full: u64,
+    pub install_errors: u64,
     pub dropped_malformed: u64,
     pub dropped_oversized: u64,
     pub dropped_unauthenticated: u64,
@@ -169,6 +173,7 @@ impl Counters {
     /// Every datagram or record dropped, whatever the reason.
     pub fn dropped(&self) -> u64 {
         self.dropped_full
+            + self.install_errors
             + self.dropped_malformed
             + self.dropped_oversized
             + self.dropped_unauthenticated
