@@ -225,10 +225,6 @@ impl Drop for Agent {
 }
 
 impl Cluster {
-    pub fn node(&self) -> &str {
-        &self.inner.opts.node
-    }
-
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use anyhow::Result;
 use weir_abi::*;
 use weir_core::awfd::{AwfdTable, DipId};
-use weir_core::flow::{addr_words, words_addr};
+use weir_core::flow::words_addr;
 use weir_dataplane::maps::Maps;
 
 use crate::record::{DipRef, Skew, TableRecord, VipRef};
@@ -24,22 +24,6 @@ pub fn dip_ref(d: &weir_dip) -> Option<DipRef> {
         address: words_addr(&d.addr, d.family)?,
         nat_port: u16::from_be(d.port),
     })
-}
-
-/// The `dips` identity words of a DIP: address words and NAT port (BE).
-pub fn dip_words(d: &DipRef) -> ([u32; 4], u16) {
-    (addr_words(d.address).0, d.nat_port.to_be())
-}
-
-/// The `vips` key of a VIP.
-pub fn vip_key(v: &VipRef) -> weir_vip_key {
-    let (addr, family) = addr_words(v.address);
-    weir_vip_key {
-        addr,
-        port: v.port.to_be(),
-        proto: v.protocol,
-        family,
-    }
 }
 
 /// The VIP a `vips` key names.

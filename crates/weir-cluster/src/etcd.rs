@@ -137,10 +137,6 @@ impl Client {
         }
     }
 
-    pub fn endpoints(&self) -> &[SocketAddr] {
-        &self.endpoints
-    }
-
     /// POSTs `body` to `path` on the first endpoint that answers.
     async fn call(&self, path: &str, body: Value) -> Result<Value> {
         let n = self.endpoints.len();
@@ -176,18 +172,6 @@ impl Client {
             .map(kv_of)
             .collect::<Result<Vec<_>>>()?;
         Ok((kvs, int(&v["header"]["revision"])))
-    }
-
-    /// One key, if present.
-    pub async fn get(&self, key: &str) -> Result<Option<Kv>> {
-        let v = self
-            .call("/v3/kv/range", json!({"key": b64(key.as_bytes())}))
-            .await?;
-        v["kvs"]
-            .as_array()
-            .and_then(|a| a.first())
-            .map(kv_of)
-            .transpose()
     }
 
     /// Puts `value` at `key`, attached to `lease` (0: none).
@@ -235,12 +219,6 @@ impl Client {
             .map(kv_of)
             .transpose()?;
         Ok((false, current, revision))
-    }
-
-    pub async fn delete(&self, key: &str) -> Result<()> {
-        self.call("/v3/kv/deleterange", json!({"key": b64(key.as_bytes())}))
-            .await?;
-        Ok(())
     }
 
     /// A new lease of `ttl` seconds: its id and the TTL etcd granted
