@@ -231,12 +231,14 @@ fn dip_view(status: &Value, i: usize) -> Value {
         .unwrap_or_else(|| panic!("{addr} not in {status}"))
 }
 
-/// Polls `weir status --json` until `pred` holds (bounded).
+/// Polls `weir status --json` until the controller's view is in it and
+/// `pred` holds of it (bounded). The view appears after the controller's
+/// first tick, which can come after the daemon says it is ready.
 fn wait_status(d: &Daemon, what: &str, limit: Duration, pred: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + limit;
     loop {
         let s = d.status_json().unwrap();
-        if pred(&s) {
+        if s["controller"]["vips"].is_array() && pred(&s) {
             return s;
         }
         assert!(
