@@ -6,9 +6,10 @@
 //!   get through, against the cycles of work added per packet: flow (RSS:
 //!   one core), spray (per-packet, reordered) and adaptive (TBTD).
 //! - Fig. 3 (seed 001): one iperf3 TCP flow through a nat VIP against the
-//!   added cycles: flow, spray with the reorder stage, spray without; with
-//!   the sender's retransmissions and the segments the receiver's kernel
-//!   queued out of order.
+//!   added cycles: flow, spray with the reorder stage (weir's default hold
+//!   time, and a longer one), spray without; with the sender's
+//!   retransmissions and the segments the receiver's kernel queued out of
+//!   order.
 //! - TBTD (seed 003): a dominant flow (one of 64 flows carries most
 //!   packets) and a backbone mix (1024 flows of equal rates) at one cost:
 //!   packets a second, and what weir's reorder stage released out of order.
@@ -63,6 +64,10 @@ pub struct CoresArgs {
     /// The cost of the seed 003 mixes.
     #[arg(long, default_value_t = 10_000)]
     pub tbtd_cost: u64,
+    /// Fig. 3's second spray line: this reorder hold time (µs), for
+    /// workers that share their CPUs with iperf3's threads.
+    #[arg(long, default_value_t = 20_000)]
+    pub reorder_hold_us: u64,
     /// A smoke test: costs 0 and 10000, 0.5 s trials, 1 s iperf3 runs.
     /// Replaces those options.
     #[arg(long)]
@@ -86,6 +91,7 @@ pub struct Plan {
     pub duration_s: f64,
     pub iperf_s: u64,
     pub tbtd_cost: u64,
+    pub reorder_hold_us: u64,
     pub frame_bytes_on_wire: usize,
     /// The dominant-flow mix: flows and Zipf skew.
     pub dominant: (u32, f64),
@@ -106,6 +112,7 @@ impl Plan {
             duration_s: a.duration,
             iperf_s: a.iperf_duration,
             tbtd_cost: a.tbtd_cost,
+            reorder_hold_us: a.reorder_hold_us,
             frame_bytes_on_wire: 64,
             dominant: DOMINANT,
             backbone_flows: BACKBONE_FLOWS,
@@ -139,6 +146,11 @@ impl Plan {
             self.duration_s
         );
         ensure!(
+            (1..=100_000).contains(&self.reorder_hold_us),
+            "--reorder-hold-us {}: give 1 to 100000 µs (weir's bounds)",
+            self.reorder_hold_us
+        );
+        ensure!(
             (1..=600).contains(&self.iperf_s),
             "--iperf-duration {}: give 1 to 600 seconds",
             self.iperf_s
@@ -152,13 +164,13 @@ impl Plan {
 
     /// Points the run measures, for the progress bar.
     fn points(&self) -> u64 {
-        let per_cost = 3 * self.costs.len() as u64;
+        let per_cost = self.costs.len() as u64;
         let mut n = 0;
         if self.wants(Figure::Fig2) {
-            n += per_cost;
+            n += 3 * per_cost;
         }
         if self.wants(Figure::Fig3) {
-            n += per_cost;
+            n += 4 * per_cost;
         }
         if self.wants(Figure::Tbtd) {
             n += 6;
@@ -193,8 +205,23 @@ fn setting(mode: Mode, reorder: bool, cost_cycles: u64) -> Setting {
     Setting {
         mode,
         reorder,
+        hold_us: None,
         cost_cycles,
     }
+}
+
+/// Fig. 3's lines: flow, spray with weir's default hold and with
+/// `--reorder-hold-us`, spray without reordering.
+fn fig3_settings(hold_us: u64, cost: u64) -> [Setting; 4] {
+    [
+        setting(Mode::Flow, true, cost),
+        setting(Mode::Spray, true, cost),
+        Setting {
+            hold_us: Some(hold_us),
+            ..setting(Mode::Spray, true, cost)
+        },
+        setting(Mode::Spray, false, cost),
+    ]
 }
 
 /// Runs the figures `args` asks for with the weir binary `exe`; prints the
@@ -232,13 +259,9 @@ pub fn run(exe: &Path, args: &CoresArgs) -> Result<Report> {
     }
     if plan.wants(Figure::Fig3) {
         let duration = Duration::from_secs(plan.iperf_s);
-        for (mode, reorder) in [
-            (Mode::Flow, true),
-            (Mode::Spray, true),
-            (Mode::Spray, false),
-        ] {
+        for line in 0..4 {
             for &cost in &plan.costs {
-                let s = setting(mode, reorder, cost);
+                let s = fig3_settings(plan.reorder_hold_us, cost)[line];
                 progress.set_message(format!("iperf3, {}, {cost} cycles", s.name()));
                 let daemon = bed.start(&s)?;
                 let iperf = rig::iperf(&bed, duration)?;

@@ -26,6 +26,8 @@ pub struct RatePoint {
     pub setting: Setting,
     /// The most the sink received, packets per second.
     pub received_pps: f64,
+    /// The workers' CPUs in the trial that received the most.
+    pub workers_cpu: f64,
     pub trials: Vec<Trial>,
     pub reordering: Reordering,
 }
@@ -50,11 +52,12 @@ pub fn measure(
     let mut trials: Vec<Trial> = Vec::new();
     let mut rate = FIRST_RATE;
     for _ in 0..MAX_TRIALS {
-        let t = bed.trial(frames, rate, duration)?;
+        let t = bed.trial(&daemon, frames, rate, duration)?;
         progress.set_message(format!(
-            "{label}: offered {:.3} Mpps, received {:.3} Mpps",
+            "{label}: offered {:.3} Mpps, received {:.3} Mpps, workers had {:.2} CPUs",
             t.offered_pps / 1e6,
-            t.received_pps / 1e6
+            t.received_pps / 1e6,
+            t.workers_cpu
         ));
         let over = t.loss > OVERLOAD;
         trials.push(t);
@@ -64,10 +67,15 @@ pub fn measure(
         rate *= STEP;
     }
     let reordering = reordering(&daemon)?;
+    let best = trials
+        .iter()
+        .max_by(|a, b| a.received_pps.total_cmp(&b.received_pps))
+        .expect("at least one trial");
     Ok(RatePoint {
         traffic: traffic.to_string(),
         setting,
-        received_pps: trials.iter().map(|t| t.received_pps).fold(0.0, f64::max),
+        received_pps: best.received_pps,
+        workers_cpu: best.workers_cpu,
         trials,
         reordering,
     })

@@ -90,12 +90,17 @@ pub fn fig2(r: &Report) -> String {
         .iter()
         .map(|&c| {
             let rate = |m| fig2_rate(r, m, c);
+            let cell = |m| {
+                point(&r.fig2, "single flow", m, c).map_or("-".into(), |p| {
+                    format!("{} ({:.2})", mpps(p.received_pps), p.workers_cpu)
+                })
+            };
             vec![
                 c.to_string(),
                 us(r, c),
-                rate(Mode::Flow).map_or("-".into(), mpps),
-                rate(Mode::Spray).map_or("-".into(), mpps),
-                rate(Mode::Adaptive).map_or("-".into(), mpps),
+                cell(Mode::Flow),
+                cell(Mode::Spray),
+                cell(Mode::Adaptive),
                 times(ratio(rate(Mode::Spray), rate(Mode::Flow))),
                 times(ratio(rate(Mode::Adaptive), rate(Mode::Flow))),
             ]
@@ -103,7 +108,7 @@ pub fn fig2(r: &Report) -> String {
         .collect();
     let mut out = format!(
         "\nSeed 001 Fig. 2: {}-byte TCP frames of one 5-tuple through a nat VIP, received Mpps \
-         (2 workers)\n",
+         (the CPUs the 2 workers had)\n",
         r.plan.frame_bytes_on_wire
     );
     out += &table(
@@ -132,40 +137,42 @@ pub fn fig2(r: &Report) -> String {
     out
 }
 
-fn fig3_point(r: &Report, mode: Mode, reorder: bool, cost: u64) -> Option<&IperfPoint> {
-    r.fig3.iter().find(|p| {
-        p.setting.mode == mode
-            && (mode == Mode::Flow || p.setting.reorder == reorder)
-            && p.setting.cost_cycles == cost
-    })
+/// Fig. 3's lines, by the setting's name.
+fn fig3_lines(r: &Report) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for p in &r.fig3 {
+        let n = p.setting.name();
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names
+}
+
+fn fig3_point<'a>(r: &'a Report, line: &str, cost: u64) -> Option<&'a IperfPoint> {
+    r.fig3
+        .iter()
+        .find(|p| p.setting.name() == line && p.setting.cost_cycles == cost)
 }
 
 /// Seed 001 Fig. 3 as a table.
 pub fn fig3(r: &Report) -> String {
-    let gbps = |p: Option<&IperfPoint>| p.map(|p| p.iperf.received_gbps);
+    let lines = fig3_lines(r);
     let rows: Vec<Vec<String>> = r
         .plan
         .costs
         .iter()
         .map(|&c| {
-            let flow = fig3_point(r, Mode::Flow, true, c);
-            let ordered = fig3_point(r, Mode::Spray, true, c);
-            let unordered = fig3_point(r, Mode::Spray, false, c);
-            let cell = |p: Option<&IperfPoint>| {
-                p.map_or("-".into(), |p| {
+            let mut row = vec![c.to_string()];
+            row.extend(lines.iter().map(|l| {
+                fig3_point(r, l, c).map_or("-".into(), |p| {
                     format!(
                         "{:.2} ({}/{})",
                         p.iperf.received_gbps, p.iperf.receiver_out_of_order, p.iperf.retransmits
                     )
                 })
-            };
-            vec![
-                c.to_string(),
-                cell(flow),
-                cell(ordered),
-                cell(unordered),
-                times(ratio(gbps(ordered), gbps(flow))),
-            ]
+            }));
+            row
         })
         .collect();
     let mut out = format!(
@@ -173,29 +180,25 @@ pub fn fig3(r: &Report) -> String {
          out-of-order segments / sender's retransmissions)\n",
         r.plan.iperf_s
     );
-    out += &table(
-        &[
-            "cycles",
-            "flow",
-            "spray + reorder",
-            "spray, no reorder",
-            "reorder/flow",
-        ],
-        &rows,
-    );
-    if let (Some(o), Some(f)) = (
-        fig3_point(r, Mode::Spray, true, TARGET_COST),
-        fig3_point(r, Mode::Flow, true, TARGET_COST),
-    ) {
-        let x = o.iperf.received_gbps / f.iperf.received_gbps.max(1e-9);
-        out += &format!(
-            "target: spray with reordering >= {SPRAY_OVER_FLOW_FIG3}x flow at {TARGET_COST} \
-             cycles: {x:.2}x, {}; receiver out of order: {}, {} (weir released {} out of order)\n",
-            verdict(x >= SPRAY_OVER_FLOW_FIG3),
-            o.iperf.receiver_out_of_order,
-            verdict(o.iperf.receiver_out_of_order == 0),
-            o.reordering.out_of_order
-        );
+    let mut header = vec!["cycles"];
+    header.extend(lines.iter().map(String::as_str));
+    out += &table(&header, &rows);
+    let flow = fig3_point(r, "flow", TARGET_COST);
+    for line in lines
+        .iter()
+        .filter(|l| l.starts_with("spray") && !l.contains("no reorder"))
+    {
+        if let (Some(o), Some(f)) = (fig3_point(r, line, TARGET_COST), flow) {
+            let x = o.iperf.received_gbps / f.iperf.received_gbps.max(1e-9);
+            out += &format!(
+                "target: {line} >= {SPRAY_OVER_FLOW_FIG3}x flow at {TARGET_COST} cycles: \
+                 {x:.2}x, {}; receiver out of order: {}, {} (weir released {} out of order)\n",
+                verdict(x >= SPRAY_OVER_FLOW_FIG3),
+                o.iperf.receiver_out_of_order,
+                verdict(o.iperf.receiver_out_of_order == 0),
+                o.reordering.out_of_order
+            );
+        }
     }
     out
 }
@@ -206,8 +209,8 @@ pub fn tbtd(r: &Report) -> String {
     let (flows, s) = r.plan.dominant;
     let mut out = format!(
         "\nSeed 003: 64-byte TCP frames at {cost} cycles a packet, received Mpps (released out \
-         of order by weir); dominant: {flows} flows, Zipf s = {s}; backbone: {} flows round \
-         robin\n",
+         of order by weir; the CPUs the workers had); dominant: {flows} flows, Zipf s = {s}; \
+         backbone: {} flows round robin\n",
         r.plan.backbone_flows
     );
     let mut rows = Vec::new();
@@ -216,7 +219,12 @@ pub fn tbtd(r: &Report) -> String {
         let get = |m| point(&r.tbtd, traffic, m, cost);
         let cell = |p: Option<&RatePoint>| {
             p.map_or("-".into(), |p| {
-                format!("{} ({})", mpps(p.received_pps), p.reordering.out_of_order)
+                format!(
+                    "{} ({}; {:.2})",
+                    mpps(p.received_pps),
+                    p.reordering.out_of_order,
+                    p.workers_cpu
+                )
             })
         };
         let rate = |m| get(m).map(|p| p.received_pps);
@@ -292,24 +300,22 @@ pub fn svgs(r: &Report) -> Result<Vec<(String, String)>> {
         ));
     }
     if !r.fig3.is_empty() {
-        let lines = [
-            ("flow", Mode::Flow, true, Style::solid(0)),
-            ("spray + reorder", Mode::Spray, true, Style::solid(1)),
-            ("spray, no reorder", Mode::Spray, false, Style::dashed(1)),
-        ];
-        let series = lines
-            .iter()
-            .map(|&(name, m, reorder, style)| Series {
-                name: name.into(),
-                style,
+        let series = fig3_lines(r)
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| Series {
+                style: if name.contains("no reorder") {
+                    Style::dashed(1)
+                } else {
+                    Style::solid(i)
+                },
                 points: r
                     .fig3
                     .iter()
-                    .filter(|p| {
-                        p.setting.mode == m && (m == Mode::Flow || p.setting.reorder == reorder)
-                    })
+                    .filter(|p| p.setting.name() == name)
                     .map(|p| Point::new(p.setting.cost_cycles as f64, p.iperf.received_gbps))
                     .collect(),
+                name,
             })
             .collect();
         out.push((

@@ -57,17 +57,20 @@ const READY_WAIT: Duration = Duration::from_secs(10);
 pub struct Setting {
     pub mode: Mode,
     pub reorder: bool,
+    /// The reorder stage's hold time, if not weir's default.
+    pub hold_us: Option<u64>,
     /// TSC cycles a packet (0: none added).
     pub cost_cycles: u64,
 }
 
 impl Setting {
-    /// "flow", "spray", "spray, no reorder", "adaptive".
+    /// "flow", "spray", "spray, hold 20 ms", "spray, no reorder", ...
     pub fn name(&self) -> String {
-        match (self.mode, self.reorder) {
-            (Mode::Flow, _) => "flow".into(),
-            (m, true) => m.to_string(),
-            (m, false) => format!("{m}, no reorder"),
+        match (self.mode, self.reorder, self.hold_us) {
+            (Mode::Flow, _, _) => "flow".into(),
+            (m, false, _) => format!("{m}, no reorder"),
+            (m, true, None) => m.to_string(),
+            (m, true, Some(h)) => format!("{m}, hold {} ms", h as f64 / 1000.0),
         }
     }
 }
@@ -80,6 +83,10 @@ pub struct Trial {
     pub received_pps: f64,
     /// (offered - received) / offered.
     pub loss: f64,
+    /// CPUs' worth of time the workers had over the trial (busy-polling
+    /// workers take all they get: below 2, the rest went to the generator
+    /// and to the machine's other work).
+    pub workers_cpu: f64,
 }
 
 /// The workers' reorder counters at the end of a point (summed over
@@ -166,10 +173,10 @@ impl Testbed {
             interfaces.join(", "),
             self.workers(),
             s.mode,
-            if s.mode == Mode::Flow {
-                String::new()
-            } else {
-                format!("reorder = {}\n", s.reorder)
+            match (s.mode, s.hold_us) {
+                (Mode::Flow, _) => String::new(),
+                (_, Some(h)) if s.reorder => format!("reorder = true\nreorder_hold_us = {h}\n"),
+                _ => format!("reorder = {}\n", s.reorder),
             },
         );
         for (name, vip, port) in [("gen", GEN_VIP, GEN_PORT), ("iperf", IPERF_VIP, IPERF_PORT)] {
@@ -264,13 +271,24 @@ impl Testbed {
 
     /// Sends `frames` at `rate` for `duration` from the generator's CPU and
     /// counts what reaches the sink.
-    pub fn trial(&self, frames: &[Vec<u8>], rate: f64, duration: Duration) -> Result<Trial> {
+    pub fn trial(
+        &self,
+        daemon: &Daemon,
+        frames: &[Vec<u8>],
+        rate: f64,
+        duration: Duration,
+    ) -> Result<Trial> {
         let before = self.received()?;
+        let pid = daemon.pid().context("weir serve is not running")?;
+        let cpu_before = (workers_cpu_time(pid), Instant::now());
         let sent = self.send(frames, rate, duration)?;
+        let workers_cpu = (workers_cpu_time(pid) - cpu_before.0).as_secs_f64()
+            / cpu_before.1.elapsed().as_secs_f64();
         std::thread::sleep(DRAIN);
         let received = self.received()? - before;
         let secs = sent.elapsed.as_secs_f64().max(1e-9);
         Ok(Trial {
+            workers_cpu,
             requested_pps: rate,
             offered_pps: sent.packets as f64 / secs,
             received_pps: received as f64 / secs,
@@ -290,6 +308,24 @@ impl Testbed {
     pub fn client_ns(&self) -> &str {
         &self.lab.client
     }
+}
+
+/// CPU time (user and system) the worker threads of weir serve `pid` have
+/// had.
+fn workers_cpu_time(pid: u32) -> Duration {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Duration::ZERO;
+    };
+    let ticks: u64 = tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|c| c.starts_with("weir-worker"))
+        })
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .filter_map(|tid| crate::cpus::thread_cpu_ticks(tid).ok())
+        .sum();
+    Duration::from_secs_f64(ticks as f64 / crate::cpus::ticks_per_second())
 }
 
 /// The workers' reorder counters, summed, from their last reports.
