@@ -52,15 +52,17 @@ static __always_inline __u32 conn_timeout(const struct weir_conn *c, __u8 proto)
 	return cfg_timeouts.tcp_established;
 }
 
-/* Idle past its state's timeout (wrapping arithmetic on 32-bit ticks). */
+/* Idle past its state's timeout (wrapping arithmetic on 32-bit ticks;
+ * timeouts are below 2^31 ticks). An atime ahead of `now` is not idle:
+ * another CPU used the entry after this one read the clock. */
 static __always_inline int conn_expired(const struct weir_conn *c, __u8 proto, __u32 now)
 {
-	return now - c->atime > conn_timeout(c, proto);
+	return (__s32)(now - c->atime) > (__s32)conn_timeout(c, proto);
 }
 
 static __always_inline int half_open_expired(const struct weir_conn *c, __u32 now)
 {
-	return now - c->atime > cfg_timeouts.tcp_half_open;
+	return (__s32)(now - c->atime) > (__s32)cfg_timeouts.tcp_half_open;
 }
 
 /* Refreshes the entry's atime if it is ATIME_REFRESH old; returns whether

@@ -91,11 +91,9 @@ pub fn timeout(conn: &weir_conn, proto: u8, t: &weir_conn_timeouts) -> u32 {
     }
 }
 
-/// Whether an entry with last use `atime` is idle past `limit` ticks at `now`
-/// (wrapping arithmetic, as the data plane does).
-pub fn idle_past(atime: u32, limit: u32, now: u32) -> bool {
-    now.wrapping_sub(atime) > limit
-}
+/// The data plane's idle test (conntrack.h's `conn_expired`), one
+/// implementation with the software tier's.
+pub use weir_core::slb::idle_past;
 
 /// What one sweep found and removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -251,6 +249,9 @@ mod tests {
         // atime just before the 32-bit wrap, now just after it.
         assert!(!idle_past(u32::MAX - 10, 50, 20));
         assert!(idle_past(u32::MAX - 10, 20, 20));
+        // Used by another CPU after this one read the clock: not idle.
+        assert!(!idle_past(151, 50, 150));
+        assert!(!idle_past(5, 0, u32::MAX - 5));
     }
 
     #[test]

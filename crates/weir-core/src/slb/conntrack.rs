@@ -161,10 +161,21 @@ impl State {
     }
 }
 
-/// Whether an entry last used at `atime` is idle past `limit` at `now`
-/// (wrapping arithmetic, as the data plane does).
+/// Ticks an entry last used at `atime` has been idle at `now` (wrapping
+/// arithmetic, as the data plane does). An `atime` ahead of `now` is 0:
+/// another CPU or worker used the entry after this one read the clock.
+pub fn idle_ticks(atime: u32, now: u32) -> u32 {
+    let idle = now.wrapping_sub(atime);
+    if idle < 1 << 31 {
+        idle
+    } else {
+        0
+    }
+}
+
+/// Whether an entry last used at `atime` is idle past `limit` at `now`.
 pub fn idle_past(atime: u32, limit: u32, now: u32) -> bool {
-    now.wrapping_sub(atime) > limit
+    idle_ticks(atime, now) > limit
 }
 
 /// What [`note_close`] changed.
@@ -457,7 +468,7 @@ impl Table {
     fn evict(&mut self, now: u32) -> (weir_flow_key, Entry) {
         let slot = (0..self.classes())
             .filter_map(|c| self.lru.oldest(c))
-            .max_by_key(|&s| now.wrapping_sub(self.conn(s).atime))
+            .max_by_key(|&s| idle_ticks(self.conn(s).atime, now))
             .expect("a full table has entries");
         self.remove(slot)
     }
@@ -631,6 +642,35 @@ mod tests {
         h.insert(&key(9, TCP), entry(0, None), 0);
         let s = h.find(&key(9, TCP)).unwrap();
         assert!(!h.expired(s, 5, &to) && h.expired(s, 6, &to));
+    }
+
+    /// Several workers share a table, each with the clock it read at the
+    /// start of its burst: one may sweep with a clock older than another's
+    /// last use of an entry, which must not make the entry look idle for
+    /// the whole 32-bit range.
+    #[test]
+    fn an_entry_used_after_the_sweeper_read_the_clock_stays() {
+        let to = Timeouts {
+            tcp_half_open: 5,
+            tcp_established: 100,
+            tcp_closing: 50,
+            tcp_closed: 10,
+            udp: 30,
+        };
+        let mut t = Table::new(Kind::Established, 4);
+        t.insert(&key(1, TCP), entry(1000, None), 1000);
+        let s = t.find(&key(1, TCP)).unwrap();
+        assert!(!t.expired(s, 999, &to));
+        assert!(t.pop_expired(990, &to).is_none());
+        assert!(t.pop_expired(1100, &to).is_none());
+        assert!(t.pop_expired(1101, &to).is_some());
+        let mut h = Table::new(Kind::HalfOpen, 2);
+        h.insert(&key(9, TCP), entry(u32::MAX, None), 0);
+        let s = h.find(&key(9, TCP)).unwrap();
+        assert!(!h.expired(s, u32::MAX - 3, &to));
+        assert!(!h.expired(s, 4, &to) && h.expired(s, 5, &to));
+        assert_eq!(idle_ticks(u32::MAX, 4), 5);
+        assert_eq!(idle_ticks(7, 3), 0);
     }
 
     #[test]
