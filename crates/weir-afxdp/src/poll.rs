@@ -52,14 +52,18 @@ impl Socket {
     }
 
     /// Takes up to a batch of received frames off the RX ring and appends
-    /// them to `burst`; returns how many. An empty poll wakes the kernel if
-    /// it asked (or busy polls) and services the group's rings if no other
-    /// socket of the group is at it.
+    /// them to `burst`; returns how many. An empty poll sends what waits on
+    /// the TX ring, wakes the kernel if it asked (or busy polls) and
+    /// services the group's rings if no other socket of the group is at it.
     pub fn receive(&mut self, burst: &mut Vec<Frame>) -> Result<usize> {
         // SAFETY: rx_batch holds descriptors only; the RX ring hands back
         // frames of this socket's UMEM, which consume writes into them.
         let n = unsafe { self.rx.consume(&mut self.rx_batch) };
         if n == 0 {
+            // What an earlier flush left on the TX ring (a kick sends a
+            // bounded number, and the kernel may stop early) leaves now: on
+            // a quiet socket no later flush would send it.
+            self.kick_tx()?;
             self.service_rings(false);
             if self.busy_poll.is_some() || self.rx_wakeup {
                 self.wake_rx()?;

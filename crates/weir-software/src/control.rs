@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,6 +40,20 @@ pub struct Shared {
     pub workers: Mutex<Vec<WorkerStats>>,
     /// Fast-table writes that failed (hybrid).
     pub fast_errors: Mutex<(u64, Option<String>)>,
+    pub ready: Readiness,
+}
+
+/// What the workers have taken from the control thread, so that the tier
+/// is handed traffic only once it can serve it.
+#[derive(Debug, Default)]
+pub struct Readiness {
+    /// The first services snapshot (VIPs, DIPs, tables) is applied. Until
+    /// then no worker polls: a VIP's packet would look like no VIP's.
+    pub services: AtomicBool,
+    /// Every live DIP had a next hop in the last set applied.
+    pub next_hops: AtomicBool,
+    /// Live DIPs without a next hop in the last set applied.
+    pub unresolved: AtomicUsize,
 }
 
 pub struct Control {

@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use weir_afxdp::Socket;
@@ -89,6 +90,11 @@ pub struct SoftwareTier {
     threads: Vec<JoinHandle<()>>,
     pub shared: Arc<Shared>,
 }
+
+/// How long the workers may take to apply the first services snapshot.
+const SERVICES_WAIT: Duration = Duration::from_secs(5);
+/// How long the start waits for the DIPs' next hops to resolve.
+const NEXT_HOP_WAIT: Duration = Duration::from_secs(2);
 
 /// The most queues of one interface the tier takes sockets on.
 const MAX_QUEUES: u32 = weir_abi::WEIR_MAX_QUEUES;
@@ -228,6 +234,7 @@ impl SoftwareTier {
                 meter,
                 rx: worker_rx.take(),
                 tx: to_control.clone(),
+                shared: tier.shared.clone(),
                 stop: stop.clone(),
             };
             tier.threads.push(
@@ -243,7 +250,40 @@ impl SoftwareTier {
                 .name("weir-tier-ctl".into())
                 .spawn(move || control.run())?,
         );
+        tier.wait_until_ready()?;
         Ok(tier)
+    }
+
+    /// Waits until the workers have the services (an error after
+    /// [`SERVICES_WAIT`]) and, at most [`NEXT_HOP_WAIT`], every live DIP's
+    /// next hop: the caller attaches XDP next, and a packet for a DIP with
+    /// no next hop is dropped (the control thread primes the kernel's
+    /// neighbour resolution, and a SYN that is dropped would be retried a
+    /// second later).
+    fn wait_until_ready(&self) -> Result<()> {
+        let ready = &self.shared.ready;
+        let start = Instant::now();
+        while !ready.services.load(Ordering::Acquire) {
+            if start.elapsed() > SERVICES_WAIT {
+                bail!(
+                    "the software tier's workers did not take the services within {SERVICES_WAIT:?} \
+                     (see the workers' CPUs in dataplane.workers: are they busy or isolated?)"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        while !ready.next_hops.load(Ordering::Acquire) && start.elapsed() < NEXT_HOP_WAIT {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let unresolved = ready.unresolved.load(Ordering::Relaxed);
+        if !ready.next_hops.load(Ordering::Acquire) && unresolved > 0 {
+            eprintln!(
+                "weir: software tier: {unresolved} live DIP(s) have no next hop yet (no \
+                 neighbour entry); their packets are dropped (drop_no_route) until the kernel \
+                 resolves them"
+            );
+        }
+        Ok(())
     }
 
     /// The workers' last reports.

@@ -118,6 +118,8 @@ pub struct Worker {
     /// The first worker's: what the control thread sends.
     pub rx: Option<Receiver<ToWorker>>,
     pub tx: Sender<ToControl>,
+    /// Where the first worker says what it has applied.
+    pub shared: Arc<crate::control::Shared>,
     pub stop: Arc<AtomicBool>,
 }
 
@@ -149,22 +151,32 @@ impl Worker {
             .rev()
             .map(|(i, p)| (p.ifindex, i))
             .collect();
+        self.wait_for_services(&mut stats);
+        // The poll before this one: it is recorded when the next starts, so
+        // that its time covers what its packets cost after the poll too
+        // (reorder, transmit, housekeeping), as the meter expects.
+        let mut last_poll: Option<(Instant, u32, usize)> = None;
         while !self.stop.load(Ordering::Relaxed) {
             let now_ns = coarse_now_ns();
             for p in 0..self.ports.len() {
                 let started = Instant::now();
+                if let Some((at, n, q)) = last_poll.take() {
+                    let took = started.duration_since(at).as_nanos() as u64;
+                    self.meter.record(took, n, q);
+                }
                 let fine_ns = started.duration_since(epoch).as_nanos() as u64;
-                match self.poll_port(p, now_ns, fine_ns, &egress, &mut burst, &mut staged) {
+                let n = match self.poll_port(p, now_ns, fine_ns, &egress, &mut burst, &mut staged) {
                     Ok((n, c)) => {
                         add_counters(&mut stats.counters, c);
-                        self.meter
-                            .record(started.elapsed().as_nanos() as u64, n as u32, p);
+                        n as u32
                     }
                     Err(e) => {
                         stats.error =
-                            Some(format!("polling {}: {e}", self.ports[p].socket.interface()))
+                            Some(format!("polling {}: {e}", self.ports[p].socket.interface()));
+                        0
                     }
-                }
+                };
+                last_poll = Some((started, n, p));
             }
             let fine_ns = epoch.elapsed().as_nanos() as u64;
             self.send_released(fine_ns, &mut released, &mut staged, &mut stats);
@@ -367,6 +379,17 @@ impl Worker {
         staged.frames.clear();
     }
 
+    /// Until the first services snapshot is applied, polls nothing: what
+    /// arrives waits in the sockets' rings.
+    fn wait_for_services(&mut self, stats: &mut WorkerStats) {
+        while !self.shared.ready.services.load(Ordering::Acquire)
+            && !self.stop.load(Ordering::Relaxed)
+        {
+            self.housekeeping(coarse_now_ns(), stats);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
     /// The first worker applies what the control thread sent, for all;
     /// every worker ages the table a little.
     fn housekeeping(&mut self, now_ns: u64, stats: &mut WorkerStats) {
@@ -378,11 +401,16 @@ impl Worker {
                         if let Err(e) = lb.apply_snapshot(&snapshot, local) {
                             stats.error = Some(e);
                         }
+                        self.shared.ready.services.store(true, Ordering::Release);
                     }
                     ToWorker::NextHops(hops) => {
+                        let unresolved = hops.iter().filter(|(_, h)| h.is_none()).count();
                         for (id, hop) in hops {
                             let _ = lb.slb.services_mut().set_next_hop(id, hop);
                         }
+                        let ready = &self.shared.ready;
+                        ready.unresolved.store(unresolved, Ordering::Relaxed);
+                        ready.next_hops.store(unresolved == 0, Ordering::Release);
                     }
                     ToWorker::FastView(view) => lb.plan(now_ns, &view),
                 }
