@@ -55,10 +55,14 @@ pub fn realtime(tid: u32, priority: i32) -> Result<()> {
     Ok(())
 }
 
-/// A thread's CPU time (utime + stime), in clock ticks.
-pub fn thread_cpu_ticks(tid: u32) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{tid}/stat"))
-        .with_context(|| format!("reading /proc/{tid}/stat (the NAPI thread is gone)"))?;
+/// Thread `tid` of process `pid`'s CPU time (utime + stime), in clock
+/// ticks. (`/proc/<tid>/stat` would be the whole process's: the kernel
+/// shows a thread's own times only under its process's `task/`.) A kernel
+/// thread is its own process: `pid` = `tid`.
+pub fn thread_cpu_ticks(pid: u32, tid: u32) -> Result<u64> {
+    let path = format!("/proc/{pid}/task/{tid}/stat");
+    let stat = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {path} (the thread is gone)"))?;
     // proc(5): utime and stime are fields 14 and 15; fields from the third
     // on follow the command's closing parenthesis.
     let fields: Vec<&str> = stat
@@ -70,9 +74,39 @@ pub fn thread_cpu_ticks(tid: u32) -> Result<u64> {
         fields
             .get(i)
             .and_then(|f| f.parse().ok())
-            .with_context(|| format!("/proc/{tid}/stat: no field {}", i + 3))
+            .with_context(|| format!("{path}: no field {}", i + 3))
     };
     Ok(field(11)? + field(12)?)
+}
+
+/// Thread ids of process `pid` whose name starts with `prefix`.
+pub fn threads_named(pid: u32, prefix: &str) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// CPU time (user and system) the threads of process `pid` whose name
+/// starts with `prefix` have had; None if it has none.
+pub fn threads_cpu_time(pid: u32, prefix: &str) -> Option<std::time::Duration> {
+    let tids = threads_named(pid, prefix);
+    if tids.is_empty() {
+        return None;
+    }
+    let ticks: u64 = tids
+        .into_iter()
+        .filter_map(|tid| thread_cpu_ticks(pid, tid).ok())
+        .sum();
+    Some(std::time::Duration::from_secs_f64(
+        ticks as f64 / ticks_per_second(),
+    ))
 }
 
 /// Clock ticks per second (USER_HZ), the unit of /proc CPU times.
@@ -103,14 +137,30 @@ mod tests {
     fn a_spinning_thread_accumulates_cpu_time() {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() } as u32;
-        let before = thread_cpu_ticks(tid).unwrap();
+        let pid = std::process::id();
+        let before = thread_cpu_ticks(pid, tid).unwrap();
+        let process_before = thread_cpu_ticks(pid, pid).unwrap();
+        // Another thread of this process spins too: its time is not ours.
+        let other = std::thread::spawn(|| {
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_millis(300) {
+                std::hint::spin_loop();
+            }
+        });
         let start = std::time::Instant::now();
         while start.elapsed() < std::time::Duration::from_millis(100) {
             std::hint::spin_loop();
         }
         // A 100 ms spin gets at least one 10 ms tick, even mostly preempted.
-        assert!(thread_cpu_ticks(tid).unwrap() > before);
-        assert!(thread_cpu_ticks(u32::MAX).is_err());
+        let mine = thread_cpu_ticks(pid, tid).unwrap() - before;
+        assert!(mine > 0);
+        other.join().unwrap();
+        let others = threads_cpu_time(pid, "").unwrap();
+        assert!(others.as_secs_f64() * ticks_per_second() >= mine as f64);
+        // The main thread's own times leave out the spinning threads'.
+        let main = thread_cpu_ticks(pid, pid).unwrap() - process_before;
+        assert!(main < 20, "the main thread's time counted others': {main} ticks");
+        assert!(thread_cpu_ticks(pid, u32::MAX).is_err());
     }
 
     #[test]

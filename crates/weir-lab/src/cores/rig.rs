@@ -310,22 +310,9 @@ impl Testbed {
     }
 }
 
-/// CPU time (user and system) the worker threads of weir serve `pid` have
-/// had.
+/// CPU time the worker threads of weir serve `pid` have had.
 fn workers_cpu_time(pid: u32) -> Duration {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Duration::ZERO;
-    };
-    let ticks: u64 = tasks
-        .flatten()
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm"))
-                .is_ok_and(|c| c.starts_with("weir-worker"))
-        })
-        .filter_map(|t| t.file_name().to_str()?.parse().ok())
-        .filter_map(|tid| crate::cpus::thread_cpu_ticks(tid).ok())
-        .sum();
-    Duration::from_secs_f64(ticks as f64 / crate::cpus::ticks_per_second())
+    crate::cpus::threads_cpu_time(pid, "weir-worker").unwrap_or_default()
 }
 
 /// The workers' reorder counters, summed, from their last reports.

@@ -427,7 +427,7 @@ impl Bench<'_> {
 
     /// CPU time the running weir's worker threads have had so far.
     fn worker_cpu_time(&self) -> Option<Duration> {
-        thread_cpu_time(self.daemon.pid()?, WORKER_THREAD)
+        crate::cpus::threads_cpu_time(self.daemon.pid()?, WORKER_THREAD)
     }
 
     /// The workers' last reports (see [`workers`](super::workers)); waits
@@ -462,7 +462,7 @@ fn give_workers_their_core(daemon: &Daemon) -> Result<()> {
     let pid = daemon.pid().context("weir serve is not running")?;
     let deadline = Instant::now() + FIRST_REPORT;
     loop {
-        let tids = threads_named(pid, WORKER_THREAD);
+        let tids = crate::cpus::threads_named(pid, WORKER_THREAD);
         if !tids.is_empty() {
             for tid in tids {
                 crate::cpus::realtime(tid, WORKER_PRIORITY)?;
@@ -475,34 +475,4 @@ fn give_workers_their_core(daemon: &Daemon) -> Result<()> {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// Thread ids of process `pid` whose name starts with `prefix`.
-fn threads_named(pid: u32, prefix: &str) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return Vec::new();
-    };
-    tasks
-        .flatten()
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(prefix))
-        })
-        .filter_map(|t| t.file_name().to_str()?.parse().ok())
-        .collect()
-}
-
-/// CPU time (user and system) the threads of process `pid` whose name
-/// starts with `name` have had; None if it has none.
-fn thread_cpu_time(pid: u32, name: &str) -> Option<Duration> {
-    let tids = threads_named(pid, name);
-    if tids.is_empty() {
-        return None;
-    }
-    let ticks: u64 = tids
-        .into_iter()
-        .filter_map(|tid| crate::cpus::thread_cpu_ticks(tid).ok())
-        .sum();
-    Some(Duration::from_secs_f64(
-        ticks as f64 / crate::cpus::ticks_per_second(),
-    ))
 }

@@ -270,13 +270,13 @@ impl Running<'_> {
         let bed = self.bed;
         let spec = OfferSpec::new(bed.packets(flows)?, duration);
         let received0 = bed.received()?;
-        let cpu0 = crate::cpus::thread_cpu_ticks(self.napi_tid)?;
+        let cpu0 = crate::cpus::thread_cpu_ticks(self.napi_tid, self.napi_tid)?;
         let bpf0 = self.prog_id.map(RunStats::of_id).transpose()?;
         let start = Instant::now();
         let offered = offer(&bed.lab.client, "eth0", &spec)?;
         std::thread::sleep(DRAIN);
         let elapsed = start.elapsed();
-        let cpu1 = crate::cpus::thread_cpu_ticks(self.napi_tid)?;
+        let cpu1 = crate::cpus::thread_cpu_ticks(self.napi_tid, self.napi_tid)?;
         let bpf1 = self.prog_id.map(RunStats::of_id).transpose()?;
         let received = bed.received()? - received0;
         let busy_ns = cpu1.saturating_sub(cpu0) as f64 * 1e9 / crate::cpus::ticks_per_second();
