@@ -159,7 +159,10 @@ mod tests {
         assert!(others.as_secs_f64() * ticks_per_second() >= mine as f64);
         // The main thread's own times leave out the spinning threads'.
         let main = thread_cpu_ticks(pid, pid).unwrap() - process_before;
-        assert!(main < 20, "the main thread's time counted others': {main} ticks");
+        assert!(
+            main < 20,
+            "the main thread's time counted others': {main} ticks"
+        );
         assert!(thread_cpu_ticks(pid, u32::MAX).is_err());
     }
 
