@@ -30,6 +30,16 @@
 //! once a later packet has been held for `hold_ns`
 //! ([`Reorder::poll`]), and once the buffer would exceed its capacity.
 //!
+//! A worker also says which numbers it has taken off its ring, before it
+//! works on them ([`Reorder::claim`]). A claimed number cannot have been
+//! lost: its packet will come, finished or dropped, however long its
+//! worker is preempted. So the hold time gives up only numbers nobody
+//! claimed, and a claimed one is waited for up to [`CLAIM_HOLD_NS`] (a
+//! worker that stalls longer is treated as lost). That is the seed's
+//! point, that the middlebox knows which packets it received, applied to
+//! workers that share their CPUs with other threads and are descheduled
+//! for milliseconds.
+//!
 //! **Bounds.** At most `capacity` packets are held: a slot ring indexed by
 //! the number modulo the capacity (a power of two, so the mapping survives
 //! the 32-bit wrap), allocated once. A number at or past `head + capacity`
@@ -62,6 +72,10 @@ pub const MAX_CAPACITY: u32 = 1 << 16;
 /// The longest hold. Linux's minimum TCP retransmission timeout is 200 ms:
 /// a packet held near it makes the sender retransmit what it will deliver.
 pub const MAX_HOLD_NS: u64 = 100_000_000;
+
+/// How long a claimed number is waited for (from its claim): its packet is
+/// in a worker's hands, so only a worker stalled this long loses it.
+pub const CLAIM_HOLD_NS: u64 = MAX_HOLD_NS;
 
 /// Ingress's side: numbers packets in arrival order, from one counter per
 /// ingress queue (what weir's XDP program keeps per CPU).
@@ -196,10 +210,19 @@ pub struct ReorderStats {
 enum Slot<P> {
     /// Not reported yet.
     Empty,
+    /// Taken off a ring by a worker at this time, not finished yet.
+    Claimed(u64),
     /// Finished, waiting for an earlier number.
     Held(P),
     /// Dropped by its worker.
     Dropped,
+}
+
+impl<P> Slot<P> {
+    /// Finished or dropped: the number's fate is known.
+    fn is_known(&self) -> bool {
+        matches!(self, Slot::Held(_) | Slot::Dropped)
+    }
 }
 
 /// Where a number lies relative to the window `[head, head + capacity)`.
@@ -225,7 +248,8 @@ pub struct Reorder<P> {
     hold_ns: u64,
     mask: u32,
     /// The oldest number not yet released, dropped or given up. Its slot
-    /// is always empty: a run is released as soon as its head is known.
+    /// is empty or claimed, never known: a run is released as soon as its
+    /// head is known.
     head: Seq,
     slots: Box<[Slot<P>]>,
     /// The held packets' numbers and arrival times, in arrival order. An
@@ -305,12 +329,13 @@ impl<P> Reorder<P> {
         if seq == self.head {
             self.stats.in_order += 1;
             out.push(packet);
+            self.slots[(seq & self.mask) as usize] = Slot::Empty;
             self.head = seq.wrapping_add(1);
             self.release_run(Release::InOrder, out);
             return;
         }
         let slot = &mut self.slots[(seq & self.mask) as usize];
-        if !matches!(slot, Slot::Empty) {
+        if slot.is_known() {
             self.stats.duplicates += 1;
             self.stats.out_of_order += 1;
             out.push(packet);
@@ -335,21 +360,38 @@ impl<P> Reorder<P> {
             Place::Window => {}
         }
         if seq == self.head {
+            self.slots[(seq & self.mask) as usize] = Slot::Empty;
             self.head = seq.wrapping_add(1);
             self.release_run(Release::InOrder, out);
             return;
         }
         let slot = &mut self.slots[(seq & self.mask) as usize];
-        if matches!(slot, Slot::Empty) {
-            *slot = Slot::Dropped;
-        } else {
+        if slot.is_known() {
             self.stats.duplicates += 1;
+        } else {
+            *slot = Slot::Dropped;
+        }
+    }
+
+    /// A worker took packet `seq` off its ring at `now_ns` and will finish
+    /// or drop it: the hold time does not give it up (see the module
+    /// docs). A number outside the window, or already reported, is left
+    /// as it is.
+    pub fn claim(&mut self, seq: Seq, now_ns: u64) {
+        if self.place(seq) != Place::Window {
+            return;
+        }
+        let slot = &mut self.slots[(seq & self.mask) as usize];
+        if matches!(slot, Slot::Empty) {
+            *slot = Slot::Claimed(now_ns);
         }
     }
 
     /// Gives up every missing number that a packet held since `now_ns -
-    /// hold_ns` or earlier waits for, and appends the packets that frees
-    /// to `out`, in order. Call it once per loop iteration.
+    /// hold_ns` or earlier waits for, unless a worker claimed it less than
+    /// [`CLAIM_HOLD_NS`] ago (then the release stops there), and appends
+    /// the packets that frees to `out`, in order. Call it once per loop
+    /// iteration.
     pub fn poll(&mut self, now_ns: u64, out: &mut Vec<P>) {
         loop {
             self.prune_waiting();
@@ -360,8 +402,13 @@ impl<P> Reorder<P> {
                 return;
             }
             // Everything before the oldest held packet goes: held packets
-            // that came later, and the missing numbers.
+            // that came later, and the missing numbers nobody claimed.
             while self.head != oldest {
+                if let Slot::Claimed(at) = self.slots[(self.head & self.mask) as usize] {
+                    if now_ns.saturating_sub(at) < CLAIM_HOLD_NS {
+                        return;
+                    }
+                }
                 if !self.take_head(Release::Late, out) {
                     self.stats.timeouts += 1;
                 }
@@ -442,13 +489,13 @@ impl<P> Reorder<P> {
                 true
             }
             Slot::Dropped => true,
-            Slot::Empty => false,
+            Slot::Empty | Slot::Claimed(_) => false,
         }
     }
 
     /// Releases the run of held or dropped numbers starting at `head`.
     fn release_run(&mut self, how: Release, out: &mut Vec<P>) {
-        while !matches!(self.slots[(self.head & self.mask) as usize], Slot::Empty) {
+        while self.slots[(self.head & self.mask) as usize].is_known() {
             self.take_head(how, out);
         }
     }
@@ -743,6 +790,8 @@ mod tests {
     struct Packet {
         flow: u32,
         seq: Seq,
+        /// When its worker took it off the ring (before any stall).
+        taken_at: u64,
         done_at: u64,
         fate: Fate,
     }
@@ -767,8 +816,11 @@ mod tests {
         dropped_pct: u64,
         /// Percent lost after ingress.
         lost_after_pct: u64,
-        /// One worker stops for this long, once (0: never).
+        /// One worker stops for this long, once (0: never), after taking
+        /// a packet off its ring.
         stall_ns: u64,
+        /// Workers claim each packet they take ([`Reorder::claim`]).
+        claims: bool,
         capacity: u32,
         hold_ns: u64,
         seed: u64,
@@ -799,7 +851,8 @@ mod tests {
             let seq = ingress.issue();
             let w = (seq.wrapping_sub(first) % run.workers) as usize;
             let arrival = i * GAP_NS;
-            let mut start = free_at[w].max(arrival);
+            let taken_at = free_at[w].max(arrival);
+            let mut start = taken_at;
             if w == stalled && stall_left > 0 && start >= stall_from {
                 start += stall_left;
                 stall_left = 0;
@@ -817,6 +870,7 @@ mod tests {
             packets.push(Packet {
                 flow,
                 seq,
+                taken_at,
                 done_at,
                 fate,
             });
@@ -827,6 +881,13 @@ mod tests {
             .filter(|p| p.fate != Fate::Lost)
             .collect();
         events.sort_by_key(|p| p.done_at);
+        let mut claims: Vec<Packet> = if run.claims {
+            events.clone()
+        } else {
+            Vec::new()
+        };
+        claims.sort_by_key(|p| p.taken_at);
+        let mut claims = claims.into_iter().peekable();
         let mut r = stage(run.capacity, run.hold_ns, first);
         let mut out = Vec::new();
         let mut released = Vec::new();
@@ -834,6 +895,9 @@ mod tests {
         let end = packets.iter().map(|p| p.done_at).max().unwrap_or(0) + run.hold_ns;
         let mut now = 0;
         while now <= end + POLL_NS {
+            while let Some(p) = claims.next_if(|p| p.taken_at <= now) {
+                r.claim(p.seq, p.taken_at);
+            }
             while let Some(p) = events.next_if(|p| p.done_at <= now) {
                 match p.fate {
                     Fate::Completed => r.complete(p.seq, p.seq, p.done_at, &mut out),
@@ -872,6 +936,7 @@ mod tests {
             dropped_pct: 0,
             lost_after_pct: 0,
             stall_ns: 0,
+            claims: false,
             capacity: 1024,
             hold_ns: 200 * US,
             seed,
@@ -1001,6 +1066,93 @@ mod tests {
         }
     }
 
+    /// The same stall, with the workers claiming what they take: the
+    /// stalled worker's packets are waited for, nothing leaves out of
+    /// order, and only the stall delays the others.
+    #[test]
+    fn a_stalled_worker_s_claimed_packets_are_waited_for() {
+        for seed in 0..10 {
+            let run = Run {
+                stall_ns: MS,
+                claims: true,
+                capacity: 1 << 14,
+                ..base(seed)
+            };
+            let (packets, released, r) = simulate(run);
+            let s = r.stats();
+            assert_eq!(
+                (s.timeouts, s.out_of_order, s.overflows),
+                (0, 0, 0),
+                "{s:?}"
+            );
+            assert_eq!(released.len() as u64, s.completed);
+            assert_eq!(per_flow(&packets, &released), ingress_order(&packets));
+            let done: std::collections::HashMap<Seq, u64> =
+                packets.iter().map(|p| (p.seq, p.done_at)).collect();
+            let worst = released.iter().map(|&(t, seq)| t - done[&seq]).max();
+            assert!(worst.unwrap() <= run.stall_ns + run.hold_ns + POLL_NS);
+        }
+    }
+
+    /// Claims change nothing for numbers nobody took: a packet lost
+    /// between ingress and its worker is still given up after the hold.
+    #[test]
+    fn claims_do_not_wait_for_packets_lost_before_a_worker() {
+        for seed in 0..10 {
+            let run = Run {
+                lost_after_pct: 1,
+                claims: true,
+                ..base(seed)
+            };
+            let (packets, released, r) = simulate(run);
+            let s = r.stats();
+            let lost = packets.iter().filter(|p| p.fate == Fate::Lost).count() as u64;
+            assert!(s.timeouts >= 1 && s.timeouts <= lost, "{s:?} lost {lost}");
+            assert_eq!(s.out_of_order, 0);
+            assert_eq!(per_flow(&packets, &released), ingress_order(&packets));
+        }
+    }
+
+    /// A claim bounds its own wait: a worker that never reports back is
+    /// given up after CLAIM_HOLD_NS, and a claim outside the window or on
+    /// a reported number changes nothing.
+    #[test]
+    fn a_claim_is_waited_for_at_most_claim_hold() {
+        let mut r = stage(16, 100 * US, 0);
+        let mut out = Vec::new();
+        r.claim(0, 0);
+        r.claim(40, 0); // ahead of the window: ignored
+        r.complete(1, 1, 0, &mut out);
+        r.claim(1, 0); // already held: ignored
+        assert!(out.is_empty());
+        r.poll(MS, &mut out);
+        assert!(out.is_empty(), "claimed 0 is still awaited");
+        r.poll(CLAIM_HOLD_NS - 1, &mut out);
+        assert!(out.is_empty());
+        r.poll(CLAIM_HOLD_NS, &mut out);
+        assert_eq!(out, [1]);
+        assert_eq!(r.stats().timeouts, 1);
+        // the claimed number came after all: out of order, counted
+        r.complete(0, 0, CLAIM_HOLD_NS, &mut out);
+        assert_eq!(out, [1, 0]);
+        assert_eq!(r.stats().out_of_order, 1);
+        // a claim at the head that completes leaves no mark in its slot:
+        // 18, the slot's next number, is missing unclaimed and is given up
+        // after the hold time, not after CLAIM_HOLD_NS
+        r.claim(2, 0);
+        r.complete(2, 2, 0, &mut out);
+        for seq in 3..18 {
+            r.complete(seq, seq, 0, &mut out);
+        }
+        r.complete(19, 19, 0, &mut out);
+        out.clear();
+        r.poll(100 * US, &mut out);
+        assert_eq!(out, [19]);
+        assert_eq!(r.stats().timeouts, 2, "{:?}", r.stats());
+        assert_eq!(r.stats().duplicates, 0);
+        assert_conserved(&r);
+    }
+
     #[test]
     fn a_small_buffer_overflows_instead_of_growing() {
         for seed in 0..10 {
@@ -1033,6 +1185,7 @@ mod tests {
                 } else {
                     rng.below(3 * MS)
                 },
+                claims: rng.below(2) == 0,
                 capacity: 1 << (1 + rng.below(12)),
                 hold_ns: US + rng.below(500 * US),
                 seed,

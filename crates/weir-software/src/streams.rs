@@ -63,6 +63,17 @@ impl Stream {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A worker's burst as it comes off the ring, before any work on it:
+    /// the numbers it took. The stage then waits for them however long the
+    /// worker takes (up to `CLAIM_HOLD_NS`), and gives up only numbers no
+    /// worker took.
+    pub fn claim(&self, seqs: impl Iterator<Item = Seq>, now_ns: u64) {
+        let mut st = self.lock();
+        for seq in seqs {
+            st.reorder.claim(seq, now_ns);
+        }
+    }
+
     /// A worker's burst: the packets it finished (with their numbers) and
     /// the numbers whose packets it dropped. Drains both.
     pub fn hand_in(&self, done: &mut Vec<(Seq, Done)>, dropped: &mut Vec<Seq>, now_ns: u64) {

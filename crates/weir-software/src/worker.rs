@@ -232,6 +232,9 @@ impl Worker {
                 .map(|m| m.seq);
             b.seqs.push(seq);
         }
+        if b.seqs.iter().any(Option::is_some) {
+            self.streams[p].claim(b.seqs.iter().flatten().copied(), fine_ns);
+        }
         // The table's work, once per burst under its lock.
         b.next.clear();
         {
