@@ -6,6 +6,8 @@
  * its DIP; a miss is dispatched in-band by the AWFD tables and installed, with
  * no round trip to user space (HNLB II-A, Spotlight IV-B). In nat mode the
  * DIP's replies match the reverse table and are rewritten back to the VIP.
+ * In ipip and gue mode the packet is encapsulated to the DIP (encap.h),
+ * which replies to the client directly, as in dsr.
  * Everything else is passed to the kernel or dropped, as configured.
  *
  * That is the xdp tier (cfg_tier). In the software tier this program only
@@ -25,6 +27,7 @@
 #include "lib/conntrack.h"
 #include "lib/nat.h"
 #include "lib/forward.h"
+#include "lib/encap.h"
 #include "lib/telemetry.h"
 #include "lib/software.h"
 #include "lib/sync.h"
@@ -167,10 +170,11 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 	return dip;
 }
 
-/* Counts a client packet of a connection to `dip`, rewrites it (nat) and
- * sends it. `event`: WEIR_STAT_CONN_HIT when it had an entry (counted with
- * the outcome), else STAT_NO_EVENT; `recheck`: the hit refreshed the
- * entry's atime, so its reverse entry (nat) is re-checked. */
+/* Counts a client packet of a connection to `dip`, rewrites it (nat) or
+ * encapsulates it (ipip, gue), and sends it. `event`: WEIR_STAT_CONN_HIT
+ * when it had an entry (counted with the outcome), else STAT_NO_EVENT;
+ * `recheck`: the hit refreshed the entry's atime, so its reverse entry
+ * (nat) is re-checked. */
 static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 				  const struct weir_vip *vip, const struct weir_dip *dip,
 				  __u32 dip_id, int new_conn, __u32 event, int recheck)
@@ -192,6 +196,14 @@ static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 			stat_outcome(event, WEIR_STAT_DROP_MALFORMED);
 			return XDP_DROP;
 		}
+	} else if (is_encap_mode(vip->mode)) {
+		__u32 len = encapsulate(ctx, pkt, dip, vip->mode);
+
+		if (!len) {
+			stat_outcome(event, WEIR_STAT_DROP_TOO_BIG);
+			return XDP_DROP;
+		}
+		return forward_to_dip(ctx, dip, len, event);
 	}
 	return forward_to_dip(ctx, dip, pkt->l3_len, event);
 }
