@@ -67,14 +67,19 @@ static __always_inline __u8 inner_tos(const __u8 *inner, __u8 inner_family)
 	return inner[1];
 }
 
-static __always_inline __u16 ipv4_header_csum(const struct iphdr *iph)
+/* The checksum of the outer IPv4 header from the values written (id 0, DF),
+ * summed as the 16-bit words sit in memory: not read back from the packet,
+ * whose byte-wide stores a 16-bit load could not forward from. */
+static __always_inline __u16 ipv4_header_csum(__u8 tos, __be16 tot_len, __u8 proto,
+					      __be32 saddr, __be32 daddr)
 {
-	const __u16 *w = (const __u16 *)iph;
-	__u32 sum = 0;
+	__u32 sum = 0x45 | ((__u32)tos << 8);
 
-#pragma unroll
-	for (int i = 0; i < (int)(sizeof(*iph) / 2); i++)
-		sum += w[i];
+	sum += tot_len;
+	sum += bpf_htons(IP_DF);
+	sum += ENCAP_TTL | ((__u32)proto << 8);
+	sum += (saddr & 0xffff) + (saddr >> 16);
+	sum += (daddr & 0xffff) + (daddr >> 16);
 	return ~csum_fold32(sum);
 }
 
@@ -113,6 +118,11 @@ static __always_inline __u32 encap_v4(struct xdp_md *ctx, const struct packet *p
 {
 	__u32 hdr = sizeof(struct iphdr) + (gue ? sizeof(struct udphdr) : 0);
 	__u32 len = pkt->l3_len + hdr;
+	__u8 tos, proto = gue ? IPPROTO_UDP
+			      : (pkt->key.family == WEIR_AF_INET6 ? IPPROTO_IPV6 : IPPROTO_IPIP);
+	__be32 saddr = cfg_encap_src_v4 ? cfg_encap_src_v4
+					: bpf_htonl(WEIR_ENCAP_SRC_V4_PREFIX | (entropy & 0xffff));
+	__be16 tot_len = bpf_htons(len);
 	struct ethhdr *eth;
 	struct iphdr *iph;
 	__u8 *inner;
@@ -124,19 +134,17 @@ static __always_inline __u32 encap_v4(struct xdp_md *ctx, const struct packet *p
 		return 0;
 	eth->h_proto = bpf_htons(ETH_P_IP);
 	iph = (void *)(eth + 1);
+	tos = inner_tos(inner, pkt->key.family);
 	*(__u8 *)iph = 0x45; /* version 4, 5 words */
-	iph->tos = inner_tos(inner, pkt->key.family);
-	iph->tot_len = bpf_htons(len);
+	iph->tos = tos;
+	iph->tot_len = tot_len;
 	iph->id = 0;
 	iph->frag_off = bpf_htons(IP_DF); /* too big is caught here, by encap_mtu */
 	iph->ttl = ENCAP_TTL;
-	iph->protocol = gue ? IPPROTO_UDP
-			    : (pkt->key.family == WEIR_AF_INET6 ? IPPROTO_IPV6 : IPPROTO_IPIP);
-	iph->check = 0;
-	iph->saddr = cfg_encap_src_v4 ? cfg_encap_src_v4
-				      : bpf_htonl(WEIR_ENCAP_SRC_V4_PREFIX | (entropy & 0xffff));
+	iph->protocol = proto;
+	iph->saddr = saddr;
 	iph->daddr = dip->addr[0];
-	iph->check = ipv4_header_csum(iph);
+	iph->check = ipv4_header_csum(tos, tot_len, proto, saddr, dip->addr[0]);
 	if (gue)
 		put_udp((void *)(iph + 1), entropy, len - sizeof(*iph));
 	return len;
