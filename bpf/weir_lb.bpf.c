@@ -67,7 +67,8 @@ static __always_inline void ensure_reverse(struct xdp_md *ctx, const struct pack
 }
 
 /* Picks a DIP for a new connection from the VIP's current table and fills
- * `entry` for it; NULL when the VIP has no available DIP. Not inlined: the
+ * `entry` for it; NULL when the VIP has no available DIP. A DIP of the other
+ * address family serves only a VIP that encapsulates. Not inlined: the
  * unrolled hash's spills would count against the caller's frame. */
 static __noinline struct weir_dip *dispatch(const struct packet *pkt,
 						 const struct weir_vip *vip,
@@ -79,7 +80,9 @@ static __noinline struct weir_dip *dispatch(const struct packet *pkt,
 	if (awfd_select(vip->vip_id, hash, &dip_id, &version) < 0)
 		return NULL;
 	dip = bpf_map_lookup_elem(&dips, &dip_id);
-	if (!dip || !(dip->flags & WEIR_DIP_F_LIVE) || dip->family != pkt->key.family)
+	if (!dip || !(dip->flags & WEIR_DIP_F_LIVE))
+		return NULL;
+	if (dip->family != pkt->key.family && !is_encap_mode(vip->mode))
 		return NULL;
 	entry->dip_id = dip_id;
 	entry->dip_gen = dip->gen;

@@ -826,11 +826,12 @@ impl Config {
             for (j, dip) in vip.dips.iter().enumerate() {
                 let at = |f: &str| format!("vip[{i}].dip[{j}].{f}");
                 let (a, va) = (dip.address.get_ref(), vip.address.get_ref());
-                if a.is_ipv4() != va.is_ipv4() {
+                if a.is_ipv4() != va.is_ipv4() && !vip.mode.encapsulates() {
                     return Err(ck.err(
                         Some(dip.address.span()),
                         at("address"),
-                        "DIP and VIP must be of the same address family (IPv4 or IPv6)",
+                        "DIP and VIP must be of the same address family (IPv4 or IPv6); \
+                         only mode = \"ipip\" or \"gue\" carries one family inside the other",
                     ));
                 }
                 if let Some(why) = not_unicast(a) {
@@ -2069,6 +2070,11 @@ mode = "nat"
             assert_eq!((e.field.as_str(), e.line), (field, Some(line)), "{e}");
             assert!(e.message.contains(what), "{e}");
         }
+        // Only encapsulation carries one family inside the other.
+        let mixed = encap_mode("ipip", "").replace("\"10.1.0.2\"", "\"2001:db8::2\"");
+        Config::parse("t.toml", &mixed).unwrap();
+        let e = err_of(&GOOD.replace("\"10.1.0.2\"", "\"2001:db8::2\""));
+        assert!(e.message.contains("only mode = \"ipip\" or \"gue\""), "{e}");
         // Encapsulation keeps the port, so a DIP port is a mistake.
         let e = err_of(&GOOD.replace("mode = \"nat\"", "mode = \"gue\""));
         assert_eq!(e.field, "vip[0].dip[0].port", "{e}");

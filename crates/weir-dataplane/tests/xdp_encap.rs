@@ -54,12 +54,16 @@ fn encap_vips() -> Vec<Vip> {
             GUE,
             &[(12, 1), (13, 1)],
         ),
+        // One family inside the other: IPv4 in IPv6, IPv6 in IPv4.
+        vip(16, "10.0.0.112", 80, Proto::Tcp, IPIP, &[(11, 1), (12, 1)]),
+        vip(17, "2001:db8::112", 53, Proto::Udp, GUE, &[(1, 1), (2, 1)]),
     ]
 }
 
 fn harness(encap: Encap) -> Harness {
     let mut h = Harness::new(&LoadOptions {
         encap,
+        max_vips: 32,
         ..test_options()
     });
     for v in encap_vips() {
@@ -242,6 +246,20 @@ fn encapsulates_to_the_dip_v4_v6_ipip_gue() {
         15,
         None,
     ));
+    cases.extend(tcp_flow(
+        &h,
+        "v4 in v6, ipip",
+        tcp("192.0.2.2", 40009, "10.0.0.112", 80, TcpFlags::SYN),
+        16,
+        None,
+    ));
+    let u6 = udp("2001:db8:c::9", 5353, "2001:db8::112", 53);
+    let dip6 = h.fx.predict(17, &u6.tuple()).unwrap().clone();
+    cases.push(
+        Case::new("v6 in v4, gue udp", u6.bytes(), Tx, WEIR_STAT_TX)
+            .raw_output(encapsulated(&u6, &dip6, GUE, None))
+            .events(MISS_NEW),
+    );
     // UDP: the first packet installs the connection, the next one hits.
     let u = udp("192.0.2.3", 5353, "10.0.0.111", 53);
     let dip = h.fx.predict(13, &u.tuple()).unwrap().clone();
