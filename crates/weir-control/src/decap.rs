@@ -4,7 +4,7 @@
 //! counters and detaches. `weir decap status` prints the counters of the
 //! weir_decap attached to an interface.
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use weir_dataplane::attach::{self, XdpMode};
 use weir_dataplane::decap::{self, Decap};
@@ -44,9 +44,24 @@ pub enum DecapCmd {
     },
 }
 
+/// The interface `--interface` names, with an error that says so.
+fn interface(name: &str) -> Result<Iface> {
+    let known = std::ffi::CString::new(name)
+        // SAFETY: a valid NUL-terminated string.
+        .map(|c| unsafe { libc::if_nametoindex(c.as_ptr()) } != 0)
+        .unwrap_or(false);
+    if !known {
+        bail!(
+            "no network interface named {name:?} here (see `ip link`): --interface names the \
+             one the encapsulated packets arrive on"
+        );
+    }
+    Iface::by_name(name)
+}
+
 pub fn run(args: &DecapArgs) -> Result<()> {
-    if let Some(DecapCmd::Status { interface }) = &args.cmd {
-        let iface = Iface::by_name(interface)?;
+    if let Some(DecapCmd::Status { interface: name }) = &args.cmd {
+        let iface = interface(name)?;
         let stats = decap::attached_stats(&iface.name, iface.ifindex)?;
         print!("{}", stats.render());
         return Ok(());
@@ -58,7 +73,7 @@ pub fn run(args: &DecapArgs) -> Result<()> {
         .context("--interface is required")?;
     // Before anything else, so no signal ends the process with XDP attached.
     let signals = SignalSet::block(&[libc::SIGINT, libc::SIGTERM]);
-    let iface = Iface::by_name(name)?;
+    let iface = interface(name)?;
     let prog = Decap::load(args.gue_port)?;
     let addrs = decap::local_addrs()?;
     for a in &addrs {
