@@ -318,3 +318,53 @@ fn leaves_what_is_not_for_it_and_drops_broken_encapsulations() {
         ],
     );
 }
+
+#[test]
+fn mutated_encapsulations_only_pass_or_drop_and_every_frame_is_counted() {
+    use weir_core::splitmix::SplitMix;
+    let (v4, v6) = (inner(false), inner(true));
+    let d = load();
+    let seeds = [
+        outer(HOST_V4, 4, None, &v4),
+        outer(HOST_V6, 41, None, &v6),
+        outer(HOST_V6, 4, None, &v4),
+        outer(HOST_V4, 17, Some(GUE_PORT), &v4),
+        outer(HOST_V6, 17, Some(GUE_PORT), &v6),
+    ];
+    let mut rng = SplitMix(0x0064_6563_6170);
+    let before = d.stats().unwrap();
+    let runs = 20_000u64;
+    for i in 0..runs {
+        let mut f = seeds[(i % seeds.len() as u64) as usize].clone();
+        // Flip up to 3 bytes of the headers, then maybe cut the frame.
+        for _ in 0..rng.below(4) {
+            let at = rng.below(80.min(f.len() as u64)) as usize;
+            f[at] ^= 1 << rng.below(8);
+        }
+        if rng.below(4) == 0 {
+            f.truncate(ETH_HLEN + rng.below((f.len() - ETH_HLEN) as u64) as usize);
+        }
+        let r = d.test_run(&f).unwrap();
+        match r.action() {
+            Some(Pass) if r.packet.len() < f.len() => {
+                // Decapsulated: the inner datagram's version is the ethertype's.
+                let et = u16::from_be_bytes([r.packet[12], r.packet[13]]);
+                let ver = r.packet[ETH_HLEN] >> 4;
+                assert!(
+                    (et == ETH_P_IP && ver == 4) || (et == ETH_P_IPV6 && ver == 6),
+                    "frame {i}: ethertype {et:#x} with an IPv{ver} header"
+                );
+                assert_eq!(r.packet[..12], f[..12], "frame {i}: the MACs moved");
+            }
+            Some(Pass) => assert_eq!(r.packet, f, "frame {i}: passed but changed"),
+            Some(Drop) => {}
+            other => panic!("frame {i}: {other:?}"),
+        }
+    }
+    let after = d.stats().unwrap();
+    let sum = |s: &DecapStats| s.decapsulated + s.not_encap + s.not_ours + s.malformed;
+    assert_eq!(sum(&after) - sum(&before), runs, "{after:?}");
+    // The mutations leave many frames whole: each outcome is reached.
+    assert!(after.decapsulated > before.decapsulated && after.malformed > before.malformed);
+    assert!(after.not_encap > before.not_encap && after.not_ours > before.not_ours);
+}

@@ -370,3 +370,47 @@ fn too_big_once_encapsulated_is_dropped_and_counted() {
     ];
     run_cases(&h, cases);
 }
+
+#[test]
+fn random_flows_leave_exactly_encapsulated_or_too_big() {
+    use weir_core::splitmix::SplitMix;
+    let h = harness(Encap::default());
+    let mut rng = SplitMix(0x0065_6e63_6170);
+    let (mut sent, mut too_big) = (0, 0);
+    for i in 0..3000u64 {
+        let vip = h.fx.vip(12 + rng.below(6) as u32).clone();
+        let client = match vip.addr {
+            IpAddr::V4(_) => format!("192.0.2.{}", 1 + rng.below(250)),
+            IpAddr::V6(_) => format!("2001:db8:c::{:x}", 1 + rng.below(0xfff0)),
+        };
+        let sport = 1024 + rng.below(60000) as u16;
+        let f = match vip.proto {
+            Proto::Tcp => {
+                let flags =
+                    [TcpFlags::SYN, TcpFlags::ACK, TcpFlags::PSH_ACK][rng.below(3) as usize];
+                Frame::tcp(ip(&client), sport, vip.addr, vip.port, flags)
+            }
+            Proto::Udp => Frame::udp(ip(&client), sport, vip.addr, vip.port),
+        }
+        .macs(CLIENT_MAC, VIP_MAC)
+        .payload(&vec![i as u8; rng.below(1500) as usize]);
+        let dip = h.fx.predict(vip.id, &f.tuple()).unwrap().clone();
+        let want = encapsulated(&f, &dip, vip.mode, None);
+        let r = h.run(&f.bytes());
+        if want.len() - ETH_HLEN > 1500 {
+            assert_eq!(r.action(), Some(Drop), "frame {i}: {} bytes", want.len());
+            too_big += 1;
+        } else {
+            assert_eq!(r.action(), Some(Tx), "frame {i}");
+            assert!(r.packet == want, "frame {i}:\n{}", diff(&r.packet, &want));
+            sent += 1;
+        }
+    }
+    h.assert_balanced("random flows");
+    let s = h.stats();
+    assert_eq!(s[WEIR_STAT_DROP_TOO_BIG as usize], too_big);
+    assert!(
+        sent > 1000 && too_big > 100,
+        "sent {sent}, too big {too_big}"
+    );
+}
