@@ -6,6 +6,8 @@
  * its DIP; a miss is dispatched in-band by the AWFD tables and installed, with
  * no round trip to user space (HNLB II-A, Spotlight IV-B). In nat mode the
  * DIP's replies match the reverse table and are rewritten back to the VIP.
+ * In ipip and gue mode the packet is encapsulated to the DIP (encap.h),
+ * which replies to the client directly, as in dsr.
  * Everything else is passed to the kernel or dropped, as configured.
  *
  * That is the xdp tier (cfg_tier). In the software tier this program only
@@ -25,6 +27,7 @@
 #include "lib/conntrack.h"
 #include "lib/nat.h"
 #include "lib/forward.h"
+#include "lib/encap.h"
 #include "lib/telemetry.h"
 #include "lib/software.h"
 #include "lib/sync.h"
@@ -64,7 +67,8 @@ static __always_inline void ensure_reverse(struct xdp_md *ctx, const struct pack
 }
 
 /* Picks a DIP for a new connection from the VIP's current table and fills
- * `entry` for it; NULL when the VIP has no available DIP. Not inlined: the
+ * `entry` for it; NULL when the VIP has no available DIP. A DIP of the other
+ * address family serves only a VIP that encapsulates. Not inlined: the
  * unrolled hash's spills would count against the caller's frame. */
 static __noinline struct weir_dip *dispatch(const struct packet *pkt,
 						 const struct weir_vip *vip,
@@ -76,7 +80,9 @@ static __noinline struct weir_dip *dispatch(const struct packet *pkt,
 	if (awfd_select(vip->vip_id, hash, &dip_id, &version) < 0)
 		return NULL;
 	dip = bpf_map_lookup_elem(&dips, &dip_id);
-	if (!dip || !(dip->flags & WEIR_DIP_F_LIVE) || dip->family != pkt->key.family)
+	if (!dip || !(dip->flags & WEIR_DIP_F_LIVE))
+		return NULL;
+	if (dip->family != pkt->key.family && !is_encap_mode(vip->mode))
 		return NULL;
 	entry->dip_id = dip_id;
 	entry->dip_gen = dip->gen;
@@ -167,10 +173,11 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 	return dip;
 }
 
-/* Counts a client packet of a connection to `dip`, rewrites it (nat) and
- * sends it. `event`: WEIR_STAT_CONN_HIT when it had an entry (counted with
- * the outcome), else STAT_NO_EVENT; `recheck`: the hit refreshed the
- * entry's atime, so its reverse entry (nat) is re-checked. */
+/* Counts a client packet of a connection to `dip`, rewrites it (nat) or
+ * encapsulates it (ipip, gue), and sends it. `event`: WEIR_STAT_CONN_HIT
+ * when it had an entry (counted with the outcome), else STAT_NO_EVENT;
+ * `recheck`: the hit refreshed the entry's atime, so its reverse entry
+ * (nat) is re-checked. */
 static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 				  const struct weir_vip *vip, const struct weir_dip *dip,
 				  __u32 dip_id, int new_conn, __u32 event, int recheck)
@@ -192,6 +199,14 @@ static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 			stat_outcome(event, WEIR_STAT_DROP_MALFORMED);
 			return XDP_DROP;
 		}
+	} else if (is_encap_mode(vip->mode)) {
+		__u32 len = encapsulate(ctx, pkt, dip, vip->mode);
+
+		if (!len) {
+			stat_outcome(event, WEIR_STAT_DROP_TOO_BIG);
+			return XDP_DROP;
+		}
+		return forward_to_dip(ctx, dip, len, event);
 	}
 	return forward_to_dip(ctx, dip, pkt->l3_len, event);
 }

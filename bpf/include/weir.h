@@ -22,6 +22,17 @@
 /* Forwarding modes of a VIP. */
 #define WEIR_MODE_NAT 0 /* rewrite dst addr+port, reverse-NAT the replies */
 #define WEIR_MODE_DSR 1 /* rewrite L2 only; the DIP owns the VIP on lo */
+#define WEIR_MODE_IPIP 2 /* encapsulate in IP (IPIP, IPv6-in-IPv6) to the DIP */
+#define WEIR_MODE_GUE 3  /* encapsulate in IP + UDP (GUE variant 1) to the DIP */
+
+/* GUE's UDP destination port unless configured (Katran's). */
+#define WEIR_GUE_PORT 6080
+/* The outer source of an encapsulated packet, unless configured, is derived
+ * from the flow (RSS entropy at the DIP) in these prefixes: 172.16.0.0/16,
+ * and fd77:6569:7200::/96 ("weir" in a unique local /48). */
+#define WEIR_ENCAP_SRC_V4_PREFIX 0xac100000u
+#define WEIR_ENCAP_SRC_V6_PREFIX0 0xfd776569u
+#define WEIR_ENCAP_SRC_V6_PREFIX1 0x72000000u
 
 /* Actions for traffic weir does not balance (rodata knobs). */
 #define WEIR_ACT_PASS 0
@@ -259,7 +270,9 @@ enum weir_stat {
 	WEIR_STAT_DROP_REPLY_NO_STATE, /* a nat DIP's reply with no reverse entry */
 	WEIR_STAT_TO_SOFTWARE,      /* XDP_REDIRECT to a software-tier worker's socket */
 	WEIR_STAT_DROP_NO_WORKER,   /* for the software tier, but no socket on its queue */
-	WEIR_STAT_LAST_OUTCOME = WEIR_STAT_DROP_NO_WORKER, /* outcomes are contiguous */
+	WEIR_STAT_DROP_TOO_BIG,     /* ipip/gue: the encapsulated packet exceeds encap_mtu,
+				     * or the frame cannot grow */
+	WEIR_STAT_LAST_OUTCOME = WEIR_STAT_DROP_TOO_BIG, /* outcomes are contiguous */
 	/* events */
 	WEIR_STAT_CONN_HIT,
 	WEIR_STAT_CONN_MISS,

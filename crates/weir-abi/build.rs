@@ -9,13 +9,17 @@ fn main() {
     let kv_header = include.join("weir_kv.h");
     // Connection sync's event (bpf/lib/sync.h).
     let sync_header = include.join("weir_sync.h");
+    // The backends' decapsulation program (bpf/weir_decap.bpf.c).
+    let decap_header = include.join("weir_decap.h");
     println!("cargo:rerun-if-changed={}", header.display());
     println!("cargo:rerun-if-changed={}", kv_header.display());
     println!("cargo:rerun-if-changed={}", sync_header.display());
+    println!("cargo:rerun-if-changed={}", decap_header.display());
     let bindings = bindgen::Builder::default()
         .header(header.to_string_lossy())
         .header(kv_header.to_string_lossy())
         .header(sync_header.to_string_lossy())
+        .header(decap_header.to_string_lossy())
         .clang_arg(format!("-I/usr/include/{}-linux-gnu", env::consts::ARCH))
         .allowlist_type("weir_.*")
         .allowlist_var("WEIR_.*")

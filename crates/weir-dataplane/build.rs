@@ -11,6 +11,7 @@ const PROGRAMS: &[&str] = &[
     "weir_xsk_redirect",
     "weir_gen",
     "weir_sink",
+    "weir_decap",
 ];
 
 fn main() {

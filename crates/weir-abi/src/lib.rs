@@ -74,6 +74,8 @@ pod!(
     weir_kv_server_stats,
     // weir_sync.h (connection sync)
     weir_sync_event,
+    // weir_decap.h (the backends' decapsulation)
+    weir_decap_addr,
 );
 
 #[cfg(test)]
@@ -112,6 +114,11 @@ mod tests {
     #[test]
     fn sync_sizes_match_the_header_assertions() {
         assert_eq!(std::mem::size_of::<weir_sync_event>(), 72);
+    }
+
+    #[test]
+    fn decap_sizes_match_the_header_assertions() {
+        assert_eq!(std::mem::size_of::<weir_decap_addr>(), 20);
     }
 
     #[test]

@@ -147,6 +147,8 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
         let mode = match v.mode {
             Mode::Nat => WEIR_MODE_NAT,
             Mode::Dsr => WEIR_MODE_DSR,
+            Mode::Ipip => WEIR_MODE_IPIP,
+            Mode::Gue => WEIR_MODE_GUE,
         } as u8;
         maps.put_vip(
             key,

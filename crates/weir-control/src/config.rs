@@ -23,6 +23,17 @@ use crate::diag::{key_at, line_of};
 pub enum Mode {
     Nat,
     Dsr,
+    /// Encapsulated in IP to the DIP (IPIP, IPv6-in-IPv6); replies direct.
+    Ipip,
+    /// Encapsulated in IP and UDP (GUE variant 1); replies direct.
+    Gue,
+}
+
+impl Mode {
+    /// The modes that put the packet behind an outer header to the DIP.
+    pub fn encapsulates(self) -> bool {
+        matches!(self, Mode::Ipip | Mode::Gue)
+    }
 }
 
 /// Pass to the kernel or drop.
@@ -93,6 +104,12 @@ fn native() -> XdpModeCfg {
 }
 fn one() -> Spanned<u32> {
     Spanned::new(0..0, 1)
+}
+fn encap_mtu() -> Spanned<u32> {
+    Spanned::new(0..0, weir_dataplane::loader::Encap::default().mtu)
+}
+fn gue_port() -> Spanned<u16> {
+    Spanned::new(0..0, weir_abi::WEIR_GUE_PORT as u16)
 }
 fn seed() -> u32 {
     weir_core::hash::DEFAULT_SEED
@@ -187,6 +204,19 @@ pub struct Dataplane {
     pub reorder_hold_us: Option<Spanned<u64>>,
     /// Experiments: TSC cycles of busy work added per packet in each worker.
     pub cost_cycles: Option<Spanned<u64>>,
+    /// ipip and gue: the largest outer IP datagram weir sends (the smallest
+    /// MTU on the way to the DIPs); a bigger one is dropped, `drop_too_big`.
+    #[serde(default = "encap_mtu")]
+    pub encap_mtu: Spanned<u32>,
+    /// ipip and gue: the outer source address towards IPv4 DIPs; absent,
+    /// one derived from the flow in 172.16.0.0/16 (RSS entropy at the DIP).
+    pub encap_source_v4: Option<Spanned<std::net::Ipv4Addr>>,
+    /// ipip and gue: the outer source address towards IPv6 DIPs; absent,
+    /// one derived from the flow in fd77:6569:7200::/96.
+    pub encap_source_v6: Option<Spanned<std::net::Ipv6Addr>>,
+    /// gue: the UDP destination port the DIPs decapsulate on.
+    #[serde(default = "gue_port")]
+    pub gue_port: Spanned<u16>,
 }
 
 /// `[dataplane.timeouts]`: idle timeouts of connection entries, in seconds,
@@ -796,11 +826,12 @@ impl Config {
             for (j, dip) in vip.dips.iter().enumerate() {
                 let at = |f: &str| format!("vip[{i}].dip[{j}].{f}");
                 let (a, va) = (dip.address.get_ref(), vip.address.get_ref());
-                if a.is_ipv4() != va.is_ipv4() {
+                if a.is_ipv4() != va.is_ipv4() && !vip.mode.encapsulates() {
                     return Err(ck.err(
                         Some(dip.address.span()),
                         at("address"),
-                        "DIP and VIP must be of the same address family (IPv4 or IPv6)",
+                        "DIP and VIP must be of the same address family (IPv4 or IPv6); \
+                         only mode = \"ipip\" or \"gue\" carries one family inside the other",
                     ));
                 }
                 if let Some(why) = not_unicast(a) {
@@ -824,11 +855,14 @@ impl Config {
                         format!("{a} is also the address of VIP `{other}`: this DIP's traffic goes to that VIP, not to a backend"),
                     ));
                 }
-                if let (Mode::Dsr, Some(p)) = (vip.mode, &dip.port) {
+                if let (Some(p), false) = (&dip.port, vip.mode == Mode::Nat) {
                     return Err(ck.err(
                         Some(p.span()),
                         at("port"),
-                        "dsr mode does not rewrite ports: remove `port` or use mode = \"nat\"",
+                        format!(
+                            "{} mode does not rewrite ports: remove `port` or use mode = \"nat\"",
+                            mode_name(vip.mode)
+                        ),
                     ));
                 }
                 if let Some(p) = &dip.port {
@@ -896,6 +930,7 @@ impl Config {
             }
             total_dips += vip.dips.len();
         }
+        self.validate_encap(ck, &mut warnings)?;
         self.validate_controller(ck)?;
         warnings.extend(self.api.validate(ck)?);
         self.validate_cluster(ck, &mut warnings)?;
@@ -910,6 +945,16 @@ impl Config {
             ));
         }
         Ok(warnings)
+    }
+}
+
+/// The name of `m` as the file writes it.
+fn mode_name(m: Mode) -> &'static str {
+    match m {
+        Mode::Nat => "nat",
+        Mode::Dsr => "dsr",
+        Mode::Ipip => "ipip",
+        Mode::Gue => "gue",
     }
 }
 
@@ -941,6 +986,96 @@ fn not_unicast(a: &IpAddr) -> Option<String> {
 }
 
 impl Config {
+    /// The ipip and gue modes and the `[dataplane]` keys of their outer
+    /// headers.
+    fn validate_encap(
+        &self,
+        ck: &Checker<'_>,
+        warnings: &mut Vec<ConfigWarning>,
+    ) -> Result<(), ConfigError> {
+        let dp = &self.dataplane;
+        let mtu = *dp.encap_mtu.get_ref();
+        if !(576..=65535).contains(&mtu) {
+            return Err(ck.err(
+                Some(dp.encap_mtu.span()),
+                "dataplane.encap_mtu",
+                format!(
+                    "{mtu} is not an IP MTU: give the smallest MTU on the way to the DIPs, \
+                     576 to 65535 (1500 on Ethernet)"
+                ),
+            ));
+        }
+        if *dp.gue_port.get_ref() == 0 {
+            return Err(ck.err(
+                Some(dp.gue_port.span()),
+                "dataplane.gue_port",
+                "port 0 is not a UDP port: give the port the DIPs decapsulate GUE on (6080 by \
+                 default)",
+            ));
+        }
+        let sources = [
+            (
+                "encap_source_v4",
+                dp.encap_source_v4
+                    .as_ref()
+                    .map(|a| (IpAddr::V4(*a.get_ref()), a.span())),
+            ),
+            (
+                "encap_source_v6",
+                dp.encap_source_v6
+                    .as_ref()
+                    .map(|a| (IpAddr::V6(*a.get_ref()), a.span())),
+            ),
+        ];
+        for (key, (addr, span)) in sources.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))) {
+            if let Some(why) = not_unicast(&addr) {
+                return Err(ck.err(
+                    Some(span),
+                    format!("dataplane.{key}"),
+                    format!("{why}; the outer source must be a unicast address of this host"),
+                ));
+            }
+        }
+        let encap = self.vips.iter().position(|v| v.mode.encapsulates());
+        if let (Some(i), false) = (encap, dp.tier == Tier::Xdp) {
+            let v = &self.vips[i];
+            return Err(ck.err(
+                Some(v.name.span()),
+                format!("vip[{i}].mode"),
+                format!(
+                    "mode = \"{}\" is built by XDP only; the software and hybrid tiers do not \
+                     encapsulate: use tier = \"xdp\", or mode = \"dsr\" or \"nat\"",
+                    mode_name(v.mode)
+                ),
+            ));
+        }
+        if encap.is_none() {
+            let given_keys = [
+                (
+                    "encap_mtu",
+                    given(&dp.encap_mtu).then(|| dp.encap_mtu.span()),
+                ),
+                (
+                    "encap_source_v4",
+                    dp.encap_source_v4.as_ref().map(|a| a.span()),
+                ),
+                (
+                    "encap_source_v6",
+                    dp.encap_source_v6.as_ref().map(|a| a.span()),
+                ),
+                ("gue_port", given(&dp.gue_port).then(|| dp.gue_port.span())),
+            ];
+            for (key, span) in given_keys.into_iter().filter(|(_, s)| s.is_some()) {
+                warnings.push(ck.err(
+                    span,
+                    format!("dataplane.{key}"),
+                    "no VIP has mode = \"ipip\" or \"gue\"; this is ignored",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// `tier` and the keys that only some tiers read.
     fn validate_tier(
         &self,
@@ -1849,6 +1984,101 @@ mode = "nat"
             .dataplane;
         assert_eq!(dp.distribution_config().scope, SprayScope::All);
         assert!(!dp.reorders());
+    }
+
+    fn encap_mode(mode: &str, keys: &str) -> String {
+        dataplane_with(keys)
+            .replace("mode = \"nat\"", &format!("mode = \"{mode}\""))
+            .replace("  port = 8080\n", "")
+    }
+
+    #[test]
+    fn encap_modes_and_their_keys_parse() {
+        let c = Config::parse("t.toml", &encap_mode("ipip", "")).unwrap();
+        assert_eq!(c.vips[0].mode, Mode::Ipip);
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let dp = &c.dataplane;
+        assert_eq!(
+            (*dp.encap_mtu.get_ref(), *dp.gue_port.get_ref()),
+            (1500, 6080)
+        );
+        assert!(dp.encap_source_v4.is_none() && dp.encap_source_v6.is_none());
+        let keys = "encap_mtu = 9000\nencap_source_v4 = \"10.9.9.9\"\n\
+                    encap_source_v6 = \"2001:db8::9\"\ngue_port = 7000";
+        let c = Config::parse("t.toml", &encap_mode("gue", keys)).unwrap();
+        assert_eq!(c.vips[0].mode, Mode::Gue);
+        let dp = &c.dataplane;
+        assert_eq!(
+            (*dp.encap_mtu.get_ref(), *dp.gue_port.get_ref()),
+            (9000, 7000)
+        );
+        assert_eq!(
+            dp.encap_source_v4.as_ref().map(|a| a.get_ref().to_string()),
+            Some("10.9.9.9".into())
+        );
+        // The keys without an encap VIP are legal but do nothing.
+        let c = Config::parse("t.toml", &dataplane_with("gue_port = 7000")).unwrap();
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+        assert_eq!(
+            (c.warnings[0].field.as_str(), c.warnings[0].line),
+            ("dataplane.gue_port", Some(4))
+        );
+    }
+
+    #[test]
+    fn encap_mistakes_name_the_field_and_the_line() {
+        let cases = [
+            (
+                "ipip",
+                "encap_mtu = 100",
+                "dataplane.encap_mtu",
+                4,
+                "576 to 65535",
+            ),
+            ("gue", "gue_port = 0", "dataplane.gue_port", 4, "port 0"),
+            (
+                "ipip",
+                "encap_source_v4 = \"224.0.0.1\"",
+                "dataplane.encap_source_v4",
+                4,
+                "multicast",
+            ),
+            (
+                "gue",
+                "encap_source_v6 = \"::\"",
+                "dataplane.encap_source_v6",
+                4,
+                "unspecified",
+            ),
+            (
+                "ipip",
+                "encap_source_v4 = \"2001:db8::1\"",
+                "dataplane.encap_source_v4",
+                4,
+                "IPv4",
+            ),
+            (
+                "gue",
+                "tier = \"software\"",
+                "vip[0].mode",
+                7,
+                "built by XDP only",
+            ),
+        ];
+        for (mode, keys, field, line, what) in cases {
+            let e = err_of(&encap_mode(mode, keys));
+            assert_eq!((e.field.as_str(), e.line), (field, Some(line)), "{e}");
+            assert!(e.message.contains(what), "{e}");
+        }
+        // Only encapsulation carries one family inside the other.
+        let mixed = encap_mode("ipip", "").replace("\"10.1.0.2\"", "\"2001:db8::2\"");
+        Config::parse("t.toml", &mixed).unwrap();
+        let e = err_of(&GOOD.replace("\"10.1.0.2\"", "\"2001:db8::2\""));
+        assert!(e.message.contains("only mode = \"ipip\" or \"gue\""), "{e}");
+        // Encapsulation keeps the port, so a DIP port is a mistake.
+        let e = err_of(&GOOD.replace("mode = \"nat\"", "mode = \"gue\""));
+        assert_eq!(e.field, "vip[0].dip[0].port", "{e}");
+        assert!(e.message.contains("gue mode does not rewrite ports"), "{e}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! weir's control plane: the configuration and its diagnostics, applying it
 //! to the data plane without moving established connections, the load-aware
 //! controller with its telemetry (agent and passive) and health checks, the
-//! `weir agent` server, metrics, status, and the management API with the
-//! one path (`live`) through which reloads and API writes change what runs.
+//! `weir agent` server, `weir decap` for backends, metrics, status, and the
+//! management API with the one path (`live`) through which reloads and API
+//! writes change what runs.
 
 pub mod agent;
 pub mod api;
@@ -13,6 +14,7 @@ pub mod config;
 pub mod controller;
 pub mod cpus;
 pub mod dashboard;
+pub mod decap;
 pub mod diag;
 pub mod health;
 pub mod http;

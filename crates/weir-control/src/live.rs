@@ -272,6 +272,17 @@ fn warn_restart_only(running: &Config, next: &Config) {
     {
         log("reload: [api] takes effect only on restart");
     }
+    let src = |c: &crate::config::Dataplane| {
+        (
+            *c.encap_mtu.get_ref(),
+            c.encap_source_v4.as_ref().map(|x| *x.get_ref()),
+            c.encap_source_v6.as_ref().map(|x| *x.get_ref()),
+            *c.gue_port.get_ref(),
+        )
+    };
+    if src(a) != src(b) {
+        log("reload: [dataplane] encap_mtu, encap_source_v4/v6 and gue_port take effect only on restart");
+    }
 }
 
 /// Starts the controller thread when the configuration wants one.

@@ -198,16 +198,23 @@ fn load_options(cfg: &Config) -> LoadOptions {
             .cluster
             .as_ref()
             .is_some_and(|c| *c.connection_sync.get_ref()),
+        encap: loader::Encap {
+            mtu: *dp.encap_mtu.get_ref(),
+            source_v4: dp.encap_source_v4.as_ref().map(|a| *a.get_ref()),
+            source_v6: dp.encap_source_v6.as_ref().map(|a| *a.get_ref()),
+            gue_port: *dp.gue_port.get_ref(),
+        },
     }
 }
 
-/// DSR rewrites only L2, so the DIP's neighbour entry must exist before the
-/// first packet: a short TCP connect makes the kernel resolve it.
+/// DSR rewrites only L2 (and ipip and gue keep the client's datagram), so the
+/// DIP's neighbour entry must exist before the first packet: a short TCP
+/// connect makes the kernel resolve it.
 pub(crate) fn prime_neighbours(cfg: &Config) {
     let targets: Vec<SocketAddr> = cfg
         .vips
         .iter()
-        .filter(|v| v.mode == Mode::Dsr)
+        .filter(|v| v.mode != Mode::Nat)
         .flat_map(|v| {
             let port = *v.port.get_ref();
             v.dips

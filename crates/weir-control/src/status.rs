@@ -34,6 +34,7 @@ pub const STAT_NAMES: [&str; WEIR_STAT_MAX as usize] = [
     "drop_reply_no_state",
     "to_software",
     "drop_no_worker",
+    "drop_too_big",
     "conn_hit",
     "conn_miss",
     "conn_new",
@@ -155,12 +156,13 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
                 Some(Proto::Udp) => "udp".into(),
                 None => key.proto.to_string(),
             },
-            mode: if u32::from(vip.mode) == WEIR_MODE_DSR {
-                "dsr"
-            } else {
-                "nat"
-            }
-            .into(),
+            mode: match u32::from(vip.mode) {
+                WEIR_MODE_NAT => "nat".into(),
+                WEIR_MODE_DSR => "dsr".into(),
+                WEIR_MODE_IPIP => "ipip".into(),
+                WEIR_MODE_GUE => "gue".into(),
+                m => m.to_string(),
+            },
             table_version: maps.table_version(vip.vip_id)?,
             priority_classes: ranges.class_weight[..ranges.nr.min(WEIR_MAX_CLASSES) as usize]
                 .to_vec(),

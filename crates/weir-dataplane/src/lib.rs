@@ -14,12 +14,15 @@
 //!   cache and counters.
 //! - [`gen`] and [`sink`]: the labs' packet generator (live BPF_PROG_TEST_RUN)
 //!   and the XDP sink that counts what arrives.
+//! - [`decap`] loads the backends' decapsulation program `weir_decap` (for
+//!   the ipip and gue modes) and reads its counters.
 //! - [`runstats`] reads a program's BPF run-time statistics.
 //! - [`sync_events`] reads the connections `weir_lb` announces for
 //!   connection sync (its ring buffer and counters).
 
 pub mod attach;
 pub mod conntrack;
+pub mod decap;
 pub mod gen;
 pub mod iface;
 pub mod kv;
@@ -50,6 +53,9 @@ pub mod skel {
     }
     pub mod sink {
         include!(concat!(env!("OUT_DIR"), "/weir_sink.skel.rs"));
+    }
+    pub mod decap {
+        include!(concat!(env!("OUT_DIR"), "/weir_decap.skel.rs"));
     }
 }
 

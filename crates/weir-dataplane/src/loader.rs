@@ -4,6 +4,7 @@
 
 use std::fs;
 use std::mem::MaybeUninit;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -104,6 +105,33 @@ impl DistMode {
     }
 }
 
+/// How the ipip and gue modes build their outer headers (encap.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Encap {
+    /// The largest outer IP datagram sent; a bigger one is dropped and
+    /// counted (`drop_too_big`).
+    pub mtu: u32,
+    /// Outer source of IPv4 DIPs; `None`: derived from the flow in
+    /// 172.16.0.0/16 (RSS entropy at the DIP).
+    pub source_v4: Option<Ipv4Addr>,
+    /// Outer source of IPv6 DIPs; `None`: derived from the flow in
+    /// fd77:6569:7200::/96.
+    pub source_v6: Option<Ipv6Addr>,
+    /// GUE's UDP destination port.
+    pub gue_port: u16,
+}
+
+impl Default for Encap {
+    fn default() -> Self {
+        Encap {
+            mtu: 1500,
+            source_v4: None,
+            source_v6: None,
+            gue_port: weir_abi::WEIR_GUE_PORT as u16,
+        }
+    }
+}
+
 /// Idle timeouts of connection entries, by state (conntrack.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnTimeouts {
@@ -184,6 +212,8 @@ pub struct LoadOptions {
     /// Announce installed connections in `sync_events` (lib/sync.h), for
     /// connection sync between cluster nodes.
     pub conn_sync: bool,
+    /// Outer headers of the ipip and gue modes.
+    pub encap: Encap,
 }
 
 impl Default for LoadOptions {
@@ -208,6 +238,7 @@ impl Default for LoadOptions {
             pin_dir: None,
             passive_telemetry: false,
             conn_sync: false,
+            encap: Encap::default(),
         }
     }
 }
@@ -317,6 +348,13 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     ro.cfg_timeouts.tcp_closing = t.tcp_closing;
     ro.cfg_timeouts.tcp_closed = t.tcp_closed;
     ro.cfg_timeouts.udp = t.udp;
+    let e = &opts.encap;
+    ro.cfg_encap_mtu = e.mtu;
+    ro.cfg_encap_src_v4 = e.source_v4.map_or(0, |a| u32::from_ne_bytes(a.octets()));
+    ro.cfg_encap_src_v6 = e
+        .source_v6
+        .map_or([0; 4], |a| weir_core::flow::addr_words(a.into()).0);
+    ro.cfg_gue_port = e.gue_port.to_be();
 
     let queues = match opts.tier {
         Tier::Xdp => 1,

@@ -86,6 +86,9 @@ enum Command {
     /// Add, remove, reweight or drain a DIP of the running daemon (through its API;
     /// the change is written back to its configuration file).
     Dip(weir_control::api::cli::DipArgs),
+    /// Run on a backend of ipip/gue VIPs: strip the outer IPIP/IPv6/GUE header of packets to
+    /// this host in XDP (`weir decap --interface IF`, `weir decap status --interface IF`).
+    Decap(weir_control::decap::DecapArgs),
     /// Make the running daemon re-read its configuration (same as SIGHUP).
     Reload {
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
@@ -253,6 +256,7 @@ fn run(cli: Cli) -> Result<()> {
             .and_then(|()| clap_mangen::generate_to(Cli::command(), &dir))
             .with_context(|| format!("writing man pages into {}", dir.display())),
         Command::Dip(args) => weir_control::api::cli::run(&args),
+        Command::Decap(args) => weir_control::decap::run(&args),
         Command::Reload { run_dir } => {
             let pid = runtime::request_reload(&run_dir)?;
             println!("asked weir serve (pid {pid}) to reload its configuration");

@@ -206,6 +206,49 @@ fn xdp_prog_id(ns: &str, dev: &str) -> Option<u32> {
 }
 
 #[test]
+fn weir_decap_names_a_bad_interface_and_a_foreign_program() {
+    let (_set, ns) = one_link_ns();
+    let decap = |args: &[&str]| {
+        Command::new("ip")
+            .args(["netns", "exec", &ns, WEIR, "decap"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = decap(&["--interface", "nosuch0"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("\"nosuch0\"") && stderr(&o).contains("--interface"),
+        "{}",
+        stderr(&o)
+    );
+    let o = decap(&["status", "--interface", "a0"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no XDP program on a0"),
+        "{}",
+        stderr(&o)
+    );
+    attach_pass(&ns, "a1").unwrap();
+    let pass = xdp_prog_id(&ns, "a1");
+    let o = decap(&["status", "--interface", "a1"]);
+    assert!(stderr(&o).contains("not weir_decap"), "{}", stderr(&o));
+    let o = decap(&["--interface", "a1"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("a1 already has an XDP program"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        xdp_prog_id(&ns, "a1"),
+        pass,
+        "the foreign program was touched"
+    );
+    assert!(!xdp_attached(&ns, "a0"));
+}
+
+#[test]
 fn an_interface_with_xdp_already_is_refused() {
     let (_set, ns) = one_link_ns();
     // Start weir once on a0, then a second one must refuse the busy link.

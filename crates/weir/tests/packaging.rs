@@ -71,7 +71,7 @@ fn every_example_configuration_loads_without_warnings() {
         );
         seen.insert(path.file_name().unwrap().to_string_lossy().into_owned());
     }
-    for want in ["weir.toml", "nat.toml", "dsr.toml", "kv.toml"] {
+    for want in ["weir.toml", "nat.toml", "dsr.toml", "encap.toml", "kv.toml"] {
         assert!(seen.contains(want), "examples/{want} is gone: {seen:?}");
     }
 }

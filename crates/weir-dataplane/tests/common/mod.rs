@@ -58,6 +58,7 @@ pub fn stat_name(i: u32) -> &'static str {
         "DROP_REPLY_NO_STATE",
         "TO_SOFTWARE",
         "DROP_NO_WORKER",
+        "DROP_TOO_BIG",
         "CONN_HIT",
         "CONN_MISS",
         "CONN_NEW",
