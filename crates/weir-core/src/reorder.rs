@@ -40,6 +40,14 @@
 //! workers that share their CPUs with other threads and are descheduled
 //! for milliseconds.
 //!
+//! Where ingress assigns numbers round robin (spray: number `seq` goes to
+//! worker `seq % workers`, [`Reorder::assign_round_robin`]), the claims
+//! say more: a worker's ring is FIFO, so a missing number whose worker has
+//! claimed a later one was lost on the way and is given up at once
+//! (`lost`), and one whose worker has not got that far is still in its
+//! ring and is waited for like a claimed one. The hold time then matters
+//! only where the assignment is not known (adaptive's spread sets).
+//!
 //! **Bounds.** At most `capacity` packets are held: a slot ring indexed by
 //! the number modulo the capacity (a power of two, so the mapping survives
 //! the 32-bit wrap), allocated once. A number at or past `head + capacity`
@@ -196,6 +204,9 @@ pub struct ReorderStats {
     /// Missing numbers given up after a later packet waited `hold_ns`:
     /// packets lost after ingress, or stalled longer than that.
     pub timeouts: u64,
+    /// Missing numbers given up at once: their worker had claimed a later
+    /// number, so its ring lost them (round-robin assignment only).
+    pub lost: u64,
     /// Missing numbers given up to keep the buffer within its capacity.
     pub overflows: u64,
     /// Missing numbers given up by [`Reorder::flush`].
@@ -216,6 +227,13 @@ enum Slot<P> {
     Held(P),
     /// Dropped by its worker.
     Dropped,
+}
+
+/// Whether number `a` comes after `b` (less than 2^31 ahead, as numbers
+/// compare everywhere here).
+fn after(a: Seq, b: Seq) -> bool {
+    let d = a.wrapping_sub(b);
+    d != 0 && d < 1 << 31
 }
 
 impl<P> Slot<P> {
@@ -260,6 +278,10 @@ pub struct Reorder<P> {
     /// distinct numbers within two windows of it: the queue holds fewer
     /// than twice `capacity` entries and never reallocates.
     waiting: VecDeque<(Seq, u64)>,
+    /// Round-robin assignment: number `seq` went to worker `seq % n`.
+    workers: Option<u32>,
+    /// The latest number each worker claimed (round-robin assignment).
+    last_taken: Vec<Option<Seq>>,
     stats: ReorderStats,
 }
 
@@ -285,12 +307,22 @@ impl<P> Reorder<P> {
             head: first,
             slots: (0..capacity).map(|_| Slot::Empty).collect(),
             waiting: VecDeque::with_capacity(2 * capacity),
+            workers: None,
+            last_taken: Vec::new(),
             stats: ReorderStats::default(),
         })
     }
 
     pub fn stats(&self) -> ReorderStats {
         self.stats
+    }
+
+    /// Ingress sends number `seq` to worker `seq % workers` (spray), and
+    /// the workers claim what they take: see the module docs.
+    pub fn assign_round_robin(&mut self, workers: u32) {
+        let workers = workers.max(1);
+        self.workers = Some(workers);
+        self.last_taken = vec![None; workers as usize];
     }
 
     /// Packets held now.
@@ -378,6 +410,12 @@ impl<P> Reorder<P> {
     /// docs). A number outside the window, or already reported, is left
     /// as it is.
     pub fn claim(&mut self, seq: Seq, now_ns: u64) {
+        if let Some(workers) = self.workers {
+            let last = &mut self.last_taken[(seq % workers) as usize];
+            if last.is_none_or(|l| after(seq, l)) {
+                *last = Some(seq);
+            }
+        }
         if self.place(seq) != Place::Window {
             return;
         }
@@ -393,6 +431,7 @@ impl<P> Reorder<P> {
     /// the packets that frees to `out`, in order. Call it once per loop
     /// iteration.
     pub fn poll(&mut self, now_ns: u64, out: &mut Vec<P>) {
+        self.give_up_lost(out);
         loop {
             self.prune_waiting();
             let Some(&(oldest, at)) = self.waiting.front() else {
@@ -402,19 +441,57 @@ impl<P> Reorder<P> {
                 return;
             }
             // Everything before the oldest held packet goes: held packets
-            // that came later, and the missing numbers nobody claimed.
+            // that came later, and the missing numbers nobody claimed and
+            // no worker's ring still holds.
             while self.head != oldest {
-                if let Slot::Claimed(at) = self.slots[(self.head & self.mask) as usize] {
-                    if now_ns.saturating_sub(at) < CLAIM_HOLD_NS {
-                        return;
+                let waiting = match self.slots[(self.head & self.mask) as usize] {
+                    Slot::Claimed(claimed) => now_ns.saturating_sub(claimed) < CLAIM_HOLD_NS,
+                    Slot::Empty => {
+                        self.in_a_ring(self.head) && now_ns.saturating_sub(at) < CLAIM_HOLD_NS
                     }
+                    Slot::Held(_) | Slot::Dropped => false,
+                };
+                if waiting {
+                    return;
                 }
                 if !self.take_head(Release::Late, out) {
                     self.stats.timeouts += 1;
                 }
             }
             self.release_run(Release::Late, out);
+            self.give_up_lost(out);
         }
+    }
+
+    /// Gives up, at once, the missing numbers at the head that their
+    /// worker's ring lost (round-robin assignment), and releases what that
+    /// frees.
+    fn give_up_lost(&mut self, out: &mut Vec<P>) {
+        let mut gave_up = false;
+        while matches!(self.slots[(self.head & self.mask) as usize], Slot::Empty)
+            && self.lost_in_a_ring(self.head)
+        {
+            self.take_head(Release::Late, out);
+            self.stats.lost += 1;
+            gave_up = true;
+        }
+        if gave_up {
+            self.release_run(Release::Late, out);
+        }
+    }
+
+    /// Whether missing number `seq`'s worker has claimed a later one: its
+    /// FIFO ring lost `seq`.
+    fn lost_in_a_ring(&self, seq: Seq) -> bool {
+        self.workers.is_some_and(|w| {
+            self.last_taken[(seq % w) as usize].is_some_and(|last| after(last, seq))
+        })
+    }
+
+    /// Whether missing number `seq` is still in its worker's ring: its
+    /// worker is known and has not claimed past it.
+    fn in_a_ring(&self, seq: Seq) -> bool {
+        self.workers.is_some() && !self.lost_in_a_ring(seq)
     }
 
     /// Releases every held packet in order, giving up the missing numbers
@@ -821,6 +898,9 @@ mod tests {
         stall_ns: u64,
         /// Workers claim each packet they take ([`Reorder::claim`]).
         claims: bool,
+        /// Ingress sends number `seq` to worker `seq % workers`, and the
+        /// stage knows it ([`Reorder::assign_round_robin`]; implies claims).
+        assigned: bool,
         capacity: u32,
         hold_ns: u64,
         seed: u64,
@@ -849,7 +929,11 @@ mod tests {
                 continue;
             }
             let seq = ingress.issue();
-            let w = (seq.wrapping_sub(first) % run.workers) as usize;
+            let w = if run.assigned {
+                (seq % run.workers) as usize
+            } else {
+                (seq.wrapping_sub(first) % run.workers) as usize
+            };
             let arrival = i * GAP_NS;
             let taken_at = free_at[w].max(arrival);
             let mut start = taken_at;
@@ -881,7 +965,7 @@ mod tests {
             .filter(|p| p.fate != Fate::Lost)
             .collect();
         events.sort_by_key(|p| p.done_at);
-        let mut claims: Vec<Packet> = if run.claims {
+        let mut claims: Vec<Packet> = if run.claims || run.assigned {
             events.clone()
         } else {
             Vec::new()
@@ -889,10 +973,20 @@ mod tests {
         claims.sort_by_key(|p| p.taken_at);
         let mut claims = claims.into_iter().peekable();
         let mut r = stage(run.capacity, run.hold_ns, first);
+        if run.assigned {
+            r.assign_round_robin(run.workers);
+        }
         let mut out = Vec::new();
         let mut released = Vec::new();
         let mut events = events.into_iter().peekable();
-        let end = packets.iter().map(|p| p.done_at).max().unwrap_or(0) + run.hold_ns;
+        // A number lost at the very end, which no later claim shows lost,
+        // is waited for as if in its worker's ring.
+        let longest = if run.assigned {
+            CLAIM_HOLD_NS
+        } else {
+            run.hold_ns
+        };
+        let end = packets.iter().map(|p| p.done_at).max().unwrap_or(0) + longest;
         let mut now = 0;
         while now <= end + POLL_NS {
             while let Some(p) = claims.next_if(|p| p.taken_at <= now) {
@@ -937,6 +1031,7 @@ mod tests {
             lost_after_pct: 0,
             stall_ns: 0,
             claims: false,
+            assigned: false,
             capacity: 1024,
             hold_ns: 200 * US,
             seed,
@@ -1094,6 +1189,55 @@ mod tests {
         }
     }
 
+    /// Round-robin assignment: a stalled worker's ring is known to hold
+    /// its numbers, so nothing is given up and nothing leaves out of order;
+    /// a number lost on the way is given up as soon as its worker claims a
+    /// later one, long before the hold time.
+    #[test]
+    fn with_the_assignment_known_only_lost_numbers_are_given_up_and_at_once() {
+        for seed in 0..10 {
+            let run = Run {
+                stall_ns: MS,
+                assigned: true,
+                hold_ns: 20 * US,
+                capacity: 1 << 14,
+                ..base(seed)
+            };
+            let (packets, released, r) = simulate(run);
+            let s = r.stats();
+            assert_eq!(
+                (s.timeouts, s.lost, s.out_of_order, s.overflows),
+                (0, 0, 0, 0),
+                "a 1 ms stall against a 20 µs hold: {s:?}"
+            );
+            assert_eq!(per_flow(&packets, &released), ingress_order(&packets));
+
+            let run = Run {
+                lost_after_pct: 2,
+                assigned: true,
+                ..base(seed)
+            };
+            let (packets, released, r) = simulate(run);
+            let s = r.stats();
+            let lost = packets.iter().filter(|p| p.fate == Fate::Lost).count() as u64;
+            assert!(lost > 0);
+            assert_eq!(s.lost + s.timeouts, lost, "{s:?}");
+            assert!(s.lost + u64::from(run.workers) >= lost, "{s:?} lost {lost}");
+            assert_eq!(s.out_of_order, 0);
+            assert_eq!(per_flow(&packets, &released), ingress_order(&packets));
+            let done: std::collections::HashMap<Seq, u64> =
+                packets.iter().map(|p| (p.seq, p.done_at)).collect();
+            let slow = released
+                .iter()
+                .filter(|&&(t, seq)| t - done[&seq] > run.hold_ns)
+                .count();
+            assert!(
+                slow as u64 <= u64::from(run.workers) * 64,
+                "seed {seed}: {slow} packets waited past the hold time"
+            );
+        }
+    }
+
     /// Claims change nothing for numbers nobody took: a packet lost
     /// between ingress and its worker is still given up after the hold.
     #[test]
@@ -1186,6 +1330,7 @@ mod tests {
                     rng.below(3 * MS)
                 },
                 claims: rng.below(2) == 0,
+                assigned: rng.below(3) == 0,
                 capacity: 1 << (1 + rng.below(12)),
                 hold_ns: US + rng.below(500 * US),
                 seed,

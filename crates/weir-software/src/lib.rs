@@ -163,7 +163,12 @@ impl SoftwareTier {
         let spreading = cfg.distribution.mode != Mode::Flow;
         let streams: Arc<[streams::Stream]> = match cfg.reorder {
             Some(r) if spreading => (0..ports[0].len())
-                .map(|s| streams::Stream::new(s % workers, r))
+                .map(|s| {
+                    // Spray sends number `seq` to worker `seq % workers`.
+                    let round_robin =
+                        (cfg.distribution.mode == Mode::Spray).then_some(workers as u32);
+                    streams::Stream::new(s % workers, r, round_robin)
+                })
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| anyhow::anyhow!("{e}"))?
                 .into(),

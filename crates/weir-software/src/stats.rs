@@ -74,6 +74,10 @@ pub struct ReorderCounters {
     pub timeouts: u64,
     /// Missing numbers given up to stay within the buffer.
     pub overflows: u64,
+    /// Missing numbers given up at once, because their worker had taken a
+    /// later one (spray: its ring lost them).
+    #[serde(default)]
+    pub lost: u64,
     /// Held now.
     pub buffered: u64,
 }
@@ -88,6 +92,7 @@ impl ReorderCounters {
         self.out_of_order += s.out_of_order;
         self.timeouts += s.timeouts + s.flushed;
         self.overflows += s.overflows;
+        self.lost += s.lost;
         self.buffered += s.buffered;
     }
 }

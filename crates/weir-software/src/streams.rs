@@ -43,12 +43,22 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// XDP numbers each queue from 0 (its counter starts with the program).
-    pub fn new(owner: usize, cfg: ReorderConfig) -> Result<Stream, ReorderError> {
+    /// XDP numbers each queue from 0 (its counter starts with the program);
+    /// `round_robin`: the workers, when number `seq` goes to worker `seq %
+    /// workers` (spray).
+    pub fn new(
+        owner: usize,
+        cfg: ReorderConfig,
+        round_robin: Option<u32>,
+    ) -> Result<Stream, ReorderError> {
+        let mut reorder = Reorder::new(cfg, 0)?;
+        if let Some(workers) = round_robin {
+            reorder.assign_round_robin(workers);
+        }
         Ok(Stream {
             owner,
             state: Mutex::new(State {
-                reorder: Reorder::new(cfg, 0)?,
+                reorder,
                 out: Vec::with_capacity(cfg.capacity as usize + 1),
             }),
             busy: AtomicBool::new(false),
