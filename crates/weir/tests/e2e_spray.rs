@@ -238,6 +238,7 @@ fn weir_losses(workers: &[Value]) -> u64 {
     };
     sum(workers, |w| {
         r(w, "timeouts")
+            + r(w, "lost")
             + r(w, "overflows")
             + r(w, "out_of_order")
             + sock(w, "rx_dropped")
@@ -268,10 +269,11 @@ fn client_side_rx(workers: &[Value]) -> Vec<u64> {
 fn a_tcp_transfer_through_a_sprayed_nat_vip_arrives_intact_and_in_order() {
     let _serial = one_at_a_time();
     let lab = Lab::build(3).expect("building the lab");
-    // The workers share two CPUs with the transfer's own threads: a
-    // preempted worker stalls for a scheduler slice (a few ms), longer than
-    // the default hold time of 1 ms.
-    let (mut d, _b) = start(&lab, "distribution = \"spray\"\nreorder_hold_us = 20000");
+    // The workers share two CPUs with the transfer's own threads, and a
+    // preempted worker stalls for a scheduler slice (a few ms), far longer
+    // than the default hold time of 1 ms. Spray's stage knows which worker
+    // each number went to, so it waits for a stalled worker's ring instead.
+    let (mut d, _b) = start(&lab, "distribution = \"spray\"");
     let receiver = &lab.backends[0];
     let ofo_before = tcp_ext(receiver, "TCPOFOQueue");
     let (got, sent) = bulk_transfer(&lab, 24 << 20, Duration::ZERO);
