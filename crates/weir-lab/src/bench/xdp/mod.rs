@@ -135,6 +135,9 @@ pub struct XdpBenchArgs {
     /// `weir serve` does) or the kernel's FIB per packet (an unresolved DIP).
     #[arg(long, value_enum, default_value_t = NextHopSource::Resolved)]
     pub next_hop: NextHopSource,
+    /// The connection tables' LRU layout (`[dataplane] conn_lru`).
+    #[arg(long, value_enum, default_value_t = Lru::Shared)]
+    pub lru: Lru,
     /// Seed of the random choice of measured connections.
     #[arg(long, default_value_t = 0x7765_6972)]
     pub seed: u64,
@@ -152,6 +155,7 @@ impl Default for XdpBenchArgs {
             spread: 4096,
             modes: vec![Mode::Nat, Mode::Dsr, Mode::Ipip, Mode::Gue],
             next_hop: NextHopSource::Resolved,
+            lru: Lru::Shared,
             seed: 0x7765_6972,
         }
     }
@@ -270,7 +274,14 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     let mut insts = Vec::new();
     let mut fill_seconds = 0.0;
     for &size in &sizes {
-        let inst = Inst::new(u64::from(size), conn_capacity, lo, &egress, args.next_hop)?;
+        let inst = Inst::new(
+            u64::from(size),
+            conn_capacity,
+            lo,
+            &egress,
+            args.next_hop,
+            args.lru,
+        )?;
         let t = Instant::now();
         inst.fill(&progress)?;
         fill_seconds += t.elapsed().as_secs_f64();
@@ -414,6 +425,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             sizes,
             modes,
             next_hop: args.next_hop,
+            lru: args.lru,
             seed: args.seed,
             conn_capacity,
             frame_bytes: FRAME_LEN,
