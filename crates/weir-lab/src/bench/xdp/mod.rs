@@ -257,7 +257,14 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     // room for the largest fill, every miss the bench installs, and LRU
     // slack (an LRU hash may evict before it is completely full).
     let misses = u64::from(args.runs) * u64::from(args.spread) * modes.len() as u64;
-    let capacity = u64::from(largest) + u64::from(largest) / 4 + misses + 4096;
+    let mut capacity = u64::from(largest) + u64::from(largest) / 4 + misses + 4096;
+    if args.lru == Lru::PerCpu {
+        // The fill runs from user space on one CPU, which then holds the
+        // whole fill in its own share of a per-CPU LRU: every share gets
+        // the room the one shared list has.
+        let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
+        capacity *= cpus as u64;
+    }
     let conn_capacity = u32::try_from(capacity).context("connection table too large")?;
 
     // One step per run of every series: hit hot and spread, then miss,
