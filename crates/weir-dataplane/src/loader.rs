@@ -440,17 +440,16 @@ fn map_flags(map: &libbpf_rs::OpenMapMut<'_>) -> u32 {
     unsafe { libbpf_rs::libbpf_sys::bpf_map__map_flags(map.as_libbpf_object().as_ptr()) }
 }
 
-/// The entries the kernel gives a map asked for `requested`: a per-CPU LRU
-/// is rounded up to a whole share for every possible CPU (htab_map_alloc).
-fn kernel_entries(requested: u32, flags: u32) -> Result<u32> {
-    if flags & libbpf_rs::libbpf_sys::BPF_F_NO_COMMON_LRU == 0 {
-        return Ok(requested);
+/// Whether a pinned map of `pinned` entries is what a load asking for
+/// `requested` makes: some kernels round a per-CPU LRU up to a whole share
+/// for every possible CPU (htab_map_alloc), others report the size asked.
+fn same_entries(pinned: u32, requested: u32, flags: u32) -> Result<bool> {
+    if pinned == requested || flags & libbpf_rs::libbpf_sys::BPF_F_NO_COMMON_LRU == 0 {
+        return Ok(pinned == requested);
     }
     let cpus = u32::try_from(libbpf_rs::num_possible_cpus().context("counting possible CPUs")?)
         .context("possible CPUs")?;
-    requested
-        .checked_next_multiple_of(cpus)
-        .with_context(|| format!("{requested} entries for {cpus} CPUs"))
+    Ok(requested.checked_next_multiple_of(cpus) == Some(pinned))
 }
 
 /// Points every pinned map at its pin: an existing pin is reused (after a
@@ -511,8 +510,9 @@ fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Vec<Pa
                     layout(flags)
                 );
             }
-            let entries = kernel_entries(map.max_entries(), flags)?;
-            if pinned.max_entries() != entries || pinned.map_type() != map.map_type() {
+            if !same_entries(pinned.max_entries(), map.max_entries(), flags)?
+                || pinned.map_type() != map.map_type()
+            {
                 bail!(
                     "pinned map {} has {} entries but the configuration asks for {} (the \
                      table sizes and dataplane.tier decide it); keep the old settings or drop \
@@ -520,7 +520,7 @@ fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Vec<Pa
                      connections)",
                     path.display(),
                     pinned.max_entries(),
-                    entries
+                    map.max_entries()
                 );
             }
             map.reuse_pinned_map(&path)

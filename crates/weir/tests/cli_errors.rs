@@ -305,9 +305,9 @@ fn incompatible_saved_state_is_explained_and_nothing_is_attached() {
     );
 }
 
-/// A per-CPU LRU table is rounded up to whole CPU shares by the kernel: a
-/// restart with the same settings reuses it, one with the shared layout is
-/// refused.
+/// A per-CPU LRU table (whose size some kernels round up to whole CPU
+/// shares) is reused by a restart with the same settings and refused by one
+/// with the shared layout.
 #[test]
 fn saved_state_of_another_lru_layout_is_refused() {
     let (_set, ns) = one_link_ns();
