@@ -441,8 +441,9 @@ fn map_flags(map: &libbpf_rs::OpenMapMut<'_>) -> u32 {
 }
 
 /// Whether a pinned map of `pinned` entries is what a load asking for
-/// `requested` makes: some kernels round a per-CPU LRU up to a whole share
-/// for every possible CPU (htab_map_alloc), others report the size asked.
+/// `requested` makes: the kernel rounds a per-CPU LRU up to a whole share
+/// for every possible CPU (htab_map_alloc), which libbpf's copy of the size
+/// does not show.
 fn same_entries(pinned: u32, requested: u32, flags: u32) -> Result<bool> {
     if pinned == requested || flags & libbpf_rs::libbpf_sys::BPF_F_NO_COMMON_LRU == 0 {
         return Ok(pinned == requested);

@@ -566,8 +566,8 @@ fn tiers_size_their_tables() {
 }
 
 /// `ConnLru::PerCpu` flags the four connection tables, and only them, with
-/// BPF_F_NO_COMMON_LRU; some kernels round their sizes up to whole CPU
-/// shares.
+/// BPF_F_NO_COMMON_LRU. The kernel rounds their sizes up to whole CPU
+/// shares; a handle may show the size asked or the rounded one.
 #[test]
 fn per_cpu_lru_flags_only_the_connection_tables() {
     let cpus = libbpf_rs::num_possible_cpus().unwrap() as u32;

@@ -305,8 +305,8 @@ fn incompatible_saved_state_is_explained_and_nothing_is_attached() {
     );
 }
 
-/// A per-CPU LRU table (whose size some kernels round up to whole CPU
-/// shares) is reused by a restart with the same settings and refused by one
+/// A per-CPU LRU table (whose size the kernel rounds up to whole CPU
+/// shares: 1025 -> 1026 on 2 CPUs) is reused by a restart with the same settings and refused by one
 /// with the shared layout.
 #[test]
 fn saved_state_of_another_lru_layout_is_refused() {
