@@ -67,6 +67,18 @@ pub enum Tier {
     Hybrid,
 }
 
+/// `[dataplane] conn_lru`: how the connection tables' LRU lists are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConnLru {
+    /// One list for all CPUs: any free entry serves any CPU.
+    #[default]
+    Shared,
+    /// One list per CPU: no shared lock on insert, but each CPU evicts only
+    /// from its own share of the entries.
+    PerCpu,
+}
+
 /// XDP attach mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -151,6 +163,9 @@ pub struct Dataplane {
     pub xdp_mode: XdpModeCfg,
     #[serde(default = "default_conn_table")]
     pub conn_table_size: u32,
+    /// The LRU layout of the connection tables (`shared` or `per-cpu`).
+    #[serde(default)]
+    pub conn_lru: ConnLru,
     /// Entries for TCP connections whose handshake is not done; default a
     /// quarter of `conn_table_size`.
     pub half_open_table_size: Option<u32>,
@@ -1787,10 +1802,19 @@ mode = "nat"
     }
 
     #[test]
+    fn conn_lru_takes_per_cpu() {
+        let dp = Config::parse("t.toml", &dataplane_with("conn_lru = \"per-cpu\""))
+            .unwrap()
+            .dataplane;
+        assert_eq!(dp.conn_lru, ConnLru::PerCpu);
+    }
+
+    #[test]
     fn the_tier_is_xdp_unless_asked_and_its_keys_default() {
         let last = *crate::cpus::usable().last().unwrap();
         let dp = Config::parse("t.toml", GOOD).unwrap().dataplane;
         assert_eq!(dp.tier, Tier::Xdp);
+        assert_eq!(dp.conn_lru, ConnLru::Shared);
         assert_eq!(dp.fast_size(), 8192);
         assert_eq!(*dp.offload.get_ref(), OffloadPolicy::Heavy);
         assert_eq!(dp.workers.get_ref(), &vec![last]);
@@ -1835,6 +1859,12 @@ mode = "nat"
                 "dataplane.fast_table_size",
                 4,
                 "between 1 and conn_table_size",
+            ),
+            (
+                "conn_lru = \"percpu\"".into(),
+                "dataplane.conn_lru",
+                4,
+                "unknown variant `percpu`, expected `shared` or `per-cpu`",
             ),
             (
                 "tier = \"fpga\"".into(),

@@ -20,7 +20,7 @@ use weir_dataplane::maps::Maps;
 
 use crate::apply::apply;
 use crate::bpffs::{self, Persistence};
-use crate::config::{Config, Mode, NonSynMiss, Tier, Verdict, XdpModeCfg};
+use crate::config::{Config, ConnLru, Mode, NonSynMiss, Tier, Verdict, XdpModeCfg};
 use crate::controller::Shared;
 use crate::live::Live;
 use crate::signals::SignalSet;
@@ -171,6 +171,10 @@ fn load_options(cfg: &Config) -> LoadOptions {
             Tier::Hybrid => loader::Tier::Hybrid,
         },
         conn_capacity: dp.conn_table_size,
+        conn_lru: match dp.conn_lru {
+            ConnLru::Shared => loader::ConnLru::Shared,
+            ConnLru::PerCpu => loader::ConnLru::PerCpu,
+        },
         half_open_capacity: dp.half_open_size(),
         fast_table_size: dp.fast_size(),
         // The configuration refuses an empty list and a repeated interface.

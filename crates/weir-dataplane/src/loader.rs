@@ -132,6 +132,33 @@ impl Default for Encap {
     }
 }
 
+/// How the connection tables' LRU lists are kept (maps.h: conns, rev_nat,
+/// half_open, half_open_rev).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConnLru {
+    /// One LRU list for all CPUs: any free entry serves any CPU, at the
+    /// cost of the list's lock on every insert.
+    #[default]
+    Shared,
+    /// One list per CPU (BPF_F_NO_COMMON_LRU): inserts take no shared lock,
+    /// but the kernel splits the entries between the CPUs and each evicts
+    /// only from its own share.
+    PerCpu,
+}
+
+impl ConnLru {
+    /// The map flags of the connection tables.
+    fn map_flags(self) -> u32 {
+        match self {
+            ConnLru::Shared => 0,
+            ConnLru::PerCpu => libbpf_rs::libbpf_sys::BPF_F_NO_COMMON_LRU,
+        }
+    }
+}
+
+/// The maps whose LRU layout `LoadOptions::conn_lru` decides.
+const CONN_TABLES: [&str; 4] = ["conns", "rev_nat", "half_open", "half_open_rev"];
+
 /// Idle timeouts of connection entries, by state (conntrack.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnTimeouts {
@@ -182,6 +209,8 @@ pub struct LoadOptions {
     /// Entries of the connection table (and of the reverse-NAT table) in
     /// the xdp tier. The other tiers keep their connections in the workers.
     pub conn_capacity: u32,
+    /// The LRU layout of the connection tables.
+    pub conn_lru: ConnLru,
     /// Entries of the half-open table (and of its reverse-NAT table): TCP
     /// connections whose handshake is not done yet (xdp tier only).
     pub half_open_capacity: u32,
@@ -221,6 +250,7 @@ impl Default for LoadOptions {
         LoadOptions {
             tier: Tier::Xdp,
             conn_capacity: 1 << 20,
+            conn_lru: ConnLru::Shared,
             half_open_capacity: 1 << 18,
             fast_table_size: 8192,
             interfaces: 1,
@@ -395,8 +425,32 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
             map.set_max_entries(*n)
                 .with_context(|| format!("setting the size of map {name} to {n}"))?;
         }
+        if CONN_TABLES.contains(&name.as_str()) {
+            let flags = map_flags(&map) | opts.conn_lru.map_flags();
+            map.set_map_flags(flags)
+                .with_context(|| format!("setting the flags of map {name} to {flags:#x}"))?;
+        }
     }
     Ok(())
+}
+
+/// The flags an open map will be created with.
+fn map_flags(map: &libbpf_rs::OpenMapMut<'_>) -> u32 {
+    // SAFETY: the pointer is the live open map `map` borrows.
+    unsafe { libbpf_rs::libbpf_sys::bpf_map__map_flags(map.as_libbpf_object().as_ptr()) }
+}
+
+/// Whether a pinned map of `pinned` entries is what a load asking for
+/// `requested` makes: the kernel rounds a per-CPU LRU up to a whole share
+/// for every possible CPU (htab_map_alloc), which libbpf's copy of the size
+/// does not show.
+fn same_entries(pinned: u32, requested: u32, flags: u32) -> Result<bool> {
+    if pinned == requested || flags & libbpf_rs::libbpf_sys::BPF_F_NO_COMMON_LRU == 0 {
+        return Ok(pinned == requested);
+    }
+    let cpus = u32::try_from(libbpf_rs::num_possible_cpus().context("counting possible CPUs")?)
+        .context("possible CPUs")?;
+    Ok(requested.checked_next_multiple_of(cpus) == Some(pinned))
 }
 
 /// Points every pinned map at its pin: an existing pin is reused (after a
@@ -439,7 +493,27 @@ fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Vec<Pa
                     value_size
                 );
             }
-            if pinned.max_entries() != map.max_entries() || pinned.map_type() != map.map_type() {
+            let flags = map_flags(&map);
+            let pinned_flags = pinned
+                .info()
+                .with_context(|| format!("reading pinned map {}", path.display()))?
+                .info
+                .map_flags;
+            let lru = libbpf_rs::libbpf_sys::BPF_F_NO_COMMON_LRU;
+            if (pinned_flags ^ flags) & lru != 0 {
+                let layout = |f: u32| if f & lru != 0 { "per-cpu" } else { "shared" };
+                bail!(
+                    "pinned map {} has a {} LRU but the configuration asks for {} \
+                     (dataplane.conn_lru); keep the old setting or drop the saved state with \
+                     `weir serve --reset-state` (this drops established connections)",
+                    path.display(),
+                    layout(pinned_flags),
+                    layout(flags)
+                );
+            }
+            if !same_entries(pinned.max_entries(), map.max_entries(), flags)?
+                || pinned.map_type() != map.map_type()
+            {
                 bail!(
                     "pinned map {} has {} entries but the configuration asks for {} (the \
                      table sizes and dataplane.tier decide it); keep the old settings or drop \

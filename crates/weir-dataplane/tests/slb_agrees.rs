@@ -403,8 +403,20 @@ fn frame_of(fx: &Fixture, f: &Flow, step: Step) -> Option<Vec<u8>> {
 
 #[test]
 fn software_and_xdp_agree_on_1000_random_flows() {
-    let opts = options();
-    let mut twin = Twin::new(&opts, true);
+    agree_on_random_flows(&options());
+}
+
+/// Per-CPU LRU lists (`ConnLru::PerCpu`) must not change what XDP keeps.
+#[test]
+fn software_and_xdp_agree_on_1000_random_flows_with_per_cpu_lru() {
+    agree_on_random_flows(&LoadOptions {
+        conn_lru: weir_dataplane::loader::ConnLru::PerCpu,
+        ..options()
+    });
+}
+
+fn agree_on_random_flows(opts: &LoadOptions) {
+    let mut twin = Twin::new(opts, true);
     let fx = Fixture::standard();
     let mut rng = StdRng::seed_from_u64(0x51b_a9ee);
     let mut flows: Vec<Flow> = (0..FLOWS).map(|i| random_flow(&mut rng, &fx, i)).collect();

@@ -345,7 +345,20 @@ fn fuzz_random_and_mutated_frames() {
 /// frame built independently, checksums included.
 #[test]
 fn random_valid_flows_match_the_reference() {
-    let h = Harness::new(&test_options());
+    valid_flows_match_the_reference(&test_options());
+}
+
+/// Per-CPU LRU lists (`ConnLru::PerCpu`) must not change what the tables keep.
+#[test]
+fn random_valid_flows_match_the_reference_with_per_cpu_lru() {
+    valid_flows_match_the_reference(&weir_dataplane::loader::LoadOptions {
+        conn_lru: weir_dataplane::loader::ConnLru::PerCpu,
+        ..test_options()
+    });
+}
+
+fn valid_flows_match_the_reference(opts: &weir_dataplane::loader::LoadOptions) {
+    let h = Harness::new(opts);
     let mut rng = StdRng::seed_from_u64(0x7765_6972_0f10);
     let vips: Vec<Vip> = h.fx.vips.iter().filter(|v| v.id <= 7).cloned().collect();
     let n = 20_000;

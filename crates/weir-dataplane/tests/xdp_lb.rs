@@ -21,7 +21,7 @@ use weir_core::awfd::AwfdTable;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
 use weir_core::hash::{flow_hash, DEFAULT_SEED};
 use weir_dataplane::conntrack::now_ticks;
-use weir_dataplane::loader::{Action, NonSynMiss};
+use weir_dataplane::loader::{Action, LoadOptions, NonSynMiss};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Pass, Tx};
 
 const PAYLOAD: &[u8] = b"GET / HTTP/1.1\r\nHost: weir\r\n\r\n";
@@ -1907,9 +1907,8 @@ fn without_passive_telemetry_nothing_is_timed() {
 /// A connection whose entry was evicted (LRU) is, with the default
 /// tcp_nonsyn_miss = dispatch, dispatched again by the *current* table: if
 /// the table changed since it was installed, it lands on another DIP.
-#[test]
-fn an_evicted_connection_is_redispatched_by_the_current_table() {
-    let h = Harness::new(&test_options());
+fn an_evicted_connection_is_redispatched_by_the_current_table_with(opts: &LoadOptions) {
+    let h = Harness::new(opts);
     let fx = &h.fx;
     let t2 = AwfdTable::from_weights(&[(2, 1), (3, 1)]).unwrap();
     let pick2 = |f: &Frame| {
@@ -2049,9 +2048,8 @@ fn fx_dip(h: &Harness, id: u32) -> Dip {
 /// A nat connection re-checks its reverse entry (which its LRU may evict
 /// apart from the connection) when a client packet refreshes the entry's
 /// atime: at most once a second, and always after a second of silence.
-#[test]
-fn evicted_reverse_entry_is_restored_when_the_entry_is_refreshed() {
-    let h = Harness::new(&test_options());
+fn evicted_reverse_entry_is_restored_when_the_entry_is_refreshed_with(opts: &LoadOptions) {
+    let h = Harness::new(opts);
     let syn = tcp("192.0.2.77", 41000, "10.0.0.100", 80, TcpFlags::SYN);
     let ack = Frame {
         l4: L4::Tcp(TcpFlags::ACK),
@@ -2120,9 +2118,8 @@ fn ticks_ago(secs: u64) -> u32 {
 /// reverse entry, promotion, FINs both ways, a new SYN on the same 5-tuple
 /// (dispatched by the current table, never by the old entry), idle expiry
 /// by state, and RST.
-#[test]
-fn tcp_connection_life_cycle() {
-    let h = Harness::new(&test_options());
+fn tcp_connection_life_cycle_with(opts: &LoadOptions) {
+    let h = Harness::new(opts);
     let fx = &h.fx;
     let v2 = AwfdTable::from_weights(&[(2, 1), (3, 1)]).unwrap();
     let pick_v2 = |f: &Frame| {
@@ -2268,9 +2265,8 @@ fn a_reply_without_state_is_not_rewritten() {
 
 /// A half-open entry older than its timeout is no retransmission: the SYN
 /// is dispatched by the current table.
-#[test]
-fn a_stale_half_open_entry_is_dispatched_anew() {
-    let h = Harness::new(&test_options());
+fn a_stale_half_open_entry_is_dispatched_anew_with(opts: &LoadOptions) {
+    let h = Harness::new(opts);
     let fx = &h.fx;
     let v2 = AwfdTable::from_weights(&[(2, 1), (3, 1)]).unwrap();
     let syn = find_flow(
@@ -2307,12 +2303,11 @@ fn a_stale_half_open_entry_is_dispatched_anew() {
 
 /// SYNs, however many, land in the bounded half-open table and never push
 /// an established connection out of `conns`.
-#[test]
-fn a_syn_flood_cannot_evict_established_connections() {
-    let opts = weir_dataplane::loader::LoadOptions {
+fn a_syn_flood_cannot_evict_established_connections_with(base: &LoadOptions) {
+    let opts = LoadOptions {
         conn_capacity: 1024,
         half_open_capacity: 256,
-        ..test_options()
+        ..base.clone()
     };
     let h = Harness::new(&opts);
     let established: Vec<Frame> = (0..200)
@@ -2358,9 +2353,8 @@ fn a_syn_flood_cannot_evict_established_connections() {
 
 /// The sweep deletes exactly the entries past their state's timeout, with
 /// their reverse entries, in both tables.
-#[test]
-fn the_sweep_deletes_expired_entries_only() {
-    let h = Harness::new(&test_options());
+fn the_sweep_deletes_expired_entries_only_with(opts: &LoadOptions) {
+    let h = Harness::new(opts);
     let t = test_options().timeouts;
     let flows: Vec<Frame> = (0..6)
         .map(|i| tcp("192.0.2.120", 46000 + i, "10.0.0.100", 80, TcpFlags::SYN))
@@ -2414,3 +2408,34 @@ fn the_sweep_deletes_expired_entries_only() {
     let d = h.fx.predict(0, &half.tuple()).unwrap().clone();
     assert!(get_rev(&h.maps.half_open_rev, &rev_key_of(&half.tuple(), &d)).is_none());
 }
+
+/// The connection life-cycle cases, with each LRU layout of the tables
+/// (`ConnLru`): per-CPU lists must not change what the tables keep.
+macro_rules! with_both_lrus {
+    ($($name:ident),* $(,)?) => {
+        mod shared_lru {
+            $(#[test]
+            fn $name() {
+                super::$name(&super::test_options());
+            })*
+        }
+        mod per_cpu_lru {
+            $(#[test]
+            fn $name() {
+                super::$name(&super::LoadOptions {
+                    conn_lru: weir_dataplane::loader::ConnLru::PerCpu,
+                    ..super::test_options()
+                });
+            })*
+        }
+    };
+}
+
+with_both_lrus!(
+    an_evicted_connection_is_redispatched_by_the_current_table_with,
+    evicted_reverse_entry_is_restored_when_the_entry_is_refreshed_with,
+    tcp_connection_life_cycle_with,
+    a_stale_half_open_entry_is_dispatched_anew_with,
+    the_sweep_deletes_expired_entries_only_with,
+    a_syn_flood_cannot_evict_established_connections_with,
+);

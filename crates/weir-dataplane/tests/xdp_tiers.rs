@@ -565,6 +565,34 @@ fn tiers_size_their_tables() {
     assert_eq!(sizes(Tier::Hybrid), [1024, 1024, 1, 1, 2 * WEIR_MAX_QUEUES]);
 }
 
+/// `ConnLru::PerCpu` flags the four connection tables, and only them, with
+/// BPF_F_NO_COMMON_LRU. The kernel rounds their sizes up to whole CPU
+/// shares; a handle may show the size asked or the rounded one.
+#[test]
+fn per_cpu_lru_flags_only_the_connection_tables() {
+    let cpus = libbpf_rs::num_possible_cpus().unwrap() as u32;
+    let h = Harness::new(&LoadOptions {
+        conn_lru: weir_dataplane::loader::ConnLru::PerCpu,
+        conn_capacity: 4097,
+        half_open_capacity: 1025,
+        ..test_options()
+    });
+    let m = &h.maps;
+    let flags = |map: &libbpf_rs::MapHandle| map.info().unwrap().info.map_flags;
+    let per_cpu = libbpf_rs::libbpf_sys::BPF_F_NO_COMMON_LRU;
+    for (map, want) in [
+        (&m.conns, 4097),
+        (&m.rev_nat, 4097),
+        (&m.half_open, 1025),
+        (&m.half_open_rev, 1025),
+    ] {
+        assert_ne!(flags(map) & per_cpu, 0);
+        let n = map.max_entries();
+        assert!(n == want || n == u32::next_multiple_of(want, cpus), "{n}");
+    }
+    assert_eq!(flags(&m.dips) & per_cpu, 0);
+}
+
 /// The fast table never holds more than fast_table_size entries: an insert
 /// into a full table evicts within it, and what is evicted goes to the
 /// workers again while what stays is forwarded.

@@ -305,6 +305,35 @@ fn incompatible_saved_state_is_explained_and_nothing_is_attached() {
     );
 }
 
+/// A per-CPU LRU table (whose size the kernel rounds up to whole CPU
+/// shares: 1025 -> 1026 on 2 CPUs) is reused by a restart with the same settings and refused by one
+/// with the shared layout.
+#[test]
+fn saved_state_of_another_lru_layout_is_refused() {
+    let (_set, ns) = one_link_ns();
+    let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    let config = |lru: &str| {
+        format!(
+            "[dataplane]\ninterfaces = [\"a0\"]\nconn_table_size = 1025\nconn_lru = \"{lru}\"\n{VIP}"
+        )
+    };
+    d.write_config(&config("per-cpu")).unwrap();
+    d.start().unwrap();
+    d.stop().unwrap();
+    d.start().unwrap();
+    d.stop().unwrap();
+    d.write_config(&config("shared")).unwrap();
+    let e = d.start().unwrap_err().to_string();
+    assert!(
+        e.contains("per-cpu LRU")
+            && e.contains("asks for shared")
+            && e.contains("dataplane.conn_lru")
+            && e.contains("--reset-state"),
+        "{e}"
+    );
+    assert!(!xdp_attached(&ns, "a0"));
+}
+
 #[test]
 fn a_foreign_xdp_program_is_named_with_the_command_to_detach_it() {
     let (_set, ns) = one_link_ns();

@@ -11,6 +11,25 @@ pub(super) struct Inst {
     pub(super) lo: u32,
 }
 
+/// The LRU layout of the connection tables (`[dataplane] conn_lru`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Lru {
+    /// One list for all CPUs (`weir serve`'s default).
+    Shared,
+    /// One list per CPU (BPF_F_NO_COMMON_LRU).
+    PerCpu,
+}
+
+impl Lru {
+    fn conn_lru(self) -> weir_dataplane::loader::ConnLru {
+        match self {
+            Lru::Shared => weir_dataplane::loader::ConnLru::Shared,
+            Lru::PerCpu => weir_dataplane::loader::ConnLru::PerCpu,
+        }
+    }
+}
+
 /// Where the bench's DIP's next hop comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -30,10 +49,12 @@ impl Inst {
         lo: u32,
         egress: &weir_dataplane::iface::Iface,
         source: NextHopSource,
+        lru: Lru,
     ) -> Result<Inst> {
         // The defaults of `weir serve`: the FIB on.
         let opts = LoadOptions {
             conn_capacity,
+            conn_lru: lru.conn_lru(),
             pin_dir: None,
             ..LoadOptions::default()
         };

@@ -135,6 +135,9 @@ pub struct XdpBenchArgs {
     /// `weir serve` does) or the kernel's FIB per packet (an unresolved DIP).
     #[arg(long, value_enum, default_value_t = NextHopSource::Resolved)]
     pub next_hop: NextHopSource,
+    /// The connection tables' LRU layout (`[dataplane] conn_lru`).
+    #[arg(long, value_enum, default_value_t = Lru::Shared)]
+    pub lru: Lru,
     /// Seed of the random choice of measured connections.
     #[arg(long, default_value_t = 0x7765_6972)]
     pub seed: u64,
@@ -152,6 +155,7 @@ impl Default for XdpBenchArgs {
             spread: 4096,
             modes: vec![Mode::Nat, Mode::Dsr, Mode::Ipip, Mode::Gue],
             next_hop: NextHopSource::Resolved,
+            lru: Lru::Shared,
             seed: 0x7765_6972,
         }
     }
@@ -253,7 +257,14 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     // room for the largest fill, every miss the bench installs, and LRU
     // slack (an LRU hash may evict before it is completely full).
     let misses = u64::from(args.runs) * u64::from(args.spread) * modes.len() as u64;
-    let capacity = u64::from(largest) + u64::from(largest) / 4 + misses + 4096;
+    let mut capacity = u64::from(largest) + u64::from(largest) / 4 + misses + 4096;
+    if args.lru == Lru::PerCpu {
+        // The fill runs from user space on one CPU, which then holds the
+        // whole fill in its own share of a per-CPU LRU: every share gets
+        // the room the one shared list has.
+        let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
+        capacity *= cpus as u64;
+    }
     let conn_capacity = u32::try_from(capacity).context("connection table too large")?;
 
     // One step per run of every series: hit hot and spread, then miss,
@@ -270,7 +281,14 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     let mut insts = Vec::new();
     let mut fill_seconds = 0.0;
     for &size in &sizes {
-        let inst = Inst::new(u64::from(size), conn_capacity, lo, &egress, args.next_hop)?;
+        let inst = Inst::new(
+            u64::from(size),
+            conn_capacity,
+            lo,
+            &egress,
+            args.next_hop,
+            args.lru,
+        )?;
         let t = Instant::now();
         inst.fill(&progress)?;
         fill_seconds += t.elapsed().as_secs_f64();
@@ -414,6 +432,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             sizes,
             modes,
             next_hop: args.next_hop,
+            lru: args.lru,
             seed: args.seed,
             conn_capacity,
             frame_bytes: FRAME_LEN,

@@ -91,6 +91,7 @@ pub struct Config {
     pub sizes: Vec<u32>,
     pub modes: Vec<Mode>,
     pub next_hop: NextHopSource,
+    pub lru: Lru,
     pub seed: u64,
     pub conn_capacity: u32,
     pub frame_bytes: usize,
@@ -135,6 +136,14 @@ pub fn render(report: &Report) -> String {
         match report.config.next_hop {
             NextHopSource::Resolved => "resolved into its slot (weir serve's default)",
             NextHopSource::Fib => "not resolved: a FIB lookup per packet",
+        }
+    );
+    let _ = writeln!(
+        s,
+        "connection tables' LRU: {}",
+        match report.config.lru {
+            Lru::Shared => "shared (one list for all CPUs, weir serve's default)",
+            Lru::PerCpu => "per-cpu (one list per CPU, BPF_F_NO_COMMON_LRU)",
         }
     );
     let _ = writeln!(
