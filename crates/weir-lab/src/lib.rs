@@ -15,5 +15,6 @@ pub mod netns;
 pub mod scale;
 pub mod spotlight;
 pub mod synflood;
+pub mod text_table;
 pub mod topology;
 pub mod traffic;

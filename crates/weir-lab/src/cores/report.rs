@@ -13,33 +13,6 @@ const SPRAY_OVER_FLOW_FIG2: f64 = 1.7;
 const SPRAY_OVER_FLOW_FIG3: f64 = 1.6;
 const TARGET_COST: u64 = 10_000;
 
-/// Left-aligned first column, the others right-aligned, two spaces apart.
-fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
-        for (w, cell) in width.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut s = String::new();
-        for (i, (cell, w)) in cells.iter().zip(&width).enumerate() {
-            if i == 0 {
-                s += &format!("{cell:<w$}");
-            } else {
-                s += &format!("  {cell:>w$}");
-            }
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
-    let mut out = line(&header);
-    for r in rows {
-        out += &line(r);
-    }
-    out
-}
-
 fn mpps(pps: f64) -> String {
     format!("{:.3}", pps / 1e6)
 }
@@ -111,7 +84,7 @@ pub fn fig2(r: &Report) -> String {
          (the CPUs the 2 workers had)\n",
         r.plan.frame_bytes_on_wire
     );
-    out += &table(
+    out += &crate::text_table::aligned(
         &[
             "cycles",
             "µs",
@@ -182,7 +155,7 @@ pub fn fig3(r: &Report) -> String {
     );
     let mut header = vec!["cycles"];
     header.extend(lines.iter().map(String::as_str));
-    out += &table(&header, &rows);
+    out += &crate::text_table::aligned(&header, &rows);
     let flow = fig3_point(r, "flow", TARGET_COST);
     for line in lines
         .iter()
@@ -250,7 +223,7 @@ pub fn tbtd(r: &Report) -> String {
             );
         }
     }
-    out += &table(
+    out += &crate::text_table::aligned(
         &[
             "mix",
             "flow",

@@ -29,32 +29,6 @@ fn loss_free(r: &SearchRow) -> String {
     format!("{}{star}", mpps(r.found.loss_free_pps))
 }
 
-/// Left-aligned first column, the others right-aligned, two spaces apart.
-fn table(header: &[String], rows: &[Vec<String>]) -> String {
-    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for r in rows {
-        for (w, cell) in width.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut s = String::new();
-        for (i, (cell, w)) in cells.iter().zip(&width).enumerate() {
-            if i == 0 {
-                s += &format!("{cell:<w$}");
-            } else {
-                s += &format!("  {cell:>w$}");
-            }
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    let mut out = line(header);
-    for r in rows {
-        out += &line(r);
-    }
-    out
-}
-
 /// The setting of a figure whose trials last `trial_s` seconds.
 fn setting(plan: &Plan, trial_s: f64) -> String {
     format!(
@@ -123,7 +97,7 @@ pub fn fig4_table(plan: &Plan, rows: &[SearchRow]) -> String {
         "\nFig. 4: highest loss-free rate, 1 flow, 1 DIP ({}; * = the generator's full \
          speed was loss-free)\n{}{}",
         setting(plan, plan.duration_s),
-        table(&header, &body),
+        crate::text_table::aligned(&header, &body),
         ledger_table(rows.iter().map(|r| (r.series.label(), r.workers.as_ref())))
     )
 }
@@ -164,7 +138,7 @@ pub fn fig5_table(plan: &Plan, rows: &[SearchRow]) -> String {
                 row
             })
             .collect();
-        table(&header, &body)
+        crate::text_table::aligned(&header, &body)
     };
     let mut out = format!(
         "\nFig. 5: highest loss-free rate (Mpps) vs concurrent connections, {} DIPs ({}; * = \
@@ -238,7 +212,7 @@ pub fn fig5_table(plan: &Plan, rows: &[SearchRow]) -> String {
     out + &format!(
         "\nFig. 5, hybrid over software\n{}paper (HNLB V-A): HNLB / SLB = \
          {PAPER_GAIN_AT_8000:.1}x (loss-free) at 8000 connections\n",
-        table(&header, &body)
+        crate::text_table::aligned(&header, &body)
     )
 }
 
@@ -287,7 +261,7 @@ fn ledger_table<'a>(rows: impl Iterator<Item = (String, Option<&'a Ledger>)>) ->
     }
     format!(
         "where the workers' packets went over each row's trials\n{}",
-        table(&header, &body)
+        crate::text_table::aligned(&header, &body)
     )
 }
 
@@ -351,7 +325,7 @@ pub fn fig7_table(plan: &Plan, worker_cpu: usize, rows: &[UtilizationRow]) -> St
             r.series.label(),
             r.connections,
             mpps(r.full_speed.received_pps),
-            table(&header, &body)
+            crate::text_table::aligned(&header, &body)
         );
         let fit = |f: Option<LinearFit>, what: &str| match f {
             Some(f) => format!(
