@@ -63,7 +63,7 @@ static __always_inline void ensure_reverse(struct xdp_md *ctx, const struct pack
 
 	reverse_key(pkt, dip, &rkey);
 	if (!bpf_map_lookup_elem(&rev_nat, &rkey))
-		install_reverse(ctx, &rev_nat, pkt, dip, vip_id);
+		install_reverse(ctx, pkt, dip, vip_id);
 }
 
 /* Picks a DIP for a new connection from the VIP's current table and fills
@@ -108,26 +108,28 @@ struct handshake {
  * restart, a flow moved here) is dispatched as configured and goes through
  * the same half-open step. Returns the DIP, or NULL with `hs->drop_stat`
  * set. `entry` is the caller's zeroed scratch entry: one on the stack, not
- * two, keeps the frame within BPF's 512 bytes with dispatch()'s on top. */
+ * two, keeps the frame within BPF's 512 bytes with dispatch()'s on top.
+ * A nat SYN's half-open entry carries its reverse entry, so the SYN costs
+ * one insert; the client's ACK writes the reverse entry to rev_nat. */
 static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const struct packet *pkt,
 					     const struct weir_vip *vip, struct handshake *hs,
 					     struct weir_conn *entry)
 {
 	int nat = vip->mode == WEIR_MODE_NAT;
-	struct weir_conn *half;
+	struct weir_half_open *half;
 	struct weir_dip *dip = NULL;
 	__u32 now = hs->now;
 
 	half = bpf_map_lookup_elem(&half_open, &pkt->key);
-	if (half && !half_open_expired(half, now))
-		dip = conn_dip(half);
+	if (half && !half_open_expired(&half->conn, now))
+		dip = conn_dip(&half->conn);
 	if (dip && hs->syn) {
 		stat_inc(WEIR_STAT_SYN_RETRANSMIT);
-		hs->dip_id = half->dip_id;
+		hs->dip_id = half->conn.dip_id;
 		return dip;
 	}
 	if (dip) {
-		*entry = *half;
+		*entry = half->conn;
 		entry->atime = now;
 		conn_note_close(entry, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
 		if (cfg_passive_telemetry && nat)
@@ -139,13 +141,8 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 			stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
 		}
 		sync_announce(pkt, dip, entry);
-		if (nat) {
-			struct weir_flow_key rkey = {};
-
-			install_reverse(ctx, &rev_nat, pkt, dip, vip->vip_id);
-			reverse_key(pkt, dip, &rkey);
-			bpf_map_delete_elem(&half_open_rev, &rkey);
-		}
+		if (nat)
+			install_reverse(ctx, pkt, dip, vip->vip_id);
 		bpf_map_delete_elem(&half_open, &pkt->key);
 		hs->dip_id = entry->dip_id;
 		return dip;
@@ -163,12 +160,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 		hs->drop_stat = WEIR_STAT_DROP_NO_BACKEND;
 		return NULL;
 	}
-	if (bpf_map_update_elem(&half_open, &pkt->key, entry, BPF_ANY) == 0)
-		stat_inc(WEIR_STAT_HALF_OPEN_NEW);
-	else
-		stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
-	if (nat)
-		install_reverse(ctx, &half_open_rev, pkt, dip, vip->vip_id);
+	install_half_open(ctx, pkt, entry, nat ? vip->vip_id : NO_REVERSE);
 	hs->dip_id = entry->dip_id;
 	return dip;
 }
@@ -279,7 +271,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
 		sync_announce(pkt, dip, &entry);
 		if (nat)
-			install_reverse(ctx, &rev_nat, pkt, dip, vip->vip_id);
+			install_reverse(ctx, pkt, dip, vip->vip_id);
 		new_conn = 1;
 	}
 	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn,
@@ -353,8 +345,9 @@ static __always_inline int reverse_nat(struct xdp_md *ctx, struct packet *pkt,
 	return send_out(ctx, r.ifindex, r.client_mac, r.lb_mac, WEIR_STAT_REV_NAT);
 }
 
-/* A packet from a nat DIP's service endpoint that matches no reverse entry. */
-static __always_inline int from_nat_dip(const struct packet *pkt)
+/* The nat VIPs of the DIP endpoint a packet comes from, or NULL when it
+ * comes from none. */
+static __always_inline struct weir_nat_endpoint *nat_endpoint_of(const struct packet *pkt)
 {
 	struct weir_endpoint ep = {};
 
@@ -362,7 +355,7 @@ static __always_inline int from_nat_dip(const struct packet *pkt)
 	ep.port = pkt->key.sport;
 	ep.proto = pkt->key.proto;
 	ep.family = pkt->key.family;
-	return bpf_map_lookup_elem(&nat_endpoints, &ep) != NULL;
+	return bpf_map_lookup_elem(&nat_endpoints, &ep);
 }
 
 /* Such a packet is a reply whose connection XDP does not know (or no one
@@ -401,6 +394,8 @@ int weir_lb(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct weir_vip_key vkey = {};
+	struct weir_nat_endpoint *ep;
+	struct weir_half_open *half;
 	struct weir_rev_nat *rev;
 	struct packet pkt = {};
 	struct weir_vip *vip;
@@ -441,13 +436,18 @@ int weir_lb(struct xdp_md *ctx)
 	 * has only the fast table's and no half-open one. */
 	if (cfg_tier != WEIR_TIER_SOFTWARE) {
 		rev = bpf_map_lookup_elem(&rev_nat, &pkt.key);
-		if (!rev && cfg_tier == WEIR_TIER_XDP)
-			rev = bpf_map_lookup_elem(&half_open_rev, &pkt.key);
 		if (rev)
 			return reverse_nat(ctx, &pkt, rev);
 	}
-	if (from_nat_dip(&pkt))
+	ep = nat_endpoint_of(&pkt);
+	if (ep) {
+		if (cfg_tier == WEIR_TIER_XDP && pkt.key.proto == IPPROTO_TCP) {
+			half = half_open_of_reply(&pkt, ep);
+			if (half)
+				return reverse_nat(ctx, &pkt, &half->rev);
+		}
 		return reply_without_state(ctx, &pkt);
+	}
 
 	return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP, WEIR_STAT_DROP_NOT_VIP);
 }

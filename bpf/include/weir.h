@@ -162,6 +162,25 @@ struct weir_endpoint {
 };
 _Static_assert(sizeof(struct weir_endpoint) == 20, "weir_endpoint size");
 
+/* How many nat VIPs one DIP endpoint may serve: a reply without a reverse
+ * entry (the SYN-ACK of a half-open connection) is looked up under each. */
+#define WEIR_ENDPOINT_VIPS 4
+
+/* A VIP's address and port (the client's destination). */
+struct weir_vip_addr {
+	__be32 addr[4];
+	__be16 port;
+	__u8 pad[2];
+};
+_Static_assert(sizeof(struct weir_vip_addr) == 20, "weir_vip_addr size");
+
+/* nat_endpoints value: the nat VIPs whose DIPs include the endpoint. */
+struct weir_nat_endpoint {
+	__u32 count;
+	struct weir_vip_addr vips[WEIR_ENDPOINT_VIPS];
+};
+_Static_assert(sizeof(struct weir_nat_endpoint) == 84, "weir_nat_endpoint size");
+
 /* Reverse NAT value: the VIP a reply's source must be rewritten back to,
  * and the L2 path the connection's first packet arrived by, which the reply
  * leaves by (symmetric return path, no route lookup per reply). */
@@ -176,6 +195,17 @@ struct weir_rev_nat {
 	__u8 lb_mac[6];     /* L2 destination of the client's packets: the reply's source */
 };
 _Static_assert(sizeof(struct weir_rev_nat) == 40, "weir_rev_nat size");
+
+/* Half-open table value: the connection, and in nat mode its reverse entry,
+ * which the DIP's replies use until the handshake is done. Kept with the
+ * connection, a nat SYN costs one table insert, not two: the replies find
+ * it by their endpoint's VIPs (weir_nat_endpoint), not by a key of their
+ * own. */
+struct weir_half_open {
+	struct weir_conn conn;
+	struct weir_rev_nat rev;
+};
+_Static_assert(sizeof(struct weir_half_open) == 80, "weir_half_open size");
 
 /* VIP table key. */
 struct weir_vip_key {

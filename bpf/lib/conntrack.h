@@ -131,32 +131,99 @@ static __always_inline void forward_key_of_reply(const struct packet *pkt,
 	fkey->family = pkt->key.family;
 }
 
-/* Writes the reverse entry of a nat connection into `map` (rev_nat, or
- * half_open_rev before the handshake is done): the VIP to restore and the
- * L2 path the client's packet came by, which the reply leaves by. Not
- * inlined: its keys would otherwise sit on the caller's stack once per call
- * site, past BPF's 512 bytes. */
-static __noinline void install_reverse(struct xdp_md *ctx, void *map,
-					    const struct packet *pkt, const struct weir_dip *dip,
-					    __u32 vip_id)
+/* Fills the reverse entry of a nat connection from its client's packet:
+ * the VIP to restore and the L2 path the packet came by, which the replies
+ * leave by. */
+static __always_inline void fill_reverse(struct xdp_md *ctx, const struct packet *pkt,
+					 __u32 vip_id, struct weir_rev_nat *rev)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct weir_flow_key rkey = {};
-	struct weir_rev_nat rev = {};
 	struct ethhdr *eth = data;
 
 	if ((void *)(eth + 1) > data_end)
 		return;
+	__builtin_memcpy(rev->vip, pkt->key.dst, sizeof(rev->vip));
+	rev->vport = pkt->key.dport;
+	rev->family = pkt->key.family;
+	rev->vip_id = vip_id;
+	rev->ifindex = ctx->ingress_ifindex;
+	__builtin_memcpy(rev->client_mac, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(rev->lb_mac, eth->h_dest, ETH_ALEN);
+}
+
+/* Writes the reverse entry of a nat connection into rev_nat. Not inlined:
+ * its key and value would otherwise sit on the caller's stack once per
+ * call site, past BPF's 512 bytes. */
+static __noinline void install_reverse(struct xdp_md *ctx, const struct packet *pkt,
+				       const struct weir_dip *dip, __u32 vip_id)
+{
+	struct weir_flow_key rkey = {};
+	struct weir_rev_nat rev = {};
+
 	reverse_key(pkt, dip, &rkey);
-	__builtin_memcpy(rev.vip, pkt->key.dst, sizeof(rev.vip));
-	rev.vport = pkt->key.dport;
-	rev.family = pkt->key.family;
-	rev.vip_id = vip_id;
-	rev.ifindex = ctx->ingress_ifindex;
-	__builtin_memcpy(rev.client_mac, eth->h_source, ETH_ALEN);
-	__builtin_memcpy(rev.lb_mac, eth->h_dest, ETH_ALEN);
-	bpf_map_update_elem(map, &rkey, &rev, BPF_ANY);
+	fill_reverse(ctx, pkt, vip_id, &rev);
+	bpf_map_update_elem(&rev_nat, &rkey, &rev, BPF_ANY);
+}
+
+/* install_half_open()'s vip_id for a connection with no reverse entry. */
+#define NO_REVERSE ((__u32)-1)
+
+/* Inserts a half-open connection: `entry`, and with a `vip_id` (nat mode)
+ * the reverse entry its DIP's replies use until the handshake is done, in
+ * one entry. Not inlined: the 80-byte value gets a frame of its own rather
+ * than a place on the caller's. */
+static __noinline void install_half_open(struct xdp_md *ctx, const struct packet *pkt,
+					 const struct weir_conn *entry, __u32 vip_id)
+{
+	struct weir_half_open half = {};
+
+	half.conn = *entry;
+	if (vip_id != NO_REVERSE)
+		fill_reverse(ctx, pkt, vip_id, &half.rev);
+	if (bpf_map_update_elem(&half_open, &pkt->key, &half, BPF_ANY) == 0)
+		stat_inc(WEIR_STAT_HALF_OPEN_NEW);
+	else
+		stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
+}
+
+/* The half-open nat connection a reply with no reverse entry belongs to
+ * (the SYN-ACK, before the client's ACK installs the reverse entry): the
+ * client's tuple under each VIP the replying endpoint serves, whose entry
+ * was dispatched to the address and port the reply comes from. Neither the
+ * entry's age nor its DIP's removal is checked, as they are not for a reply
+ * that matches a reverse entry: the sweeper removes old entries, and the
+ * client's next packet finds out about the DIP. (A slot reused by another
+ * address meanwhile no longer matches: that reply is dropped.) NULL when
+ * there is none. Not inlined: its key would count against the caller's
+ * frame. */
+static __noinline struct weir_half_open *half_open_of_reply(const struct packet *pkt,
+							     const struct weir_nat_endpoint *ep)
+{
+	struct weir_flow_key fkey = {};
+	__u32 count = ep->count, id;
+
+	__builtin_memcpy(fkey.src, pkt->key.dst, sizeof(fkey.src));
+	fkey.sport = pkt->key.dport;
+	fkey.proto = pkt->key.proto;
+	fkey.family = pkt->key.family;
+	for (__u32 i = 0; i < WEIR_ENDPOINT_VIPS && i < count; i++) {
+		struct weir_half_open *half;
+		struct weir_dip *dip;
+
+		__builtin_memcpy(fkey.dst, ep->vips[i].addr, sizeof(fkey.dst));
+		fkey.dport = ep->vips[i].port;
+		half = bpf_map_lookup_elem(&half_open, &fkey);
+		if (!half)
+			continue;
+		id = half->conn.dip_id;
+		dip = bpf_map_lookup_elem(&dips, &id);
+		if (dip && dip->addr[0] == pkt->key.src[0] && dip->addr[1] == pkt->key.src[1] &&
+		    dip->addr[2] == pkt->key.src[2] && dip->addr[3] == pkt->key.src[3] &&
+		    (dip->port ? dip->port : fkey.dport) == pkt->key.sport)
+			return half;
+	}
+	return NULL;
 }
 
 /* Drops an established entry and, in nat mode, its reverse entry (when its

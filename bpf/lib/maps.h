@@ -38,28 +38,23 @@ struct {
 
 /* Connections that have not completed their handshake (a SYN, or a first
  * non-SYN packet with no entry), bounded apart from `conns`: the client's
- * next packet promotes the entry to `conns`. */
+ * next packet promotes the entry to `conns`. A nat entry carries its
+ * reverse entry for the SYN-ACK. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, WEIR_DEFAULT_HALF_OPEN);
 	__type(key, struct weir_flow_key);
-	__type(value, struct weir_conn);
+	__type(value, struct weir_half_open);
 } half_open SEC(".maps");
 
-/* Reverse entries of half-open nat connections (the SYN-ACK's way back). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, WEIR_DEFAULT_HALF_OPEN);
-	__type(key, struct weir_flow_key);
-	__type(value, struct weir_rev_nat);
-} half_open_rev SEC(".maps");
-
-/* Endpoints of nat DIPs: a reply from one with no reverse entry is dropped. */
+/* Endpoints of nat DIPs -> the nat VIPs they serve: a reply from one finds
+ * its half-open connection through them, and with no connection at all it
+ * is dropped. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, WEIR_DEFAULT_DIPS);
 	__type(key, struct weir_endpoint);
-	__type(value, __u32);
+	__type(value, struct weir_nat_endpoint);
 } nat_endpoints SEC(".maps");
 
 /* (address, port, protocol) -> VIP id and forwarding mode. */

@@ -51,7 +51,10 @@ pod!(
     weir_conn,
     weir_conn_timeouts,
     weir_endpoint,
+    weir_vip_addr,
+    weir_nat_endpoint,
     weir_rev_nat,
+    weir_half_open,
     weir_vip_key,
     weir_vip,
     weir_dip,
@@ -89,6 +92,12 @@ mod tests {
         assert_eq!(std::mem::size_of::<weir_conn_timeouts>(), 20);
         assert_eq!(std::mem::size_of::<weir_endpoint>(), 20);
         assert_eq!(std::mem::size_of::<weir_rev_nat>(), 40);
+        assert_eq!(std::mem::size_of::<weir_half_open>(), 80);
+        assert_eq!(std::mem::size_of::<weir_vip_addr>(), 20);
+        assert_eq!(
+            std::mem::size_of::<weir_nat_endpoint>(),
+            4 + 20 * WEIR_ENDPOINT_VIPS as usize
+        );
         assert_eq!(std::mem::size_of::<weir_dip>(), 60);
         assert_eq!(std::mem::size_of::<weir_iface>(), 12);
         assert_eq!(std::mem::size_of::<weir_class_ranges>(), 136);

@@ -7,7 +7,7 @@
 //! tables first and only then loses its LIVE flag (which is what makes its
 //! connections move: they have nowhere to go).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{bail, Context, Result};
 use weir_abi::*;
@@ -192,25 +192,33 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
     Ok(report)
 }
 
-/// The service endpoints of every nat DIP: replies from them must match a
-/// reverse entry, or the data plane drops them.
-fn nat_endpoints(cfg: &Config) -> HashSet<weir_endpoint> {
-    cfg.vips
-        .iter()
-        .filter(|v| v.mode == Mode::Nat)
-        .flat_map(|v| {
-            v.dips.iter().map(move |d| {
-                let (addr, family) = addr_words(*d.address.get_ref());
-                let port = d.port.as_ref().unwrap_or(&v.port);
-                weir_endpoint {
-                    addr,
-                    port: port.get_ref().to_be(),
-                    proto: v.protocol.number(),
-                    family,
-                }
-            })
-        })
-        .collect()
+/// The service endpoints of every nat DIP, each with the nat VIPs it
+/// serves: replies from them must belong to a connection, or the data plane
+/// drops them.
+fn nat_endpoints(cfg: &Config) -> HashMap<weir_endpoint, weir_nat_endpoint> {
+    let mut out = HashMap::new();
+    for ((addr, port, proto), users) in cfg.nat_endpoint_users() {
+        let (addr, family) = addr_words(addr);
+        let mut value = weir_nat_endpoint::default();
+        // Validation bounds `users` by the value's room.
+        for (slot, &(i, _)) in value.vips.iter_mut().zip(&users) {
+            let vip = &cfg.vips[i];
+            *slot = weir_vip_addr {
+                addr: addr_words(*vip.address.get_ref()).0,
+                port: vip.port.get_ref().to_be(),
+                pad: [0; 2],
+            };
+            value.count += 1;
+        }
+        let key = weir_endpoint {
+            addr,
+            port: port.to_be(),
+            proto,
+            family,
+        };
+        out.insert(key, value);
+    }
+    out
 }
 
 fn retire(maps: &Maps, slots: &mut BTreeMap<u32, weir_dip>, id: u32) -> Result<()> {

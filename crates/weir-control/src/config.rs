@@ -1,7 +1,7 @@
 //! The TOML configuration of `weir serve`, validated with errors that name
 //! the file, the line and the field, and say what to do.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -945,6 +945,7 @@ impl Config {
             }
             total_dips += vip.dips.len();
         }
+        self.validate_nat_endpoints(ck)?;
         self.validate_encap(ck, &mut warnings)?;
         self.validate_controller(ck)?;
         warnings.extend(self.api.validate(ck)?);
@@ -1001,6 +1002,49 @@ fn not_unicast(a: &IpAddr) -> Option<String> {
 }
 
 impl Config {
+    /// Every service endpoint of a nat DIP (address, port, protocol number),
+    /// with the nat VIPs that list it, as (VIP index, DIP index) in file
+    /// order.
+    pub fn nat_endpoint_users(&self) -> BTreeMap<(IpAddr, u16, u8), Vec<(usize, usize)>> {
+        let mut out: BTreeMap<_, Vec<_>> = BTreeMap::new();
+        for (i, v) in self
+            .vips
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v.mode == Mode::Nat)
+        {
+            for (j, d) in v.dips.iter().enumerate() {
+                let port = *d.port.as_ref().unwrap_or(&v.port).get_ref();
+                out.entry((*d.address.get_ref(), port, v.protocol.number()))
+                    .or_default()
+                    .push((i, j));
+            }
+        }
+        out
+    }
+
+    /// A nat DIP's replies find their VIP through their endpoint, which
+    /// can serve at most WEIR_ENDPOINT_VIPS nat VIPs (weir.h).
+    fn validate_nat_endpoints(&self, ck: &Checker<'_>) -> Result<(), ConfigError> {
+        let most = weir_abi::WEIR_ENDPOINT_VIPS as usize;
+        for ((addr, port, _), users) in self.nat_endpoint_users() {
+            if let Some(&(i, j)) = users.get(most) {
+                let dip = &self.vips[i].dips[j];
+                return Err(ck.err(
+                    Some(dip.address.span()),
+                    format!("vip[{i}].dip[{j}].address"),
+                    format!(
+                        "{} nat VIPs send to {addr} port {port}, but one backend endpoint can \
+                         serve at most {most} nat VIPs (its replies are matched to their VIP by \
+                         it); give this VIP's backend another port, or use mode = \"dsr\"",
+                        users.len()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The ipip and gue modes and the `[dataplane]` keys of their outer
     /// headers.
     fn validate_encap(
@@ -1432,6 +1476,39 @@ mode = "nat"
         assert_eq!(c.vips[0].dips.len(), 2);
         assert_eq!(*c.vips[0].dips[0].weight.get_ref(), 1);
         assert_eq!(c.dataplane.not_vip, Verdict::Pass);
+    }
+
+    /// A nat VIP on port `port` of 10.0.0.`host` with the one DIP 10.1.0.1:8080.
+    fn nat_vip_on_the_shared_backend(host: u8, port: u16) -> String {
+        format!(
+            "\n[[vip]]\nname = \"v{host}-{port}\"\naddress = \"10.0.0.{host}\"\nport = {port}\n\
+             protocol = \"tcp\"\nmode = \"nat\"\n  [[vip.dip]]\n  address = \"10.1.0.1\"\n  \
+             port = 8080\n"
+        )
+    }
+
+    #[test]
+    fn one_backend_endpoint_serves_at_most_four_nat_vips() {
+        // GOOD's first DIP is 10.1.0.1:8080 already.
+        let three_more: String = (1..=3)
+            .map(|i| nat_vip_on_the_shared_backend(i, 80))
+            .collect();
+        let four = format!("{GOOD}{three_more}");
+        let c = Config::parse("t.toml", &four).unwrap();
+        let users = c.nat_endpoint_users();
+        let key = ("10.1.0.1".parse().unwrap(), 8080, 6);
+        assert_eq!(users[&key], vec![(0, 0), (1, 0), (2, 0), (3, 0)]);
+
+        let e = err_of(&format!("{four}{}", nat_vip_on_the_shared_backend(4, 80)));
+        assert_eq!(e.field, "vip[4].dip[0].address", "{e}");
+        assert!(
+            e.to_string()
+                .contains("5 nat VIPs send to 10.1.0.1 port 8080"),
+            "{e}"
+        );
+        // Another port of the same backend is another endpoint.
+        let other_port = four + &nat_vip_on_the_shared_backend(4, 81).replace("8080", "8081");
+        Config::parse("t.toml", &other_port).unwrap();
     }
 
     #[test]

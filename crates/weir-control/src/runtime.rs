@@ -346,6 +346,12 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             return Err(e);
         }
     };
+    for pin in lb.drop_superseded_pins() {
+        log(format!(
+            "dropped {pin}: an older weir's table in another layout (replaced; handshakes \
+             in progress restart)"
+        ));
+    }
     prime_neighbours(&cfg);
     let adopted = matches!(
         &takeover,

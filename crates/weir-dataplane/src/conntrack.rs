@@ -111,12 +111,14 @@ pub fn sweep(maps: &Maps, timeouts: &ConnTimeouts) -> Result<SweepReport> {
     let dips = live_dips(maps)?;
     let mut report = SweepReport::default();
     let now = now_ticks();
-    let (n, expired) = sweep_table(&maps.conns, &maps.rev_nat, &dips, |key, c| {
-        idle_past(c.atime, timeout(c, key.proto, &t), now)
-    })?;
+    let (n, expired) =
+        sweep_table::<weir_conn>(&maps.conns, Some(&maps.rev_nat), &dips, |key, c| {
+            idle_past(c.atime, timeout(c, key.proto, &t), now)
+        })?;
     report.established = n;
     report.established_expired = expired;
-    let (n, expired) = sweep_table(&maps.half_open, &maps.half_open_rev, &dips, |_, c| {
+    // A half-open entry carries its reverse entry (weir_half_open).
+    let (n, expired) = sweep_table::<weir_half_open>(&maps.half_open, None, &dips, |_, c| {
         idle_past(c.atime, t.tcp_half_open, now)
     })?;
     report.half_open = n;
@@ -135,34 +137,55 @@ fn live_dips(maps: &Maps) -> Result<HashMap<u32, weir_dip>> {
     Ok(out)
 }
 
-fn sweep_table(
+/// A connection table's value: the connection, and what else it carries.
+trait ConnEntry: AsBytes {
+    fn conn(&self) -> &weir_conn;
+}
+
+impl ConnEntry for weir_conn {
+    fn conn(&self) -> &weir_conn {
+        self
+    }
+}
+
+impl ConnEntry for weir_half_open {
+    fn conn(&self) -> &weir_conn {
+        &self.conn
+    }
+}
+
+/// Deletes the expired entries of `table`, and their reverse entries in
+/// `rev_table` where the table keeps them apart.
+fn sweep_table<E: ConnEntry>(
     table: &MapHandle,
-    rev_table: &MapHandle,
+    rev_table: Option<&MapHandle>,
     dips: &HashMap<u32, weir_dip>,
     expired: impl Fn(&weir_flow_key, &weir_conn) -> bool,
 ) -> Result<(usize, usize)> {
-    let entries: Vec<(weir_flow_key, weir_conn)> = read_all(table)?;
+    let entries: Vec<(weir_flow_key, E)> = read_all(table)?;
     let seen = entries.len();
     let victims: Vec<_> = entries
         .into_iter()
-        .filter(|(key, conn)| expired(key, conn))
+        .filter(|(key, e)| expired(key, e.conn()))
         .collect();
     let mut removed = 0;
-    for (key, seen_conn) in victims {
+    for (key, seen_entry) in victims {
         // Read again: only the same, still expired entry goes.
         let Some(now) = table
             .lookup(key.as_bytes(), MapFlags::ANY)?
-            .and_then(|v| weir_conn::from_bytes(&v))
+            .and_then(|v| E::from_bytes(&v))
         else {
             continue;
         };
-        if now.created_ns != seen_conn.created_ns || !expired(&key, &now) {
+        let now = now.conn();
+        if now.created_ns != seen_entry.conn().created_ns || !expired(&key, now) {
             continue;
         }
         if table.delete(key.as_bytes()).is_ok() {
             removed += 1;
         }
-        if let Some(dip) = dips.get(&now.dip_id).filter(|d| d.gen == now.dip_gen) {
+        let dip = dips.get(&now.dip_id).filter(|d| d.gen == now.dip_gen);
+        if let (Some(rev_table), Some(dip)) = (rev_table, dip) {
             // Absent in dsr mode; a failed delete is that.
             let _ = rev_table.delete(reverse_key(&key, dip).as_bytes());
         }

@@ -7,6 +7,7 @@ use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -133,7 +134,7 @@ impl Default for Encap {
 }
 
 /// How the connection tables' LRU lists are kept (maps.h: conns, rev_nat,
-/// half_open, half_open_rev).
+/// half_open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConnLru {
     /// One LRU list for all CPUs: any free entry serves any CPU, at the
@@ -157,7 +158,7 @@ impl ConnLru {
 }
 
 /// The maps whose LRU layout `LoadOptions::conn_lru` decides.
-const CONN_TABLES: [&str; 4] = ["conns", "rev_nat", "half_open", "half_open_rev"];
+const CONN_TABLES: [&str; 3] = ["conns", "rev_nat", "half_open"];
 
 /// Idle timeouts of connection entries, by state (conntrack.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,7 +279,6 @@ pub const PINNED_MAPS: &[&str] = &[
     "conns",
     "rev_nat",
     "half_open",
-    "half_open_rev",
     "nat_endpoints",
     "vips",
     "dips",
@@ -291,11 +291,25 @@ pub const PINNED_MAPS: &[&str] = &[
     "dip_telemetry",
 ];
 
+/// Pinned maps whose state is short-lived or rebuilt from the
+/// configuration: a pin of another layout (an older weir's) is replaced
+/// rather than refused, so an upgrade keeps the established connections.
+/// What is lost: handshakes in progress (clients retransmit their SYN).
+const REPLACEABLE_MAPS: &[&str] = &["half_open", "nat_endpoints"];
+
+/// Pins older weir versions made that this one no longer uses.
+const RETIRED_PINS: &[&str] = &["half_open_rev"];
+
 /// A loaded (not yet attached) `weir_lb`.
 pub struct LoadedLb {
     pub skel: WeirLbSkel<'static>,
     /// Pins this load created (the rest were reused from a previous run).
     pub created_pins: Vec<PathBuf>,
+    /// Pins of another layout this load replaced (REPLACEABLE_MAPS): where
+    /// each was, and its map, held until the start succeeds (bpffs cannot
+    /// rename a pin, so it is unlinked and pinned again if the start fails).
+    superseded_pins: Mutex<Vec<(PathBuf, MapHandle)>>,
+    pin_dir: Option<PathBuf>,
 }
 
 impl LoadedLb {
@@ -303,18 +317,58 @@ impl LoadedLb {
         self.skel.progs.weir_lb.as_fd()
     }
 
-    /// Removes the pins this load created: used when startup fails, so a
-    /// failed start leaves nothing behind.
+    /// Removes the pins this load created and puts back the ones it
+    /// replaced: used when startup fails, so a failed start leaves the
+    /// saved state as it found it.
     pub fn remove_created_pins(&self) {
-        for p in &self.created_pins {
-            let _ = fs::remove_file(p);
+        remove_pins(&self.created_pins);
+        restore_pins(&mut self.superseded());
+    }
+
+    fn superseded(&self) -> std::sync::MutexGuard<'_, Vec<(PathBuf, MapHandle)>> {
+        self.superseded_pins
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Once the program is attached: drops the pins it replaced and those
+    /// of maps this version no longer has, which only an older program
+    /// used. Returns the names dropped.
+    pub fn drop_superseded_pins(&self) -> Vec<String> {
+        let mut dropped: Vec<String> = self
+            .superseded()
+            .drain(..)
+            .map(|(was, _)| was.display().to_string())
+            .collect();
+        if let Some(dir) = &self.pin_dir {
+            for name in RETIRED_PINS {
+                let p = dir.join(name);
+                if fs::remove_file(&p).is_ok() {
+                    dropped.push(p.display().to_string());
+                }
+            }
         }
+        dropped
+    }
+}
+
+fn remove_pins(pins: &[PathBuf]) {
+    for p in pins {
+        let _ = fs::remove_file(p);
+    }
+}
+
+/// Pins the replaced maps again where they were (the new pins there must
+/// be gone first).
+fn restore_pins(superseded: &mut Vec<(PathBuf, MapHandle)>) {
+    for (was, mut map) in superseded.drain(..) {
+        let _ = map.pin(&was);
     }
 }
 
 /// Sizes of the maps that have a pin. A table a tier does not use gets one
 /// entry: these are preallocated, and a million-entry LRU costs about 100 MiB.
-fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 11] {
+fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 10] {
     let slots = weir_abi::WEIR_TABLE_SLOTS;
     let (conns, half_open) = match opts.tier {
         Tier::Xdp => (opts.conn_capacity, opts.half_open_capacity),
@@ -325,7 +379,6 @@ fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 11] {
         ("conns", conns),
         ("rev_nat", conns),
         ("half_open", half_open),
-        ("half_open_rev", half_open),
         ("nat_endpoints", opts.max_dips),
         ("vips", opts.max_vips),
         ("dips", opts.max_dips),
@@ -453,17 +506,34 @@ fn same_entries(pinned: u32, requested: u32, flags: u32) -> Result<bool> {
     Ok(requested.checked_next_multiple_of(cpus) == Some(pinned))
 }
 
+/// What [`prepare_pins`] arranged: the pins the load will create, and the
+/// pins of another layout it unlinked for them, with their maps.
+#[derive(Default)]
+struct Pins {
+    created: Vec<PathBuf>,
+    superseded: Vec<(PathBuf, MapHandle)>,
+}
+
 /// Points every pinned map at its pin: an existing pin is reused (after a
 /// compatibility check that names the problem), a missing one is created at
-/// load. Returns the pins that load will create.
-fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Vec<PathBuf>> {
+/// load, and one of another layout is unlinked if its map is replaceable
+/// (REPLACEABLE_MAPS). On an error, what was unlinked is pinned again.
+fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Pins> {
     fs::create_dir_all(dir).with_context(|| {
         format!(
             "creating {} (is bpffs mounted on /sys/fs/bpf?)",
             dir.display()
         )
     })?;
-    let mut created = Vec::new();
+    let mut pins = Pins::default();
+    let prepared = point_at_pins(open, dir, &mut pins);
+    if prepared.is_err() {
+        restore_pins(&mut pins.superseded);
+    }
+    prepared.map(|()| pins)
+}
+
+fn point_at_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path, pins: &mut Pins) -> Result<()> {
     for mut map in open.open_object_mut().maps_mut() {
         let name = map.name().to_string_lossy().into_owned();
         if !PINNED_MAPS.contains(&name.as_str()) {
@@ -481,7 +551,17 @@ fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Vec<Pa
                     libbpf_rs::libbpf_sys::bpf_map__value_size(raw),
                 )
             };
-            if pinned.key_size() != key_size || pinned.value_size() != value_size {
+            let same_layout = pinned.key_size() == key_size && pinned.value_size() == value_size;
+            if !same_layout && REPLACEABLE_MAPS.contains(&name.as_str()) {
+                fs::remove_file(&path)
+                    .with_context(|| format!("unpinning the older map {}", path.display()))?;
+                pins.superseded.push((path.clone(), pinned));
+                map.set_pin_path(&path)
+                    .with_context(|| format!("setting pin path {}", path.display()))?;
+                pins.created.push(path);
+                continue;
+            }
+            if !same_layout {
                 bail!(
                     "pinned map {} was made by an incompatible weir version (key/value of {}/{} \
                      bytes, this one needs {}/{}); drop the saved state with \
@@ -529,10 +609,10 @@ fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Vec<Pa
         } else {
             map.set_pin_path(&path)
                 .with_context(|| format!("setting pin path {}", path.display()))?;
-            created.push(path);
+            pins.created.push(path);
         }
     }
-    Ok(created)
+    Ok(())
 }
 
 /// Opens, configures and loads `weir_lb`.
@@ -544,14 +624,13 @@ pub fn load(opts: &LoadOptions) -> Result<LoadedLb> {
         .open(storage)
         .context("opening the weir_lb BPF object")?;
     configure(&mut open, opts)?;
-    let created = match &opts.pin_dir {
+    let mut pins = match &opts.pin_dir {
         Some(dir) => prepare_pins(&mut open, dir)?,
-        None => Vec::new(),
+        None => Pins::default(),
     };
     let skel = open.load().map_err(|e| {
-        for p in &created {
-            let _ = fs::remove_file(p);
-        }
+        remove_pins(&pins.created);
+        restore_pins(&mut pins.superseded);
         anyhow::anyhow!(
             "the kernel refused to load weir_lb: {e}; weir needs Linux >= 5.15 with BTF \
              (/sys/kernel/btf/vmlinux) and root (CAP_BPF, CAP_NET_ADMIN)"
@@ -559,7 +638,9 @@ pub fn load(opts: &LoadOptions) -> Result<LoadedLb> {
     })?;
     Ok(LoadedLb {
         skel,
-        created_pins: created,
+        created_pins: pins.created,
+        superseded_pins: Mutex::new(pins.superseded),
+        pin_dir: opts.pin_dir.clone(),
     })
 }
 

@@ -1,7 +1,7 @@
 //! Typed access to the maps of `weir_lb`, from a loaded program or from the
 //! pins of a running one. Values go in and out as the `weir-abi` structs.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
@@ -18,7 +18,6 @@ pub struct Maps {
     pub conns: MapHandle,
     pub rev_nat: MapHandle,
     pub half_open: MapHandle,
-    pub half_open_rev: MapHandle,
     pub nat_endpoints: MapHandle,
     pub vips: MapHandle,
     pub dips: MapHandle,
@@ -117,7 +116,6 @@ impl Maps {
             conns: handle(&m.conns)?,
             rev_nat: handle(&m.rev_nat)?,
             half_open: handle(&m.half_open)?,
-            half_open_rev: handle(&m.half_open_rev)?,
             nat_endpoints: handle(&m.nat_endpoints)?,
             vips: handle(&m.vips)?,
             dips: handle(&m.dips)?,
@@ -150,7 +148,6 @@ impl Maps {
             conns: open("conns")?,
             rev_nat: open("rev_nat")?,
             half_open: open("half_open")?,
-            half_open_rev: open("half_open_rev")?,
             nat_endpoints: open("nat_endpoints")?,
             vips: open("vips")?,
             dips: open("dips")?,
@@ -475,30 +472,45 @@ impl Maps {
         self.half_open.keys().count()
     }
 
+    /// The connection of a half-open entry.
     pub fn half_open(&self, key: &weir_flow_key) -> Result<Option<weir_conn>> {
+        Ok(self.half_open_entry(key)?.map(|h| h.conn))
+    }
+
+    /// A half-open entry whole: the connection and, in nat mode, the
+    /// reverse entry its DIP's replies use until the handshake is done.
+    pub fn half_open_entry(&self, key: &weir_flow_key) -> Result<Option<weir_half_open>> {
         get(&self.half_open, key.as_bytes())
     }
 
-    pub fn put_half_open(&self, key: &weir_flow_key, conn: &weir_conn) -> Result<()> {
+    pub fn put_half_open(&self, key: &weir_flow_key, entry: &weir_half_open) -> Result<()> {
         self.half_open
-            .update(key.as_bytes(), conn.as_bytes(), MapFlags::ANY)
+            .update(key.as_bytes(), entry.as_bytes(), MapFlags::ANY)
             .context("writing a half-open connection")
     }
 
-    /// Makes `nat_endpoints` hold exactly `wanted` (endpoints of nat DIPs,
-    /// whose replies must never leave without their reverse entry).
-    pub fn sync_nat_endpoints(&self, wanted: &HashSet<weir_endpoint>) -> Result<()> {
+    /// Makes `nat_endpoints` hold exactly `wanted`: the endpoints of nat
+    /// DIPs (whose replies must never leave without their connection), each
+    /// with the nat VIPs it serves.
+    pub fn sync_nat_endpoints(
+        &self,
+        wanted: &HashMap<weir_endpoint, weir_nat_endpoint>,
+    ) -> Result<()> {
         let present: Vec<weir_endpoint> = self
             .nat_endpoints
             .keys()
             .filter_map(|k| weir_endpoint::from_bytes(&k))
             .collect();
-        for ep in wanted.iter().filter(|ep| !present.contains(ep)) {
+        for (ep, vips) in wanted {
+            if get::<weir_nat_endpoint>(&self.nat_endpoints, ep.as_bytes())?.as_ref() == Some(vips)
+            {
+                continue;
+            }
             self.nat_endpoints
-                .update(ep.as_bytes(), &1u32.to_ne_bytes(), MapFlags::ANY)
+                .update(ep.as_bytes(), vips.as_bytes(), MapFlags::ANY)
                 .context("writing a nat endpoint (raise dataplane.max_dips)")?;
         }
-        for ep in present.iter().filter(|ep| !wanted.contains(ep)) {
+        for ep in present.iter().filter(|ep| !wanted.contains_key(ep)) {
             self.nat_endpoints
                 .delete(ep.as_bytes())
                 .context("deleting a nat endpoint")?;

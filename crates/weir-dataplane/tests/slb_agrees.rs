@@ -110,7 +110,7 @@ impl Twin {
             s.set_dip(d.id, d.abi(1, true)).unwrap();
         }
         if nat_endpoints {
-            s.set_nat_endpoints(h.fx.nat_endpoints());
+            s.set_nat_endpoints(h.fx.nat_endpoints().into_keys());
         } else {
             h.maps.sync_nat_endpoints(&Default::default()).unwrap();
         }
@@ -271,9 +271,9 @@ impl Twin {
         let half: Vec<Vec<u8>> = self.h.maps.half_open.keys().collect();
         for k in half {
             let key = weir_flow_key::from_bytes(&k).unwrap();
-            let mut c = self.h.maps.half_open(&key).unwrap().unwrap();
-            c.atime = c.atime.wrapping_sub(ticks);
-            self.h.maps.put_half_open(&key, &c).unwrap();
+            let mut e = self.h.maps.half_open_entry(&key).unwrap().unwrap();
+            e.conn.atime = e.conn.atime.wrapping_sub(ticks);
+            self.h.maps.put_half_open(&key, &e).unwrap();
         }
         self.shift += u64::from(ticks);
     }

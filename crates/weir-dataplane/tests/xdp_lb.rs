@@ -144,14 +144,17 @@ fn rev_key_of(t: &FlowTuple, dip: &Dip) -> weir_flow_key {
     .key()
 }
 
-/// The reverse entry of a half-open nat connection (where its SYN-ACK
-/// finds the VIP), and none yet in `rev_nat`.
+/// The reverse entry a half-open nat connection carries (where its SYN-ACK
+/// finds the VIP), and none yet in `rev_nat`: the SYN inserted one entry.
 fn half_rev_is(t: FlowTuple, dip: Dip, vip_id: u32) -> impl Fn(&Harness) {
     move |h: &Harness| {
         let rkey = rev_key_of(&t, &dip);
-        let r = get_rev(&h.maps.half_open_rev, &rkey)
-            .unwrap_or_else(|| panic!("no half-open reverse entry for {t:?}"));
-        check_rev(&r, &t, vip_id);
+        let half = h
+            .maps
+            .half_open_entry(&t.key())
+            .unwrap()
+            .unwrap_or_else(|| panic!("no half-open entry for {t:?}"));
+        check_rev(&half.rev, &t, vip_id);
         assert!(
             h.maps.rev_nat(&rkey).unwrap().is_none(),
             "a half-open connection must not be in rev_nat: {t:?}"
@@ -2263,6 +2266,67 @@ fn a_reply_without_state_is_not_rewritten() {
     run_cases(&h, cases);
 }
 
+/// A nat SYN inserts one entry, which carries its reverse entry: the
+/// SYN-ACK finds it through the replying endpoint's VIPs (here DIP 1's
+/// endpoint serves VIPs 0 and 8), is rewritten to its own VIP, and a reply
+/// from another DIP matches nothing. The client's ACK then moves the
+/// reverse entry to `rev_nat`.
+#[test]
+fn a_syn_ack_finds_its_half_open_connection_through_its_endpoint() {
+    let h = Harness::new(&test_options());
+    h.maps
+        .publish_table(8, 1, &AwfdTable::from_weights(&[(1, 1)]).unwrap())
+        .unwrap();
+    let fx = &h.fx;
+    let (d1, d2) = (fx.dip(1).clone(), fx.dip(2).clone());
+    let to_vip0 = find_flow(
+        |p| tcp("192.0.2.95", p, "10.0.0.100", 80, TcpFlags::SYN),
+        |f| fx.predict(0, &f.tuple()).unwrap().id == 1,
+    );
+    let to_vip8 = tcp(
+        "192.0.2.95",
+        to_vip0.sport + 1,
+        "10.0.0.102",
+        80,
+        TcpFlags::SYN,
+    );
+    let (t0, t8) = (to_vip0.tuple(), to_vip8.tuple());
+    let ack = |f: &Frame| Frame {
+        l4: L4::Tcp(TcpFlags::ACK),
+        ..f.clone()
+    };
+    let d1_rev = d1.clone();
+    let cases = vec![
+        new_flow(&h, "SYN to VIP 0", &to_vip0, 0),
+        Case::new("SYN to VIP 8", to_vip8.bytes(), Tx, WEIR_STAT_TX)
+            .output(nat_out(&to_vip8, &d1).bytes())
+            .events(MISS_HALF_OPEN)
+            .after(both(
+                half_open_is(t8, 1, 1, 1),
+                half_rev_is(t8, d1.clone(), 8),
+            )),
+        rev_case("VIP 8's SYN-ACK", &to_vip8, &d1, L4::Tcp(TcpFlags::SYN_ACK)),
+        rev_case("VIP 0's SYN-ACK", &to_vip0, &d1, L4::Tcp(TcpFlags::SYN_ACK)),
+        pass(
+            "a SYN-ACK from a DIP the connection did not go to",
+            reply(&to_vip0, &d2, L4::Tcp(TcpFlags::SYN_ACK)).bytes(),
+            WEIR_STAT_PASS_NOT_VIP,
+        ),
+        promote("VIP 0's ACK", &ack(&to_vip0), &d1, 0, NAT).after(move |h| {
+            no_half_open(t0)(h);
+            let rev = get_rev(&h.maps.rev_nat, &rev_key_of(&t0, &d1_rev)).unwrap();
+            check_rev(&rev, &t0, 0);
+        }),
+        rev_case(
+            "VIP 0's data reply",
+            &to_vip0,
+            &d1,
+            L4::Tcp(TcpFlags::PSH_ACK),
+        ),
+    ];
+    run_cases(&h, cases);
+}
+
 /// A half-open entry older than its timeout is no retransmission: the SYN
 /// is dispatched by the current table.
 fn a_stale_half_open_entry_is_dispatched_anew_with(opts: &LoadOptions) {
@@ -2292,9 +2356,9 @@ fn a_stale_half_open_entry_is_dispatched_anew_with(opts: &LoadOptions) {
             h.maps
                 .publish_table(0, 2, &AwfdTable::from_weights(&[(2, 1), (3, 1)]).unwrap())
                 .unwrap();
-            let mut c = h.maps.half_open(&t.key()).unwrap().unwrap();
-            c.atime = ticks_ago(half_open_s + 2);
-            h.maps.put_half_open(&t.key(), &c).unwrap();
+            let mut e = h.maps.half_open_entry(&t.key()).unwrap().unwrap();
+            e.conn.atime = ticks_ago(half_open_s + 2);
+            h.maps.put_half_open(&t.key(), &e).unwrap();
         })
         .after(half_open_is(t, d_v2.id, 1, 2)),
     ];
@@ -2382,9 +2446,13 @@ fn the_sweep_deletes_expired_entries_only_with(opts: &LoadOptions) {
                                                         // A half-open entry past its timeout.
     let half = tcp("192.0.2.121", 46100, "10.0.0.100", 80, TcpFlags::SYN);
     assert_eq!(h.run(&half.bytes()).action(), Some(Tx));
-    let mut c = h.maps.half_open(&half.tuple().key()).unwrap().unwrap();
-    c.atime = ticks_ago(t.tcp_half_open.as_secs() + 5);
-    h.maps.put_half_open(&half.tuple().key(), &c).unwrap();
+    let mut e = h
+        .maps
+        .half_open_entry(&half.tuple().key())
+        .unwrap()
+        .unwrap();
+    e.conn.atime = ticks_ago(t.tcp_half_open.as_secs() + 5);
+    h.maps.put_half_open(&half.tuple().key(), &e).unwrap();
 
     let r = weir_dataplane::conntrack::sweep(&h.maps, &t).unwrap();
     assert_eq!((r.established, r.established_expired), (6, 2), "{r:?}");
@@ -2405,8 +2473,6 @@ fn the_sweep_deletes_expired_entries_only_with(opts: &LoadOptions) {
         );
     }
     assert!(h.maps.half_open(&half.tuple().key()).unwrap().is_none());
-    let d = h.fx.predict(0, &half.tuple()).unwrap().clone();
-    assert!(get_rev(&h.maps.half_open_rev, &rev_key_of(&half.tuple(), &d)).is_none());
 }
 
 /// The connection life-cycle cases, with each LRU layout of the tables

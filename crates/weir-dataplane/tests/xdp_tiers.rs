@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use common::packet::*;
 use common::*;
-use libbpf_rs::{MapCore, MapFlags};
+use libbpf_rs::MapCore;
 use weir_abi::*;
 use weir_core::flow::addr_words;
 use weir_dataplane::attach::{attach_all, XdpMode};
@@ -441,21 +441,24 @@ fn hybrid_tier_forwards_fast_entries_and_sends_the_rest_to_the_workers() {
             )
             .before(install(&gone, &d1, None, |c| c.dip_gen = 7))
             .after(no_state(&gone, &d1)),
-            // The hybrid tier keeps no half-open state: a half-open reverse
-            // entry (there is room for one) is not read.
+            // The hybrid tier keeps no half-open state: a half-open entry
+            // with its reverse entry (there is room for one) is not read.
             steered(
                 "a reply that only a half-open entry knows",
                 &reply(&half, &d1),
                 &[],
             )
             .before({
-                let (k, v) = (rev_key(&half, &d1), rev_entry(&half, 0));
-                move |h: &Harness| {
-                    h.maps
-                        .half_open_rev
-                        .update(k.as_bytes(), v.as_bytes(), MapFlags::ANY)
-                        .unwrap()
-                }
+                let key = half.tuple().key();
+                let entry = weir_half_open {
+                    conn: conntrack::new_entry(d1.id, 1, 1),
+                    rev: rev_entry(&half, 0),
+                };
+                move |h: &Harness| h.maps.put_half_open(&key, &entry).unwrap()
+            })
+            .after({
+                let key = half.tuple().key();
+                move |h: &Harness| h.maps.half_open.delete(key.as_bytes()).unwrap()
             }),
         ];
         assert_eq!(est_s, 900, "the expired case assumes the default timeout");
@@ -554,18 +557,17 @@ fn tiers_size_their_tables() {
             m.conns.max_entries(),
             m.rev_nat.max_entries(),
             m.half_open.max_entries(),
-            m.half_open_rev.max_entries(),
             m.xsks.as_ref().unwrap().max_entries(),
         ]
     };
     let o = test_options();
     let (conns, half) = (o.conn_capacity, o.half_open_capacity);
-    assert_eq!(sizes(Tier::Xdp), [conns, conns, half, half, 1]);
-    assert_eq!(sizes(Tier::Software), [1, 1, 1, 1, 2 * WEIR_MAX_QUEUES]);
-    assert_eq!(sizes(Tier::Hybrid), [1024, 1024, 1, 1, 2 * WEIR_MAX_QUEUES]);
+    assert_eq!(sizes(Tier::Xdp), [conns, conns, half, 1]);
+    assert_eq!(sizes(Tier::Software), [1, 1, 1, 2 * WEIR_MAX_QUEUES]);
+    assert_eq!(sizes(Tier::Hybrid), [1024, 1024, 1, 2 * WEIR_MAX_QUEUES]);
 }
 
-/// `ConnLru::PerCpu` flags the four connection tables, and only them, with
+/// `ConnLru::PerCpu` flags the three connection tables, and only them, with
 /// BPF_F_NO_COMMON_LRU. The kernel rounds their sizes up to whole CPU
 /// shares; a handle may show the size asked or the rounded one.
 #[test]
@@ -580,12 +582,7 @@ fn per_cpu_lru_flags_only_the_connection_tables() {
     let m = &h.maps;
     let flags = |map: &libbpf_rs::MapHandle| map.info().unwrap().info.map_flags;
     let per_cpu = libbpf_rs::libbpf_sys::BPF_F_NO_COMMON_LRU;
-    for (map, want) in [
-        (&m.conns, 4097),
-        (&m.rev_nat, 4097),
-        (&m.half_open, 1025),
-        (&m.half_open_rev, 1025),
-    ] {
+    for (map, want) in [(&m.conns, 4097), (&m.rev_nat, 4097), (&m.half_open, 1025)] {
         assert_ne!(flags(map) & per_cpu, 0);
         let n = map.max_entries();
         assert!(n == want || n == u32::next_multiple_of(want, cpus), "{n}");

@@ -220,20 +220,28 @@ impl Fixture {
         self.vips.iter().find(|v| v.id == id).unwrap()
     }
 
-    /// The service endpoints of the nat VIPs' DIPs (what `apply` writes).
-    pub fn nat_endpoints(&self) -> std::collections::HashSet<weir_endpoint> {
-        let mut out = std::collections::HashSet::new();
+    /// The service endpoints of the nat VIPs' DIPs, each with the nat
+    /// VIPs it serves (what `apply` writes).
+    pub fn nat_endpoints(&self) -> std::collections::HashMap<weir_endpoint, weir_nat_endpoint> {
+        let mut out = std::collections::HashMap::new();
         for v in self.vips.iter().filter(|v| v.mode == NAT) {
             for (id, _) in v.weights.iter().flatten() {
                 let d = self.dip(*id);
                 let (addr, family) = addr_words(d.addr);
                 let port = if d.port == 0 { v.port } else { d.port };
-                out.insert(weir_endpoint {
+                let ep = weir_endpoint {
                     addr,
                     port: port.to_be(),
                     proto: v.proto.number(),
                     family,
-                });
+                };
+                let value: &mut weir_nat_endpoint = out.entry(ep).or_default();
+                value.vips[value.count as usize] = weir_vip_addr {
+                    addr: addr_words(v.addr).0,
+                    port: v.port.to_be(),
+                    pad: [0; 2],
+                };
+                value.count += 1;
             }
         }
         out

@@ -127,16 +127,12 @@ impl Inst {
             out.raw
         );
         let key = flow(idx).key();
-        let rkey = reverse_key(&key);
-        let rev = self
+        let half = self
             .maps
-            .half_open_rev
-            .lookup(rkey.as_bytes(), MapFlags::ANY)?
-            .and_then(|v| weir_rev_nat::from_bytes(&v))
-            .context("probe: no half-open reverse-NAT entry installed")?;
+            .half_open_entry(&key)?
+            .context("probe: no half-open entry installed")?;
         self.maps.half_open.delete(key.as_bytes())?;
-        self.maps.half_open_rev.delete(rkey.as_bytes())?;
-        Ok(rev.ifindex)
+        Ok(half.rev.ifindex)
     }
 
     /// Installs connections 0..size in the connection and reverse tables.
