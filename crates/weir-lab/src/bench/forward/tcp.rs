@@ -13,7 +13,9 @@
 //! every balancer's packets meet the same receive path. As in the packet
 //! trials, every receive path runs in a NAPI thread at real-time priority:
 //! the load balancer's on its CPU (with HAProxy's process), the client's and
-//! the backend's on the other with the two iperf3 processes.
+//! the backend's on the other with the two iperf3 processes. Every veth on
+//! the path is set up as a host's NIC is by default (GRO on, a queue in
+//! front of its ring: see [`like_a_nic`]).
 //!
 //! Drops: each trial reads the drop and error counters of every interface
 //! on the path (`ethtool -S` of the veths: a full peer ring shows as
@@ -34,7 +36,7 @@ use weir_core::flow::Proto;
 use super::balancer::{self, Balancer, Running, Service};
 use super::child;
 use crate::netns::ip_in;
-use crate::topology::{resolve_backend_neighbours, Lab};
+use crate::topology::{ethtool_in, resolve_backend_neighbours, Lab};
 
 /// The TCP VIP; iperf3's server listens on its port at the backend.
 const VIP: &str = "10.77.100.1:5201";
@@ -130,6 +132,9 @@ impl TcpTestbed {
         balancer::thread_napi(&backend, "eth0", generator_cpu)?;
         balancer::thread_napi(&bed.lab.client, "eth0", generator_cpu)?;
         resolve_backend_neighbours(&bed.lab)?;
+        for (ns, dev) in bed.path() {
+            like_a_nic(ns, dev)?;
+        }
         Ok(bed)
     }
 
@@ -237,16 +242,23 @@ impl TcpTestbed {
         })
     }
 
+    /// The flow's interfaces as (namespace, interface).
+    fn path(&self) -> [(&str, &str); 4] {
+        [
+            (&self.lab.client, "eth0"),
+            (&self.lab.lb, "wc0"),
+            (&self.lab.lb, "wb1"),
+            (&self.lab.backends[0], "eth0"),
+        ]
+    }
+
     /// Every drop and error counter of the path's interfaces.
     fn drop_counters(&self) -> Result<BTreeMap<String, u64>> {
         let mut all = BTreeMap::new();
-        let path = [
-            ("client", &self.lab.client, "eth0"),
-            ("lb", &self.lab.lb, "wc0"),
-            ("lb", &self.lab.lb, "wb1"),
-            ("backend", &self.lab.backends[0], "eth0"),
-        ];
-        for (role, ns, dev) in path {
+        for (role, (ns, dev)) in ["client", "lb", "lb", "backend"]
+            .into_iter()
+            .zip(self.path())
+        {
             for (name, v) in interface_drops(ns, dev)? {
                 all.insert(format!("{role} {dev} {name}"), v);
             }
@@ -261,6 +273,38 @@ impl Drop for TcpTestbed {
             let _ = child::stop(&mut d, Duration::from_secs(5));
         }
     }
+}
+
+/// Makes a veth behave as a host's NIC does by default: GRO on its receive
+/// path (veth has it off), and a queue in front of its transmit ring (veth
+/// has none, noqueue), so that the kernel's own transmits wait when the
+/// peer's 256-entry ring is full (veth stops its queue then, since Linux
+/// 6.16) instead of being dropped. Without the queue every balancer's flow
+/// lost packets at the sending hosts' full rings, which was the lab's doing,
+/// not the balancers'.
+fn like_a_nic(ns: &str, dev: &str) -> Result<()> {
+    tc_in(
+        ns,
+        &[
+            "qdisc", "replace", "dev", dev, "root", "pfifo", "limit", "1000",
+        ],
+    )?;
+    ethtool_in(ns, &["-K", dev, "gro", "on"])
+}
+
+fn tc_in(ns: &str, args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "tc"])
+        .args(args)
+        .output()
+        .context("running tc (install the iproute2 package)")?;
+    ensure!(
+        out.status.success(),
+        "tc {} in {ns}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
 }
 
 /// `dev`'s drop and error counters: its driver's (`ethtool -S`) and the
