@@ -62,6 +62,10 @@ pub struct ForwardBenchArgs {
     /// 0 leaves the TCP trials out.
     #[arg(long, default_value_t = 10)]
     pub tcp_seconds: u64,
+    /// The TCP flow's socket buffers in KiB (iperf3 -w), which bound its
+    /// window; default: the kernel's autotuning.
+    #[arg(long)]
+    pub tcp_window: Option<u32>,
     /// Runs; every run measures every balancer and flow count once.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -101,6 +105,11 @@ pub fn run(args: &ForwardBenchArgs) -> Result<()> {
         "--tcp-seconds {}: give 0 (no TCP trials) to 60",
         args.tcp_seconds
     );
+    ensure!(
+        args.tcp_window.is_none_or(|w| (4..=65536).contains(&w)),
+        "--tcp-window {:?}: give 4 to 65536 KiB",
+        args.tcp_window
+    );
     let udp: Vec<Balancer> = args
         .balancers
         .iter()
@@ -124,7 +133,7 @@ pub fn run(args: &ForwardBenchArgs) -> Result<()> {
             progress.set_message(format!("run {}: TCP flow, {}", run + 1, balancer.label()));
             let running = bed.start(balancer)?;
             let t = bed
-                .trial(args.tcp_seconds)
+                .trial(args.tcp_seconds, args.tcp_window)
                 .with_context(|| format!("the TCP flow through {}", balancer.label()))?;
             running.stop()?;
             progress.note(format!(

@@ -62,6 +62,8 @@ pub struct Report {
     pub rows: Vec<Row>,
     pub trials: Vec<TrialRecord>,
     pub tcp_seconds: u64,
+    /// iperf3 -w in KiB; None: the kernel's autotuning.
+    pub tcp_window_kib: Option<u32>,
     pub tcp_rows: Vec<TcpRow>,
     pub tcp_trials: Vec<TcpTrialRecord>,
 }
@@ -176,6 +178,7 @@ impl Report {
             rows,
             trials,
             tcp_seconds: args.tcp_seconds,
+            tcp_window_kib: args.tcp_window,
             tcp_rows: tcp_rows(&args.balancers, &tcp_trials),
             tcp_trials,
         }
@@ -296,9 +299,12 @@ fn ratio(v: Option<f64>) -> String {
 
 fn render_tcp(r: &Report) -> String {
     let mut out = format!(
-        "\nOne long TCP flow (iperf3, {} s), median of {} runs; drops at full veth rings: \
+        "\nOne long TCP flow (iperf3, {} s, {}), median of {} runs; drops at full veth rings: \
          frames XDP_REDIRECT sent (ring full) and the kernel's own transmits (other)\n",
-        r.tcp_seconds, r.runs
+        r.tcp_seconds,
+        r.tcp_window_kib
+            .map_or("autotuned buffers".into(), |w| format!("-w {w}K")),
+        r.runs
     );
     out += &format!(
         "{:<14} {:>20} {:>8} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10}\n",
@@ -428,6 +434,7 @@ mod tests {
             dips: 2,
             duration: 1.0,
             tcp_seconds: 0,
+            tcp_window: None,
             runs: 2,
             json: None,
             svg: None,
@@ -480,6 +487,7 @@ mod tests {
             dips: 1,
             duration: 1.0,
             tcp_seconds: 2,
+            tcp_window: None,
             runs: 2,
             json: None,
             svg: None,

@@ -172,7 +172,8 @@ impl TcpTestbed {
     }
 
     /// One iperf3 flow from the client through the VIP for `seconds`.
-    pub fn trial(&self, seconds: u64) -> Result<TcpTrial> {
+    /// `window_kib`: iperf3's -w (socket buffers), if not the kernel's.
+    pub fn trial(&self, seconds: u64, window_kib: Option<u32>) -> Result<TcpTrial> {
         let vip = self.service.vip;
         let backend = &self.lab.backends[0];
         let mut server = child::spawn_in(
@@ -185,12 +186,18 @@ impl TcpTestbed {
                 .stderr(Stdio::null()),
         )
         .context("install the iperf3 package")?;
-        let result = self.run_client(&mut server, vip, seconds);
+        let result = self.run_client(&mut server, vip, seconds, window_kib);
         child::stop(&mut server, Duration::from_secs(2))?;
         result
     }
 
-    fn run_client(&self, server: &mut Child, vip: SocketAddr, seconds: u64) -> Result<TcpTrial> {
+    fn run_client(
+        &self,
+        server: &mut Child,
+        vip: SocketAddr,
+        seconds: u64,
+        window_kib: Option<u32>,
+    ) -> Result<TcpTrial> {
         let backend = &self.lab.backends[0];
         let deadline = Instant::now() + START_WAIT;
         while !balancer::listening(backend, vip)? {
@@ -204,13 +211,19 @@ impl TcpTestbed {
             std::thread::sleep(Duration::from_millis(20));
         }
         let before = self.drop_counters()?;
+        let mut iperf = Command::new("iperf3");
+        iperf
+            .args(["-J", "-c", &vip.ip().to_string()])
+            .args(["-p", &vip.port().to_string()])
+            .args(["-t", &seconds.to_string()]);
+        if let Some(w) = window_kib {
+            // iperf3 gives the server the same buffers.
+            iperf.arg("-w").arg(format!("{w}K"));
+        }
         let out = child::output_in(
             &self.lab.client,
             Some(self.generator_cpu),
-            Command::new("iperf3")
-                .args(["-J", "-c", &vip.ip().to_string()])
-                .args(["-p", &vip.port().to_string()])
-                .args(["-t", &seconds.to_string()]),
+            &mut iperf,
             Duration::from_secs(seconds) + IPERF_SLACK,
         )?;
         let after = self.drop_counters()?;
