@@ -72,7 +72,7 @@ pub struct ForwardBenchArgs {
     /// Write the rows and every trial as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Write a bar chart of received Mpps and CPU per packet.
+    /// Write bar charts: received Mpps, CPU per packet, and the TCP flow.
     #[arg(long)]
     pub svg: Option<PathBuf>,
 }

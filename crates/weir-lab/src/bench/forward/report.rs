@@ -362,7 +362,7 @@ pub fn figure(r: &Report) -> Figure {
     };
     let mut panels = vec![
         Panel::Bars(Bars {
-            title: "received at the backends".into(),
+            title: "64-byte UDP received at the backends".into(),
             y: Axis::new("Mpps"),
             bars: bars(|row| Some(row.received_mpps)),
         }),
@@ -397,7 +397,7 @@ pub fn figure(r: &Report) -> Figure {
     }
     let height = 450 * panels.len() as u32;
     Figure {
-        title: "weir bench forward: 64-byte UDP through the load balancer".into(),
+        title: "weir bench forward: real forwarding through the load balancer".into(),
         subtitle: Some(format!(
             "{} DIPs, {} s trials, median of {} runs; the load balancer's receive path alone \
              on CPU {}",

@@ -21,7 +21,11 @@
 //! on the path (`ethtool -S` of the veths: a full peer ring shows as
 //! `tx_queue_0_xdp_xmit_errors` for XDP_REDIRECT and as the device's TX
 //! drops for the kernel's own transmits; `ip -s link`'s RX and TX drops)
-//! before and after, and keeps those that moved.
+//! before and after, and keeps those that moved. What they showed: with the
+//! queues in place, weir's retransmissions are its XDP_REDIRECTs into the
+//! backend's full ring, which has no backpressure for XDP frames; weir
+//! outruns the backend, so that ring is the flow's bottleneck queue (README,
+//! "Where the TCP retransmissions come from").
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
