@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -102,7 +102,7 @@ pub struct Running<'a> {
     service: &'a Service,
     balancer: Balancer,
     daemon: Option<Daemon>,
-    haproxy: Option<(Child, PathBuf)>,
+    haproxy: Option<Child>,
     /// weir's XDP program on the client-side interface.
     pub prog_id: Option<u32>,
     /// The kernel threads of the receive paths, in `service.receive` order.
@@ -167,9 +167,8 @@ impl Running<'_> {
         if let Some(mut d) = self.daemon.take() {
             d.stop()?;
         }
-        if let Some((mut h, dir)) = self.haproxy.take() {
+        if let Some(mut h) = self.haproxy.take() {
             child::stop(&mut h, Duration::from_secs(5))?;
-            let _ = std::fs::remove_dir_all(dir);
             ip_in(
                 lb,
                 &[
@@ -251,14 +250,14 @@ fn nft_ruleset(lab: &Lab, service: &Service) -> String {
 
 /// HAProxy in tcp mode on the VIP (an address of the load balancer while it
 /// runs), round robin over the DIPs, one thread on the load balancer's CPU.
-fn start_haproxy(lab: &Lab, service: &Service) -> Result<(Child, PathBuf)> {
+/// Its configuration goes in on stdin: no file to leave behind.
+fn start_haproxy(lab: &Lab, service: &Service) -> Result<Child> {
+    use std::io::Write;
     ensure!(
         service.proto == Proto::Tcp,
         "HAProxy carries only TCP: leave it out of UDP trials"
     );
     let vip = service.vip;
-    let dir = std::env::temp_dir().join(format!("weir-bench-haproxy-{}", lab.lb));
-    std::fs::create_dir_all(&dir)?;
     let mut cfg = format!(
         "global\n  nbthread 1\n  maxconn 1000\n\
          defaults\n  mode tcp\n  timeout connect 5s\n  timeout client 120s\n  \
@@ -269,8 +268,6 @@ fn start_haproxy(lab: &Lab, service: &Service) -> Result<(Child, PathBuf)> {
     for i in 1..=lab.backends.len() {
         cfg += &format!("  server dip{i} {}:{}\n", backend_addr(i), vip.port());
     }
-    let path = dir.join("haproxy.cfg");
-    std::fs::write(&path, cfg).with_context(|| format!("writing {}", path.display()))?;
     ip_in(
         &lab.lb,
         &["addr", "add", &format!("{}/32", vip.ip()), "dev", "lo"],
@@ -279,18 +276,22 @@ fn start_haproxy(lab: &Lab, service: &Service) -> Result<(Child, PathBuf)> {
         &lab.lb,
         Some(service.lb_cpu),
         Command::new("haproxy")
-            .arg("-db")
-            .arg("-f")
-            .arg(&path)
-            .stdin(Stdio::null())
+            .args(["-db", "-f", "/dev/stdin"])
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
     )
     .context("install the haproxy package")?;
+    // Closed when written: HAProxy reads its configuration to the end.
+    h.stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(cfg.as_bytes())
+        .context("writing HAProxy's configuration")?;
     let deadline = Instant::now() + LISTEN_WAIT;
     while !listening(&lab.lb, vip)? {
         if let Some(status) = h.try_wait()? {
-            bail!("haproxy exited ({status}) with {}", path.display());
+            bail!("haproxy exited ({status}) with this configuration:\n{cfg}");
         }
         if Instant::now() > deadline {
             let _ = h.kill();
@@ -298,7 +299,7 @@ fn start_haproxy(lab: &Lab, service: &Service) -> Result<(Child, PathBuf)> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    Ok((h, dir))
+    Ok(h)
 }
 
 /// Whether a TCP socket in `ns` listens on `addr`.
