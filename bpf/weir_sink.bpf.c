@@ -8,6 +8,11 @@
  * sink_flows, and then dropped, or passed when the backend must also serve
  * them. Everything else (ARP, ICMP, neighbour discovery, other ports) goes
  * to the kernel, counted only as `passed`.
+ *
+ * An IPIP or IPv6-in-IP frame (what weir's ipip mode sends a DIP) is
+ * matched and counted by its inner datagram, so a sink behind an ipip VIP
+ * counts what a decapsulating backend would serve; the frame's bytes still
+ * include the outer header.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -58,6 +63,21 @@ static __always_inline void count_flow(struct weir_sink_stats *st, struct weir_f
 		st->flows_full += 1;
 }
 
+/* Parses the datagram inside an IPIP (4) or IPv6-in-IP (41) frame into
+ * `pkt`; any other result of the outer parse stands. */
+static __always_inline int parse_inner(void *data, void *data_end, struct packet *pkt, int rc)
+{
+	__u8 proto = pkt->key.proto;
+	__u32 off = pkt->l4_off;
+
+	if (rc != PARSE_OTHER_L4 || (proto != IPPROTO_IPIP && proto != IPPROTO_IPV6))
+		return rc;
+	__builtin_memset(pkt, 0, sizeof(*pkt));
+	pkt->l3_off = off & PKT_OFF_MASK;
+	return proto == IPPROTO_IPIP ? parse_ipv4(data, data_end, pkt)
+				     : parse_ipv6(data, data_end, pkt);
+}
+
 SEC("xdp")
 int weir_sink(struct xdp_md *ctx)
 {
@@ -70,7 +90,7 @@ int weir_sink(struct xdp_md *ctx)
 	st = bpf_map_lookup_elem(&sink_stats, &zero);
 	if (!st)
 		return XDP_PASS;
-	if (parse_packet(data, data_end, &pkt) != PARSE_OK ||
+	if (parse_inner(data, data_end, &pkt, parse_packet(data, data_end, &pkt)) != PARSE_OK ||
 	    (cfg_proto && pkt.key.proto != cfg_proto) ||
 	    (cfg_dport && pkt.key.dport != cfg_dport)) {
 		st->passed += 1;

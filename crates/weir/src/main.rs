@@ -139,8 +139,9 @@ enum LabCommand {
 enum BenchCommand {
     /// Cost per packet of the XDP program against the floor (BPF_PROG_TEST_RUN).
     Xdp(weir_lab::bench::xdp::XdpBenchArgs),
-    /// Real forwarding in namespaces: weir (nat, dsr) next to nftables DNAT, received Mpps
-    /// and the load balancer's CPU per packet.
+    /// Real forwarding in namespaces: weir (nat, dsr, ipip) next to nftables DNAT, received
+    /// Mpps and the load balancer's CPU per packet; one long TCP flow (iperf3) through each
+    /// and HAProxy, with its retransmissions.
     Forward(weir_lab::bench::forward::ForwardBenchArgs),
     /// Simulator speed: 10k, 100k and 1M flows.
     Sim(weir_sim::cli::BenchArgs),

@@ -1,11 +1,11 @@
 //! The report of `weir bench forward`: rows (medians over runs, ratios to
-//! nftables from the same runs), the JSON shape, the text table and the
-//! figure.
+//! nftables and HAProxy from the same runs), the JSON shape, the text
+//! tables and the figure.
 
 use serde::Serialize;
 use weir_plot::{Axis, Bar, Bars, Figure, Panel, Style};
 
-use super::{Balancer, ForwardBenchArgs, Trial};
+use super::{Balancer, ForwardBenchArgs, TcpTrial, Trial};
 
 /// One balancer at one flow count, over the runs.
 #[derive(Debug, Clone, Serialize)]
@@ -29,6 +29,28 @@ pub struct Row {
     pub cpu_per_packet_vs_nftables: Option<f64>,
 }
 
+/// One balancer's single long TCP flow, over the runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpRow {
+    pub balancer: Balancer,
+    /// Received Gbit/s: median, min, max.
+    pub gbps: f64,
+    pub gbps_min: f64,
+    pub gbps_max: f64,
+    /// The sender's retransmissions, median.
+    pub retransmits: f64,
+    /// Frames XDP_REDIRECT found a full veth ring for, median.
+    pub redirect_ring_full: f64,
+    /// Packets of the kernel's own transmits (skbs) a veth dropped at a
+    /// full ring, median.
+    pub other_drops: f64,
+    /// Medians of the per-run ratios.
+    pub gbps_vs_nftables: Option<f64>,
+    pub gbps_vs_haproxy: Option<f64>,
+    pub retransmits_vs_nftables: Option<f64>,
+    pub retransmits_vs_haproxy: Option<f64>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub method: &'static str,
@@ -39,6 +61,11 @@ pub struct Report {
     pub lb_cpu: usize,
     pub rows: Vec<Row>,
     pub trials: Vec<TrialRecord>,
+    pub tcp_seconds: u64,
+    /// iperf3 -w in KiB; None: the kernel's autotuning.
+    pub tcp_window_kib: Option<u32>,
+    pub tcp_rows: Vec<TcpRow>,
+    pub tcp_trials: Vec<TcpTrialRecord>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -50,11 +77,21 @@ pub struct TrialRecord {
     pub trial: Trial,
 }
 
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpTrialRecord {
+    pub run: usize,
+    pub balancer: Balancer,
+    #[serde(flatten)]
+    pub trial: TcpTrial,
+}
+
 const METHOD: &str = "64-byte UDP from weir_gen (live BPF_PROG_TEST_RUN, one CPU, full speed) \
     through the load balancer's namespace to XDP sinks at the backends; the load balancer's \
     receive NAPI in a kernel thread pinned to its own CPU; CPU per packet = that CPU's \
     /proc/stat busy time / received; BPF ns = run_time_ns / run_cnt of weir's program; \
-    flows warmed before each trial; medians over runs, ratios per run";
+    flows warmed before each trial; TCP: one iperf3 flow per balancer and run from the \
+    client to iperf3 -s at one backend running weir decap, receiver's Gbit/s and \
+    sum_sent.retransmits, the path's veth drop counters; medians over runs, ratios per run";
 
 impl Report {
     pub fn new(
@@ -62,6 +99,7 @@ impl Report {
         generator_cpu: usize,
         lb_cpu: usize,
         trials: Vec<(usize, Balancer, u32, Trial)>,
+        tcp_trials: Vec<(usize, Balancer, TcpTrial)>,
     ) -> Report {
         let trials: Vec<TrialRecord> = trials
             .into_iter()
@@ -122,6 +160,14 @@ impl Report {
                 });
             }
         }
+        let tcp_trials: Vec<TcpTrialRecord> = tcp_trials
+            .into_iter()
+            .map(|(run, balancer, trial)| TcpTrialRecord {
+                run,
+                balancer,
+                trial,
+            })
+            .collect();
         Report {
             method: METHOD,
             dips: args.dips,
@@ -131,8 +177,56 @@ impl Report {
             lb_cpu,
             rows,
             trials,
+            tcp_seconds: args.tcp_seconds,
+            tcp_window_kib: args.tcp_window,
+            tcp_rows: tcp_rows(&args.balancers, &tcp_trials),
+            tcp_trials,
         }
     }
+}
+
+/// A TCP row per balancer that has trials.
+fn tcp_rows(balancers: &[Balancer], trials: &[TcpTrialRecord]) -> Vec<TcpRow> {
+    let mut rows = Vec::new();
+    for &balancer in balancers {
+        let mine: Vec<&TcpTrialRecord> = trials.iter().filter(|t| t.balancer == balancer).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let of = |get: fn(&TcpTrial) -> f64| -> Vec<f64> {
+            mine.iter().map(|t| get(&t.trial)).collect()
+        };
+        // The median of this balancer's per-run ratios to `peer`; a run
+        // where the peer retransmitted nothing gives no retransmission ratio.
+        let ratio = |peer: Balancer, get: fn(&TcpTrial) -> f64| -> Option<f64> {
+            let per_run: Vec<f64> = mine
+                .iter()
+                .filter_map(|t| {
+                    let p = trials
+                        .iter()
+                        .find(|p| p.run == t.run && p.balancer == peer)?;
+                    let base = get(&p.trial);
+                    (base > 0.0).then(|| get(&t.trial) / base)
+                })
+                .collect();
+            (balancer != peer && !per_run.is_empty()).then(|| median(&per_run))
+        };
+        let gbps = of(|t| t.gbps);
+        rows.push(TcpRow {
+            balancer,
+            gbps: median(&gbps),
+            gbps_min: gbps.iter().copied().fold(f64::INFINITY, f64::min),
+            gbps_max: gbps.iter().copied().fold(0.0, f64::max),
+            retransmits: median(&of(|t| t.retransmits as f64)),
+            redirect_ring_full: median(&of(|t| t.redirect_ring_full() as f64)),
+            other_drops: median(&of(|t| t.other_drops() as f64)),
+            gbps_vs_nftables: ratio(Balancer::Nftables, |t| t.gbps),
+            gbps_vs_haproxy: ratio(Balancer::Haproxy, |t| t.gbps),
+            retransmits_vs_nftables: ratio(Balancer::Nftables, |t| t.retransmits as f64),
+            retransmits_vs_haproxy: ratio(Balancer::Haproxy, |t| t.retransmits as f64),
+        });
+    }
+    rows
 }
 
 /// The median; NaN for none.
@@ -193,6 +287,53 @@ pub fn render(r: &Report) -> String {
                 .map_or("-".into(), |x| format!("{x:.2}x")),
         );
     }
+    if !r.tcp_rows.is_empty() {
+        out += &render_tcp(r);
+    }
+    out
+}
+
+fn ratio(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| format!("{x:.2}x"))
+}
+
+fn render_tcp(r: &Report) -> String {
+    let mut out = format!(
+        "\nOne long TCP flow (iperf3, {} s, {}), median of {} runs; drops at full veth rings: \
+         frames XDP_REDIRECT sent (ring full) and the kernel's own transmits (other)\n",
+        r.tcp_seconds,
+        r.tcp_window_kib
+            .map_or("autotuned buffers".into(), |w| format!("-w {w}K")),
+        r.runs
+    );
+    out += &format!(
+        "{:<14} {:>20} {:>8} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10}\n",
+        "balancer",
+        "Gbit/s",
+        "retrans",
+        "ring full",
+        "other",
+        "vs nft",
+        "vs HAP",
+        "retr/nft",
+        "retr/HAP"
+    );
+    for row in &r.tcp_rows {
+        out += &format!(
+            "{:<14} {:>5.2} ({:.2}..{:.2}) {:>8.0} {:>10.0} {:>8.0} {:>9} {:>9} {:>10} {:>10}\n",
+            row.balancer.label(),
+            row.gbps,
+            row.gbps_min,
+            row.gbps_max,
+            row.retransmits,
+            row.redirect_ring_full,
+            row.other_drops,
+            ratio(row.gbps_vs_nftables),
+            ratio(row.gbps_vs_haproxy),
+            ratio(row.retransmits_vs_nftables),
+            ratio(row.retransmits_vs_haproxy),
+        );
+    }
     out
 }
 
@@ -202,7 +343,9 @@ pub fn figure(r: &Report) -> Figure {
     let color = |b: Balancer| match b {
         Balancer::WeirNat => 0,
         Balancer::WeirDsr => 1,
-        Balancer::Nftables => 2,
+        Balancer::WeirIpip => 2,
+        Balancer::Nftables => 3,
+        Balancer::Haproxy => 4,
     };
     let bars = |value: fn(&Row) -> Option<f64>| -> Vec<Bar> {
         r.rows
@@ -217,27 +360,52 @@ pub fn figure(r: &Report) -> Figure {
             })
             .collect()
     };
+    let mut panels = vec![
+        Panel::Bars(Bars {
+            title: "64-byte UDP received at the backends".into(),
+            y: Axis::new("Mpps"),
+            bars: bars(|row| Some(row.received_mpps)),
+        }),
+        Panel::Bars(Bars {
+            title: "load balancer CPU per packet".into(),
+            y: Axis::new("ns per packet"),
+            bars: bars(|row| row.lb_cpu_ns_per_packet),
+        }),
+    ];
+    if !r.tcp_rows.is_empty() {
+        let tcp_bars = |value: fn(&TcpRow) -> f64| -> Vec<Bar> {
+            r.tcp_rows
+                .iter()
+                .map(|row| Bar {
+                    label: row.balancer.label().into(),
+                    value: value(row),
+                    err: None,
+                    style: Style::solid(color(row.balancer)),
+                })
+                .collect()
+        };
+        panels.push(Panel::Bars(Bars {
+            title: format!("one long TCP flow ({} s)", r.tcp_seconds),
+            y: Axis::new("Gbit/s"),
+            bars: tcp_bars(|row| row.gbps),
+        }));
+        panels.push(Panel::Bars(Bars {
+            title: "its retransmissions".into(),
+            y: Axis::new("segments"),
+            bars: tcp_bars(|row| row.retransmits),
+        }));
+    }
+    let height = 450 * panels.len() as u32;
     Figure {
-        title: "weir bench forward: 64-byte UDP through the load balancer".into(),
+        title: "weir bench forward: real forwarding through the load balancer".into(),
         subtitle: Some(format!(
             "{} DIPs, {} s trials, median of {} runs; the load balancer's receive path alone \
              on CPU {}",
             r.dips, r.duration_s, r.runs, r.lb_cpu
         )),
-        panels: vec![
-            Panel::Bars(Bars {
-                title: "received at the backends".into(),
-                y: Axis::new("Mpps"),
-                bars: bars(|row| Some(row.received_mpps)),
-            }),
-            Panel::Bars(Bars {
-                title: "load balancer CPU per packet".into(),
-                y: Axis::new("ns per packet"),
-                bars: bars(|row| row.lb_cpu_ns_per_packet),
-            }),
-        ],
+        panels,
         columns: 1,
-        size: (1100, 900),
+        size: (1100, height),
     }
 }
 
@@ -265,6 +433,8 @@ mod tests {
             flows: vec![1, 1000],
             dips: 2,
             duration: 1.0,
+            tcp_seconds: 0,
+            tcp_window: None,
             runs: 2,
             json: None,
             svg: None,
@@ -277,7 +447,7 @@ mod tests {
             // Run 1 measured no nftables at 1 flow: no ratio from it.
             (0, Balancer::WeirNat, 1, trial(3e6, 100.0)),
         ];
-        let r = Report::new(&args, 0, 1, trials);
+        let r = Report::new(&args, 0, 1, trials, Vec::new());
         let row = |b, f| {
             r.rows
                 .iter()
@@ -292,6 +462,59 @@ mod tests {
         assert_eq!(row(Balancer::Nftables, 1000).received_vs_nftables, None);
         assert_eq!(row(Balancer::WeirNat, 1).received_vs_nftables, None);
         assert!(render(&r).contains("2.50x"), "{}", render(&r));
+        assert!(figure(&r).svg().is_ok());
+    }
+
+    fn tcp(gbps: f64, retransmits: u64, ring_full: u64) -> TcpTrial {
+        TcpTrial {
+            gbps,
+            retransmits,
+            drops: [
+                ("lb wb1 tx_queue_0_xdp_xmit_errors".to_string(), ring_full),
+                ("lb wb1 tx_dropped".to_string(), ring_full),
+                ("client eth0 tx_dropped".to_string(), 3),
+            ]
+            .into_iter()
+            .collect(),
+        }
+    }
+
+    #[test]
+    fn tcp_rows_take_per_run_ratios_and_split_the_drops() {
+        let args = ForwardBenchArgs {
+            balancers: vec![Balancer::WeirNat, Balancer::Nftables, Balancer::Haproxy],
+            flows: vec![1],
+            dips: 1,
+            duration: 1.0,
+            tcp_seconds: 2,
+            tcp_window: None,
+            runs: 2,
+            json: None,
+            svg: None,
+        };
+        let tcp_trials = vec![
+            (0, Balancer::WeirNat, tcp(3.0, 100, 40)),
+            (0, Balancer::Nftables, tcp(2.0, 10, 0)),
+            (0, Balancer::Haproxy, tcp(3.0, 50, 0)),
+            (1, Balancer::WeirNat, tcp(2.0, 30, 20)),
+            // No retransmission in run 1: no retransmission ratio from it.
+            (1, Balancer::Nftables, tcp(2.0, 0, 0)),
+            (1, Balancer::Haproxy, tcp(1.0, 30, 0)),
+        ];
+        let r = Report::new(&args, 0, 1, Vec::new(), tcp_trials);
+        let row = |b| r.tcp_rows.iter().find(|x| x.balancer == b).unwrap();
+        let weir = row(Balancer::WeirNat);
+        assert_eq!(weir.gbps, 2.5);
+        assert_eq!(weir.retransmits, 65.0);
+        assert_eq!(weir.redirect_ring_full, 30.0);
+        assert_eq!(weir.other_drops, 3.0);
+        // Per run 1.5x and 1x.
+        assert_eq!(weir.gbps_vs_nftables, Some(1.25));
+        assert_eq!(weir.retransmits_vs_nftables, Some(10.0));
+        // Per run 2x and 1x.
+        assert_eq!(weir.retransmits_vs_haproxy, Some(1.5));
+        assert_eq!(row(Balancer::Haproxy).gbps_vs_haproxy, None);
+        assert!(render(&r).contains("10.00x"), "{}", render(&r));
         assert!(figure(&r).svg().is_ok());
     }
 }
