@@ -62,8 +62,8 @@ static __always_inline void ensure_reverse(struct xdp_md *ctx, const struct pack
 	struct weir_flow_key rkey = {};
 
 	reverse_key(pkt, dip, &rkey);
-	if (!bpf_map_lookup_elem(&rev_nat, &rkey))
-		install_reverse(ctx, &rev_nat, pkt, dip, vip_id);
+	if (!rev_lookup(&rkey))
+		install_reverse(ctx, REV_ESTABLISHED, pkt, dip, vip_id);
 }
 
 /* Picks a DIP for a new connection from the VIP's current table and fills
@@ -132,7 +132,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 		conn_note_close(entry, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
 		if (cfg_passive_telemetry && nat)
 			telemetry_request(entry, pkt, entry->dip_id);
-		if (bpf_map_update_elem(&conns, &pkt->key, entry, BPF_ANY) == 0) {
+		if (conn_update(&pkt->key, entry) == 0) {
 			stat_inc(WEIR_STAT_CONN_NEW);
 			hs->new_conn = 1;
 		} else {
@@ -142,7 +142,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 		if (nat) {
 			struct weir_flow_key rkey = {};
 
-			install_reverse(ctx, &rev_nat, pkt, dip, vip->vip_id);
+			install_reverse(ctx, REV_ESTABLISHED, pkt, dip, vip->vip_id);
 			reverse_key(pkt, dip, &rkey);
 			bpf_map_delete_elem(&half_open_rev, &rkey);
 		}
@@ -168,7 +168,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 	else
 		stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
 	if (nat)
-		install_reverse(ctx, &half_open_rev, pkt, dip, vip->vip_id);
+		install_reverse(ctx, REV_HALF_OPEN, pkt, dip, vip->vip_id);
 	hs->dip_id = entry->dip_id;
 	return dip;
 }
@@ -222,7 +222,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	struct weir_dip *dip = NULL;
 	int new_conn = 0, stale = 0, refreshed = 0;
 
-	conn = bpf_map_lookup_elem(&conns, &pkt->key);
+	conn = conn_lookup(&pkt->key);
 	if (conn) {
 		dip = conn_dip(conn);
 		if (syn) {
@@ -273,13 +273,13 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 		dip_id = entry.dip_id;
 		if (cfg_passive_telemetry && nat)
 			telemetry_request(&entry, pkt, dip_id);
-		if (bpf_map_update_elem(&conns, &pkt->key, &entry, BPF_ANY) == 0)
+		if (conn_update(&pkt->key, &entry) == 0)
 			stat_inc(WEIR_STAT_CONN_NEW);
 		else
 			stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
 		sync_announce(pkt, dip, &entry);
 		if (nat)
-			install_reverse(ctx, &rev_nat, pkt, dip, vip->vip_id);
+			install_reverse(ctx, REV_ESTABLISHED, pkt, dip, vip->vip_id);
 		new_conn = 1;
 	}
 	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn,
@@ -303,7 +303,7 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 	struct weir_conn *conn;
 	struct weir_dip *dip;
 
-	conn = bpf_map_lookup_elem(&conns, &pkt->key);
+	conn = conn_lookup(&pkt->key);
 	if (!conn)
 		goto miss;
 	dip = conn_dip(conn);
@@ -440,7 +440,7 @@ int weir_lb(struct xdp_md *ctx)
 	/* The software tier keeps every reverse entry itself; the hybrid tier
 	 * has only the fast table's and no half-open one. */
 	if (cfg_tier != WEIR_TIER_SOFTWARE) {
-		rev = bpf_map_lookup_elem(&rev_nat, &pkt.key);
+		rev = rev_lookup(&pkt.key);
 		if (!rev && cfg_tier == WEIR_TIER_XDP)
 			rev = bpf_map_lookup_elem(&half_open_rev, &pkt.key);
 		if (rev)

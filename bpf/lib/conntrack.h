@@ -13,6 +13,7 @@
 #ifndef WEIR_CONNTRACK_H
 #define WEIR_CONNTRACK_H
 
+#include "flow_table.h"
 #include "maps.h"
 #include "parse.h"
 #include "stats.h"
@@ -131,12 +132,17 @@ static __always_inline void forward_key_of_reply(const struct packet *pkt,
 	fkey->family = pkt->key.family;
 }
 
-/* Writes the reverse entry of a nat connection into `map` (rev_nat, or
- * half_open_rev before the handshake is done): the VIP to restore and the
- * L2 path the client's packet came by, which the reply leaves by. Not
- * inlined: its keys would otherwise sit on the caller's stack once per call
- * site, past BPF's 512 bytes. */
-static __noinline void install_reverse(struct xdp_md *ctx, void *map,
+/* Which table install_reverse() writes. */
+enum rev_table {
+	REV_ESTABLISHED, /* rev_nat/rev_nat4 (flow_table.h) */
+	REV_HALF_OPEN,   /* half_open_rev, before the handshake is done */
+};
+
+/* Writes the reverse entry of a nat connection into `table`: the VIP to
+ * restore and the L2 path the client's packet came by, which the reply
+ * leaves by. Not inlined: its keys would otherwise sit on the caller's
+ * stack once per call site, past BPF's 512 bytes. */
+static __noinline void install_reverse(struct xdp_md *ctx, enum rev_table table,
 					    const struct packet *pkt, const struct weir_dip *dip,
 					    __u32 vip_id)
 {
@@ -156,7 +162,10 @@ static __noinline void install_reverse(struct xdp_md *ctx, void *map,
 	rev.ifindex = ctx->ingress_ifindex;
 	__builtin_memcpy(rev.client_mac, eth->h_source, ETH_ALEN);
 	__builtin_memcpy(rev.lb_mac, eth->h_dest, ETH_ALEN);
-	bpf_map_update_elem(map, &rkey, &rev, BPF_ANY);
+	if (table == REV_HALF_OPEN)
+		bpf_map_update_elem(&half_open_rev, &rkey, &rev, BPF_ANY);
+	else
+		rev_update(&rkey, &rev);
 }
 
 /* Drops an established entry and, in nat mode, its reverse entry (when its
@@ -166,10 +175,10 @@ static __noinline void conn_forget(const struct packet *pkt, const struct weir_d
 {
 	struct weir_flow_key rkey = {};
 
-	bpf_map_delete_elem(&conns, &pkt->key);
+	conn_delete(&pkt->key);
 	if (nat && dip) {
 		reverse_key(pkt, dip, &rkey);
-		bpf_map_delete_elem(&rev_nat, &rkey);
+		rev_delete(&rkey);
 	}
 }
 
@@ -183,7 +192,7 @@ static __always_inline void conn_note_server_close(const struct packet *pkt,
 	if (pkt->key.proto != IPPROTO_TCP || !(pkt->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)))
 		return;
 	forward_key_of_reply(pkt, rev, &fkey);
-	conn = bpf_map_lookup_elem(&conns, &fkey);
+	conn = conn_lookup(&fkey);
 	if (conn)
 		conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_SERVER, now_ticks());
 }

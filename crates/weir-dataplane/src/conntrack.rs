@@ -21,6 +21,7 @@ use anyhow::Result;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use weir_abi::*;
 
+use crate::flow_table::FlowTable;
 use crate::loader::ConnTimeouts;
 use crate::maps::{read_all, Maps};
 
@@ -111,14 +112,24 @@ pub fn sweep(maps: &Maps, timeouts: &ConnTimeouts) -> Result<SweepReport> {
     let dips = live_dips(maps)?;
     let mut report = SweepReport::default();
     let now = now_ticks();
-    let (n, expired) = sweep_table(&maps.conns, &maps.rev_nat, &dips, |key, c| {
-        idle_past(c.atime, timeout(c, key.proto, &t), now)
-    })?;
+    let (n, expired) = sweep_table(
+        &maps.conns,
+        |rkey| {
+            let _ = maps.rev_nat.delete(rkey);
+        },
+        &dips,
+        |key, c| idle_past(c.atime, timeout(c, key.proto, &t), now),
+    )?;
     report.established = n;
     report.established_expired = expired;
-    let (n, expired) = sweep_table(&maps.half_open, &maps.half_open_rev, &dips, |_, c| {
-        idle_past(c.atime, t.tcp_half_open, now)
-    })?;
+    let (n, expired) = sweep_table(
+        &maps.half_open,
+        |rkey| {
+            let _ = MapCore::delete(&maps.half_open_rev, rkey.as_bytes());
+        },
+        &dips,
+        |_, c| idle_past(c.atime, t.tcp_half_open, now),
+    )?;
     report.half_open = n;
     report.half_open_expired = expired;
     Ok(report)
@@ -135,13 +146,54 @@ fn live_dips(maps: &Maps) -> Result<HashMap<u32, weir_dip>> {
     Ok(out)
 }
 
+/// A table of connection entries the sweep walks: the established one,
+/// split by family, or the half-open one, which holds both.
+trait ConnEntries {
+    fn entries(&self) -> Result<Vec<(weir_flow_key, weir_conn)>>;
+    fn get(&self, key: &weir_flow_key) -> Result<Option<weir_conn>>;
+    fn delete(&self, key: &weir_flow_key) -> bool;
+}
+
+impl ConnEntries for FlowTable<weir_conn> {
+    fn entries(&self) -> Result<Vec<(weir_flow_key, weir_conn)>> {
+        FlowTable::entries(self)
+    }
+
+    fn get(&self, key: &weir_flow_key) -> Result<Option<weir_conn>> {
+        FlowTable::get(self, key)
+    }
+
+    fn delete(&self, key: &weir_flow_key) -> bool {
+        matches!(FlowTable::delete(self, key), Ok(true))
+    }
+}
+
+impl ConnEntries for MapHandle {
+    fn entries(&self) -> Result<Vec<(weir_flow_key, weir_conn)>> {
+        read_all(self)
+    }
+
+    fn get(&self, key: &weir_flow_key) -> Result<Option<weir_conn>> {
+        Ok(self
+            .lookup(key.as_bytes(), MapFlags::ANY)?
+            .and_then(|v| weir_conn::from_bytes(&v)))
+    }
+
+    fn delete(&self, key: &weir_flow_key) -> bool {
+        MapCore::delete(self, key.as_bytes()).is_ok()
+    }
+}
+
+/// Deletes the expired entries of `table` and, through `delete_reverse`,
+/// their reverse entries (absent in dsr mode, so a failed delete is no
+/// error).
 fn sweep_table(
-    table: &MapHandle,
-    rev_table: &MapHandle,
+    table: &impl ConnEntries,
+    delete_reverse: impl Fn(&weir_flow_key),
     dips: &HashMap<u32, weir_dip>,
     expired: impl Fn(&weir_flow_key, &weir_conn) -> bool,
 ) -> Result<(usize, usize)> {
-    let entries: Vec<(weir_flow_key, weir_conn)> = read_all(table)?;
+    let entries = table.entries()?;
     let seen = entries.len();
     let victims: Vec<_> = entries
         .into_iter()
@@ -150,21 +202,17 @@ fn sweep_table(
     let mut removed = 0;
     for (key, seen_conn) in victims {
         // Read again: only the same, still expired entry goes.
-        let Some(now) = table
-            .lookup(key.as_bytes(), MapFlags::ANY)?
-            .and_then(|v| weir_conn::from_bytes(&v))
-        else {
+        let Some(now) = table.get(&key)? else {
             continue;
         };
         if now.created_ns != seen_conn.created_ns || !expired(&key, &now) {
             continue;
         }
-        if table.delete(key.as_bytes()).is_ok() {
+        if table.delete(&key) {
             removed += 1;
         }
         if let Some(dip) = dips.get(&now.dip_id).filter(|d| d.gen == now.dip_gen) {
-            // Absent in dsr mode; a failed delete is that.
-            let _ = rev_table.delete(reverse_key(&key, dip).as_bytes());
+            delete_reverse(&reverse_key(&key, dip));
         }
     }
     Ok((seen, removed))

@@ -164,28 +164,23 @@ impl Inst {
         };
         let to = self.size;
         let mut i = 0;
-        let (mut keys, mut vals, mut rkeys, mut rvals) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut conns, mut revs) = (Vec::new(), Vec::new());
         while i < to {
             let n = (to - i).min(FILL_BATCH as u64);
-            keys.clear();
-            vals.clear();
-            rkeys.clear();
-            rvals.clear();
+            conns.clear();
+            revs.clear();
             for j in i..i + n {
                 let key = flow(j).key();
-                keys.extend_from_slice(key.as_bytes());
-                vals.extend_from_slice(conn.as_bytes());
-                rkeys.extend_from_slice(reverse_key(&key).as_bytes());
-                rvals.extend_from_slice(rev.as_bytes());
+                conns.push((key, conn));
+                revs.push((reverse_key(&key), rev));
             }
             self.maps
                 .conns
-                .update_batch(&keys, &vals, n as u32, MapFlags::ANY, MapFlags::ANY)
+                .insert_batch(&conns)
                 .context("batch update of the connection table")?;
             self.maps
                 .rev_nat
-                .update_batch(&rkeys, &rvals, n as u32, MapFlags::ANY, MapFlags::ANY)
+                .insert_batch(&revs)
                 .context("batch update of the reverse-NAT table")?;
             i += n;
             progress.set_message(format!("filling a connection table: {i} / {to}"));
