@@ -483,6 +483,16 @@ fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Vec<Pa
             dir.display()
         )
     })?;
+    // State pinned before IPv4 connections had tables of their own keeps
+    // them in `conns`, where this version never looks for them.
+    if dir.join("conns").exists() && !dir.join("conns4").exists() {
+        bail!(
+            "pinned state in {} was made by an incompatible weir version (its IPv4 connections \
+             are in conns; this one keeps them in conns4); drop the saved state with `weir \
+             serve --reset-state` (this drops established connections)",
+            dir.display()
+        );
+    }
     let mut created = Vec::new();
     for mut map in open.open_object_mut().maps_mut() {
         let name = map.name().to_string_lossy().into_owned();

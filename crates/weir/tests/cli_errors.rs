@@ -305,6 +305,30 @@ fn incompatible_saved_state_is_explained_and_nothing_is_attached() {
     );
 }
 
+/// State pinned before IPv4 connections had their own tables (no `conns4`)
+/// is refused with the way out, not silently half reused.
+#[test]
+fn saved_state_without_the_ipv4_tables_is_refused() {
+    let (_set, ns) = one_link_ns();
+    let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    d.write_config(&format!(
+        "[dataplane]\ninterfaces = [\"a0\"]\nconn_table_size = 1024\n{VIP}"
+    ))
+    .unwrap();
+    d.start().unwrap();
+    d.stop().unwrap();
+    for old in ["conns4", "rev_nat4"] {
+        std::fs::remove_file(d.pin_dir.join(old)).unwrap();
+    }
+    let e = d.start().unwrap_err().to_string();
+    assert!(
+        e.contains("incompatible") && e.contains("conns4") && e.contains("--reset-state"),
+        "{e}"
+    );
+    assert!(!xdp_attached(&ns, "a0"));
+    assert!(d.pin_dir.join("conns").exists(), "the saved state stays");
+}
+
 /// A per-CPU LRU table (whose size the kernel rounds up to whole CPU
 /// shares: 1025 -> 1026 on 2 CPUs) is reused by a restart with the same settings and refused by one
 /// with the shared layout.
