@@ -110,10 +110,9 @@ _Static_assert(sizeof(struct weir_flow_key) == 40, "weir_flow_key size");
 
 /* The same tuple of an IPv4 connection, as the IPv4 tables (`conns4`,
  * `rev_nat4`) key it: the family is the table's, the addresses one word
- * each. A 16-byte key keeps a 1M-entry table's elements at 104 bytes
- * instead of 128 and the key in the element's first cache line, which
- * makes a lookup spread over the table much cheaper (README, "The
- * connection table"). */
+ * each. A 16-byte key keeps a table's elements at 104 bytes instead of
+ * 128 and the key in the element's first cache line (README, "The
+ * connection table", for what that does and does not buy). */
 struct weir_flow_key4 {
 	__be32 src;
 	__be32 dst;
