@@ -9,7 +9,9 @@
 //!   which the DIP's route leaves through a gateway with a permanent
 //!   neighbour entry. One private `weir_lb` per table size (nothing pinned
 //!   or attached), all with the same table capacity and `weir serve`'s
-//!   defaults (the FIB on), one TCP VIP 10.255.0.1:80 and one DIP.
+//!   defaults (the FIB on), one TCP VIP 10.255.0.1:80 (IPv6: [fd00:255::1]:80,
+//!   `--families`; each family's programs are loaded, measured and dropped
+//!   in turn) and one DIP.
 //!   `--next-hop resolved` (the default) puts the DIP's next hop into its
 //!   slot as `weir serve`'s resolver does; `--next-hop fib` leaves it out,
 //!   so every packet asks the FIB. BPF_PROG_TEST_RUN runs an XDP program as
