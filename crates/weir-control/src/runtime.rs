@@ -171,6 +171,7 @@ fn load_options(cfg: &Config) -> LoadOptions {
             Tier::Hybrid => loader::Tier::Hybrid,
         },
         conn_capacity: dp.conn_table_size,
+        conn_capacity_v6: dp.conn_size_v6(),
         conn_lru: match dp.conn_lru {
             ConnLru::Shared => loader::ConnLru::Shared,
             ConnLru::PerCpu => loader::ConnLru::PerCpu,

@@ -133,8 +133,8 @@ impl Default for Encap {
     }
 }
 
-/// How the connection tables' LRU lists are kept (maps.h: conns, rev_nat,
-/// half_open).
+/// How the connection tables' LRU lists are kept (maps.h: conns4, conns,
+/// rev_nat4, rev_nat, half_open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConnLru {
     /// One LRU list for all CPUs: any free entry serves any CPU, at the
@@ -158,7 +158,7 @@ impl ConnLru {
 }
 
 /// The maps whose LRU layout `LoadOptions::conn_lru` decides.
-const CONN_TABLES: [&str; 3] = ["conns", "rev_nat", "half_open"];
+const CONN_TABLES: [&str; 5] = ["conns4", "conns", "rev_nat4", "rev_nat", "half_open"];
 
 /// Idle timeouts of connection entries, by state (conntrack.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,16 +207,20 @@ impl ConnTimeouts {
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
     pub tier: Tier,
-    /// Entries of the connection table (and of the reverse-NAT table) in
-    /// the xdp tier. The other tiers keep their connections in the workers.
+    /// Entries of the IPv4 connection table (and of its reverse-NAT table)
+    /// in the xdp tier. The other tiers keep their connections in the workers.
     pub conn_capacity: u32,
+    /// Entries of the IPv6 connection table (and of its reverse-NAT table)
+    /// in the xdp tier: IPv6 entries are larger (40-byte keys), and most
+    /// deployments carry fewer IPv6 connections.
+    pub conn_capacity_v6: u32,
     /// The LRU layout of the connection tables.
     pub conn_lru: ConnLru,
     /// Entries of the half-open table (and of its reverse-NAT table): TCP
     /// connections whose handshake is not done yet (xdp tier only).
     pub half_open_capacity: u32,
     /// Entries of the fast table (the connection and reverse-NAT tables)
-    /// in the hybrid tier.
+    /// in the hybrid tier, for each address family.
     pub fast_table_size: u32,
     /// Interfaces the program serves: each has WEIR_MAX_QUEUES slots for
     /// every worker's sockets in `xsks` (software and hybrid tiers).
@@ -251,6 +255,7 @@ impl Default for LoadOptions {
         LoadOptions {
             tier: Tier::Xdp,
             conn_capacity: 1 << 20,
+            conn_capacity_v6: 1 << 17,
             conn_lru: ConnLru::Shared,
             half_open_capacity: 1 << 18,
             fast_table_size: 8192,
@@ -276,7 +281,9 @@ impl Default for LoadOptions {
 
 /// The maps pinned under the pin directory, by name.
 pub const PINNED_MAPS: &[&str] = &[
+    "conns4",
     "conns",
+    "rev_nat4",
     "rev_nat",
     "half_open",
     "nat_endpoints",
@@ -368,16 +375,22 @@ fn restore_pins(superseded: &mut Vec<(PathBuf, MapHandle)>) {
 
 /// Sizes of the maps that have a pin. A table a tier does not use gets one
 /// entry: these are preallocated, and a million-entry LRU costs about 100 MiB.
-fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 10] {
+fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 12] {
     let slots = weir_abi::WEIR_TABLE_SLOTS;
-    let (conns, half_open) = match opts.tier {
-        Tier::Xdp => (opts.conn_capacity, opts.half_open_capacity),
-        Tier::Software => (1, 1),
-        Tier::Hybrid => (opts.fast_table_size, 1),
+    let (conns4, conns6, half_open) = match opts.tier {
+        Tier::Xdp => (
+            opts.conn_capacity,
+            opts.conn_capacity_v6,
+            opts.half_open_capacity,
+        ),
+        Tier::Software => (1, 1, 1),
+        Tier::Hybrid => (opts.fast_table_size, opts.fast_table_size, 1),
     };
     [
-        ("conns", conns),
-        ("rev_nat", conns),
+        ("conns4", conns4),
+        ("conns", conns6),
+        ("rev_nat4", conns4),
+        ("rev_nat", conns6),
         ("half_open", half_open),
         ("nat_endpoints", opts.max_dips),
         ("vips", opts.max_vips),
@@ -525,6 +538,16 @@ fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Pins> 
             dir.display()
         )
     })?;
+    // State pinned before IPv4 connections had tables of their own keeps
+    // them in `conns`, where this version never looks for them.
+    if dir.join("conns").exists() && !dir.join("conns4").exists() {
+        bail!(
+            "pinned state in {} was made by an incompatible weir version (its IPv4 connections \
+             are in conns; this one keeps them in conns4); drop the saved state with `weir \
+             serve --reset-state` (this drops established connections)",
+            dir.display()
+        );
+    }
     let mut pins = Pins::default();
     let prepared = point_at_pins(open, dir, &mut pins);
     if prepared.is_err() {
