@@ -13,7 +13,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{AsRawLibbpf, MapCore, MapHandle, OpenObject};
+use weir_abi::{weir_conn, weir_flow_key, weir_rev_nat};
 
+use crate::maps::{read_all, Maps};
 use crate::skel::lb::{OpenWeirLbSkel, WeirLbSkel, WeirLbSkelBuilder};
 
 /// What weir does with traffic it does not balance.
@@ -307,6 +309,11 @@ const REPLACEABLE_MAPS: &[&str] = &["half_open", "nat_endpoints"];
 /// Pins older weir versions made that this one no longer uses.
 const RETIRED_PINS: &[&str] = &["half_open_rev"];
 
+/// The connection tables of a weir that kept both families under one key,
+/// before `conns4`/`rev_nat4`: their entries are moved into this version's
+/// tables by [`LoadedLb::migrate_connections`], so an upgrade keeps them.
+const MERGED_FAMILY_TABLES: &[&str] = &["conns", "rev_nat"];
+
 /// A loaded (not yet attached) `weir_lb`.
 pub struct LoadedLb {
     pub skel: WeirLbSkel<'static>,
@@ -341,6 +348,33 @@ impl LoadedLb {
     /// Once the program is attached: drops the pins it replaced and those
     /// of maps this version no longer has, which only an older program
     /// used. Returns the names dropped.
+    /// Copies the connections of an older weir's tables of both families
+    /// (MERGED_FAMILY_TABLES, replaced at load) into this version's, by
+    /// family, leaving alone a connection this program installed meanwhile.
+    /// Called before attaching, and again after (during a takeover the
+    /// predecessor installs until the swap). Returns the entries copied.
+    pub fn migrate_connections(&self, maps: &Maps) -> Result<usize> {
+        let mut copied = 0;
+        for (was, old) in self.superseded().iter() {
+            let Some(name) = was.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let what = || format!("moving the connections of {}", was.display());
+            copied += match name {
+                "conns" => copy_new(
+                    &read_all::<weir_flow_key, weir_conn>(old).with_context(what)?,
+                    |k, v| maps.conns.insert_new(k, v),
+                )?,
+                "rev_nat" => copy_new(
+                    &read_all::<weir_flow_key, weir_rev_nat>(old).with_context(what)?,
+                    |k, v| maps.rev_nat.insert_new(k, v),
+                )?,
+                _ => 0,
+            };
+        }
+        Ok(copied)
+    }
+
     pub fn drop_superseded_pins(&self) -> Vec<String> {
         let mut dropped: Vec<String> = self
             .superseded()
@@ -357,6 +391,18 @@ impl LoadedLb {
         }
         dropped
     }
+}
+
+/// Inserts each entry with `insert_new`; returns how many went in.
+fn copy_new<V>(
+    entries: &[(weir_flow_key, V)],
+    insert_new: impl Fn(&weir_flow_key, &V) -> Result<bool>,
+) -> Result<usize> {
+    let mut copied = 0;
+    for (key, value) in entries {
+        copied += usize::from(insert_new(key, value)?);
+    }
+    Ok(copied)
 }
 
 fn remove_pins(pins: &[PathBuf]) {
@@ -540,23 +586,21 @@ fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Pins> 
     })?;
     // State pinned before IPv4 connections had tables of their own keeps
     // them in `conns`, where this version never looks for them.
-    if dir.join("conns").exists() && !dir.join("conns4").exists() {
-        bail!(
-            "pinned state in {} was made by an incompatible weir version (its IPv4 connections \
-             are in conns; this one keeps them in conns4); drop the saved state with `weir \
-             serve --reset-state` (this drops established connections)",
-            dir.display()
-        );
-    }
+    let merged_families = dir.join("conns").exists() && !dir.join("conns4").exists();
     let mut pins = Pins::default();
-    let prepared = point_at_pins(open, dir, &mut pins);
+    let prepared = point_at_pins(open, dir, merged_families, &mut pins);
     if prepared.is_err() {
         restore_pins(&mut pins.superseded);
     }
     prepared.map(|()| pins)
 }
 
-fn point_at_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path, pins: &mut Pins) -> Result<()> {
+fn point_at_pins(
+    open: &mut OpenWeirLbSkel<'static>,
+    dir: &Path,
+    merged_families: bool,
+    pins: &mut Pins,
+) -> Result<()> {
     for mut map in open.open_object_mut().maps_mut() {
         let name = map.name().to_string_lossy().into_owned();
         if !PINNED_MAPS.contains(&name.as_str()) {
@@ -575,7 +619,9 @@ fn point_at_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path, pins: &mut Pins
                 )
             };
             let same_layout = pinned.key_size() == key_size && pinned.value_size() == value_size;
-            if !same_layout && REPLACEABLE_MAPS.contains(&name.as_str()) {
+            let migrated =
+                merged_families && same_layout && MERGED_FAMILY_TABLES.contains(&name.as_str());
+            if migrated || (!same_layout && REPLACEABLE_MAPS.contains(&name.as_str())) {
                 fs::remove_file(&path)
                     .with_context(|| format!("unpinning the older map {}", path.display()))?;
                 pins.superseded.push((path.clone(), pinned));
