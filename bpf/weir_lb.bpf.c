@@ -63,7 +63,7 @@ static __always_inline void ensure_reverse(struct xdp_md *ctx, const struct pack
 	struct weir_flow_key rkey = {};
 
 	reverse_key(pkt, dip, &rkey);
-	if (!bpf_map_lookup_elem(&rev_nat, &rkey))
+	if (!rev_lookup(&rkey))
 		install_reverse(ctx, pkt, dip, vip_id);
 }
 
@@ -135,7 +135,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 		conn_note_close(entry, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
 		if (cfg_passive_telemetry && nat)
 			telemetry_request(entry, pkt, entry->dip_id);
-		if (bpf_map_update_elem(&conns, &pkt->key, entry, BPF_ANY) == 0) {
+		if (conn_update(&pkt->key, entry) == 0) {
 			stat_inc(WEIR_STAT_CONN_NEW);
 			hs->new_conn = 1;
 		} else {
@@ -215,7 +215,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	struct weir_dip *dip = NULL;
 	int new_conn = 0, stale = 0, refreshed = 0;
 
-	conn = bpf_map_lookup_elem(&conns, &pkt->key);
+	conn = conn_lookup(&pkt->key);
 	if (conn) {
 		dip = conn_dip(conn);
 		if (syn) {
@@ -266,7 +266,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 		dip_id = entry.dip_id;
 		if (cfg_passive_telemetry && nat)
 			telemetry_request(&entry, pkt, dip_id);
-		if (bpf_map_update_elem(&conns, &pkt->key, &entry, BPF_ANY) == 0)
+		if (conn_update(&pkt->key, &entry) == 0)
 			stat_inc(WEIR_STAT_CONN_NEW);
 		else
 			stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
@@ -296,7 +296,7 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 	struct weir_conn *conn;
 	struct weir_dip *dip;
 
-	conn = bpf_map_lookup_elem(&conns, &pkt->key);
+	conn = conn_lookup(&pkt->key);
 	if (!conn)
 		goto miss;
 	dip = conn_dip(conn);
@@ -436,7 +436,7 @@ int weir_lb(struct xdp_md *ctx)
 	/* The software tier keeps every reverse entry itself; the hybrid tier
 	 * has only the fast table's and no half-open one. */
 	if (cfg_tier != WEIR_TIER_SOFTWARE) {
-		rev = bpf_map_lookup_elem(&rev_nat, &pkt.key);
+		rev = rev_lookup(&pkt.key);
 		if (rev)
 			return reverse_nat(ctx, &pkt, rev);
 	}

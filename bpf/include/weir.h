@@ -108,6 +108,21 @@ struct weir_flow_key {
 };
 _Static_assert(sizeof(struct weir_flow_key) == 40, "weir_flow_key size");
 
+/* The same tuple of an IPv4 connection, as the IPv4 tables (`conns4`,
+ * `rev_nat4`) key it: the family is the table's, the addresses one word
+ * each. A 16-byte key keeps a table's elements at 104 bytes instead of
+ * 128 and the key in the element's first cache line (README, "The
+ * connection table", for what that does and does not buy). */
+struct weir_flow_key4 {
+	__be32 src;
+	__be32 dst;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+_Static_assert(sizeof(struct weir_flow_key4) == 16, "weir_flow_key4 size");
+
 /* How a TCP connection is closing (weir_conn.close_flags). Closing
  * connections age out faster than established ones (conntrack.h). */
 #define WEIR_CONN_F_FIN_CLIENT (1U << 0) /* the client sent a FIN */

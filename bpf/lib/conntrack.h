@@ -13,6 +13,7 @@
 #ifndef WEIR_CONNTRACK_H
 #define WEIR_CONNTRACK_H
 
+#include "flow_table.h"
 #include "maps.h"
 #include "parse.h"
 #include "stats.h"
@@ -163,7 +164,7 @@ static __noinline void install_reverse(struct xdp_md *ctx, const struct packet *
 
 	reverse_key(pkt, dip, &rkey);
 	fill_reverse(ctx, pkt, vip_id, &rev);
-	bpf_map_update_elem(&rev_nat, &rkey, &rev, BPF_ANY);
+	rev_update(&rkey, &rev);
 }
 
 /* install_half_open()'s vip_id for a connection with no reverse entry. */
@@ -233,10 +234,10 @@ static __noinline void conn_forget(const struct packet *pkt, const struct weir_d
 {
 	struct weir_flow_key rkey = {};
 
-	bpf_map_delete_elem(&conns, &pkt->key);
+	conn_delete(&pkt->key);
 	if (nat && dip) {
 		reverse_key(pkt, dip, &rkey);
-		bpf_map_delete_elem(&rev_nat, &rkey);
+		rev_delete(&rkey);
 	}
 }
 
@@ -250,7 +251,7 @@ static __always_inline void conn_note_server_close(const struct packet *pkt,
 	if (pkt->key.proto != IPPROTO_TCP || !(pkt->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)))
 		return;
 	forward_key_of_reply(pkt, rev, &fkey);
-	conn = bpf_map_lookup_elem(&conns, &fkey);
+	conn = conn_lookup(&fkey);
 	if (conn)
 		conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_SERVER, now_ticks());
 }

@@ -12,6 +12,7 @@
 #include "weir.h"
 
 #define WEIR_DEFAULT_CONNS (1 << 20)
+#define WEIR_DEFAULT_CONNS_V6 (1 << 17)
 #define WEIR_DEFAULT_HALF_OPEN (1 << 18)
 #define WEIR_DEFAULT_VIPS 256
 #define WEIR_DEFAULT_DIPS 4096
@@ -20,18 +21,35 @@
  * Only confirmed connections live here (TCP: the client's first packet after
  * its SYN), so a flood of SYNs cannot push them out. In the hybrid tier this
  * is the fast table: bounded (fast_table_size), written only by the software
- * tier, and an insert into a full table evicts the least recently used. */
+ * tier, and an insert into a full table evicts the least recently used.
+ * IPv4 connections live in `conns4` under the compact key, IPv6 ones in
+ * `conns`; conntrack.h's conn_* helpers pick the table. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, WEIR_DEFAULT_CONNS);
+	__type(key, struct weir_flow_key4);
+	__type(value, struct weir_conn);
+} conns4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, WEIR_DEFAULT_CONNS_V6);
 	__type(key, struct weir_flow_key);
 	__type(value, struct weir_conn);
 } conns SEC(".maps");
 
-/* 5-tuple of a DIP's replies (nat mode) -> the VIP to rewrite them back to. */
+/* 5-tuple of a DIP's replies (nat mode) -> the VIP to rewrite them back to;
+ * split by family as `conns4`/`conns` (conntrack.h's rev_* helpers). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, WEIR_DEFAULT_CONNS);
+	__type(key, struct weir_flow_key4);
+	__type(value, struct weir_rev_nat);
+} rev_nat4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, WEIR_DEFAULT_CONNS_V6);
 	__type(key, struct weir_flow_key);
 	__type(value, struct weir_rev_nat);
 } rev_nat SEC(".maps");

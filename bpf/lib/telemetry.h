@@ -52,7 +52,7 @@ static __always_inline void telemetry_reply(const struct packet *pkt, const stru
 	if (!pkt->payload_len)
 		return;
 	forward_key_of_reply(pkt, rev, &fkey);
-	conn = bpf_map_lookup_elem(&conns, &fkey);
+	conn = conn_lookup(&fkey);
 	if (!conn)
 		return;
 	start = conn->req_us;

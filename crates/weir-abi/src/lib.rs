@@ -48,6 +48,7 @@ macro_rules! pod {
 
 pod!(
     weir_flow_key,
+    weir_flow_key4,
     weir_conn,
     weir_conn_timeouts,
     weir_endpoint,
@@ -89,6 +90,7 @@ mod tests {
     #[test]
     fn sizes_match_the_header_assertions() {
         assert_eq!(std::mem::size_of::<weir_flow_key>(), 40);
+        assert_eq!(std::mem::size_of::<weir_flow_key4>(), 16);
         assert_eq!(std::mem::size_of::<weir_conn>(), 40);
         assert_eq!(std::mem::size_of::<weir_conn_timeouts>(), 20);
         assert_eq!(std::mem::size_of::<weir_endpoint>(), 20);

@@ -5,7 +5,7 @@
 mod common;
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -14,6 +14,8 @@ use weir_cluster::apply::{apply_record, live_slots};
 use weir_cluster::record::{ClassRecord, TableRecord};
 use weir_cluster::sync::node::{SyncNode, SyncOptions};
 use weir_cluster::sync::wire::{ConnRecord, Encoder, Key, MAX_DATAGRAM};
+use weir_core::awfd::AwfdTable;
+use weir_core::flow::addr_words;
 use weir_dataplane::loader::ConnTimeouts;
 use weir_dataplane::sync_events::SyncMaps;
 use weir_dataplane::testrun::XdpAction;
@@ -199,6 +201,80 @@ fn bad_datagrams_are_counted_and_a_flood_cannot_evict_established_entries() {
     });
 }
 
+/// An IPv6 dsr VIP, VIP6:80 (id 1), with DIPs fd00:77:<i>::2 in the given
+/// slots: IPv6 connections sit in their own tables (`conns`, not `conns4`).
+const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 1);
+const A_SLOTS6: [(u8, u32); 2] = [(1, 20), (2, 21)];
+const B_SLOTS6: [(u8, u32); 2] = [(1, 31), (2, 30)];
+
+fn setup_v6(node: &Node, dips: &[(u8, u32)]) {
+    for &(i, slot) in dips {
+        let dip = Ipv6Addr::new(0xfd00, 0x77, u16::from(i), 0, 0, 0, 0, 2);
+        let (addr, family) = addr_words(IpAddr::V6(dip));
+        let d = weir_dip {
+            addr,
+            family,
+            mac_set: 1,
+            mac: [0x02, 0, 0, 0, 0x06, i],
+            flags: WEIR_DIP_F_LIVE,
+            gen: 1,
+            vip_id: 1,
+            weight: 1,
+            ..Default::default()
+        };
+        node.maps.put_dip(slot, &d).unwrap();
+    }
+    let (addr, family) = addr_words(IpAddr::V6(VIP6));
+    let key = weir_vip_key {
+        addr,
+        port: VIP_PORT.to_be(),
+        proto: 6,
+        family,
+    };
+    let vip = weir_vip {
+        vip_id: 1,
+        mode: WEIR_MODE_DSR as u8,
+        ..Default::default()
+    };
+    node.maps.put_vip(&key, &vip).unwrap();
+    let pairs: Vec<(u32, u32)> = dips.iter().map(|&(_, s)| (s, 1)).collect();
+    node.maps
+        .publish_table(1, 1, &AwfdTable::from_weights(&pairs).unwrap())
+        .unwrap();
+}
+
+fn client6(i: u32) -> (Ipv6Addr, u16) {
+    (
+        Ipv6Addr::new(0xfd00, 0x88, 0, 0, 0, 0, (i >> 16) as u16, i as u16),
+        40_000 + (i % 1000) as u16,
+    )
+}
+
+fn flow_key6(client: Ipv6Addr, sport: u16) -> weir_flow_key {
+    weir_flow_key {
+        src: addr_words(IpAddr::V6(client)).0,
+        dst: addr_words(IpAddr::V6(VIP6)).0,
+        sport: sport.to_be(),
+        dport: VIP_PORT.to_be(),
+        proto: 6,
+        family: WEIR_AF_INET6 as u8,
+        pad: [0; 2],
+    }
+}
+
+/// A client's SYN and then its ACK to VIP6.
+fn connect6(node: &Node, client: Ipv6Addr, sport: u16) {
+    for syn in [true, false] {
+        let b = etherparse::PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC)
+            .ipv6(client.octets(), VIP6.octets(), 64)
+            .tcp(sport, VIP_PORT, 1000, 64_000);
+        let b = if syn { b.syn() } else { b.ack(1) };
+        let mut frame = Vec::new();
+        b.write(&mut frame, &[]).unwrap();
+        assert_eq!(node.run(&frame), XdpAction::Tx);
+    }
+}
+
 #[test]
 fn a_joining_node_learns_every_established_connection() {
     in_private_netns(|| {
@@ -206,11 +282,20 @@ fn a_joining_node_learns_every_established_connection() {
         let b = Node::load(false, 4096);
         a.setup(&A_SLOTS);
         b.setup(&B_SLOTS);
+        setup_v6(&a, &A_SLOTS6);
+        setup_v6(&b, &B_SLOTS6);
+        // 300 connections, 100 of them IPv6.
         const N: u32 = 300;
-        for i in 0..N {
+        const N6: u32 = 100;
+        for i in 0..N - N6 {
             let (c, p) = client(i);
             a.connect(c, p);
         }
+        for i in 0..N6 {
+            let (c, p) = client6(i);
+            connect6(&a, c, p);
+        }
+        assert_eq!(a.maps.conn_count(), N as usize);
         let sa = sync_of(&a, "a", 7021, 4096, false);
         let sb = sync_of(&b, "b", 7022, 4096, false);
         sb.peers().set(vec![("a".into(), sa.local_addr().unwrap())]);
@@ -220,10 +305,16 @@ fn a_joining_node_learns_every_established_connection() {
         assert_eq!((r.total, r.received), (u64::from(N), u64::from(N)), "{r:?}");
         assert!(started.elapsed() < Duration::from_secs(3));
         assert_eq!(sb.counters().installed, u64::from(N));
-        for i in 0..N {
+        for i in 0..N - N6 {
             let (c, p) = client(i);
             let k = flow_key(c, p);
             assert_eq!(b.dip_of(&k), a.dip_of(&k), "flow {i}");
+        }
+        for i in 0..N6 {
+            let (c, p) = client6(i);
+            let k = flow_key6(c, p);
+            assert!(a.dip_of(&k).is_some(), "IPv6 flow {i} on a");
+            assert_eq!(b.dip_of(&k), a.dip_of(&k), "IPv6 flow {i}");
         }
         assert_eq!(sa.counters().bulks_served, 1);
         // Nobody to ask: the join ends empty-handed within its time.

@@ -161,8 +161,13 @@ pub struct Dataplane {
     pub interfaces: Spanned<Vec<String>>,
     #[serde(default = "native")]
     pub xdp_mode: XdpModeCfg,
+    /// Connections the xdp tier holds, IPv4 (and the workers' table, both
+    /// families, in the software and hybrid tiers).
     #[serde(default = "default_conn_table")]
     pub conn_table_size: u32,
+    /// IPv6 connections the xdp tier holds; default an eighth of
+    /// `conn_table_size` (README, "The connection table").
+    pub conn_table_size_v6: Option<Spanned<u32>>,
     /// The LRU layout of the connection tables (`shared` or `per-cpu`).
     #[serde(default)]
     pub conn_lru: ConnLru,
@@ -288,6 +293,13 @@ impl Timeouts {
 }
 
 impl Dataplane {
+    /// `conn_table_size_v6`, or its default.
+    pub fn conn_size_v6(&self) -> u32 {
+        self.conn_table_size_v6
+            .as_ref()
+            .map_or((self.conn_table_size / 8).max(1), |s| *s.get_ref())
+    }
+
     /// `half_open_table_size`, or its default.
     pub fn half_open_size(&self) -> u32 {
         self.half_open_table_size
@@ -764,6 +776,13 @@ impl Config {
             if v < min {
                 return Err(ck.err(None, field, "must be at least 1"));
             }
+        }
+        if dp.conn_size_v6() == 0 {
+            return Err(ck.err(
+                dp.conn_table_size_v6.as_ref().map(|s| s.span()),
+                "dataplane.conn_table_size_v6",
+                "must be at least 1: it holds the xdp tier's IPv6 connections",
+            ));
         }
         if dp.half_open_size() == 0 || dp.half_open_size() > dp.conn_table_size {
             return Err(ck.err(
@@ -1509,6 +1528,22 @@ mode = "nat"
         // Another port of the same backend is another endpoint.
         let other_port = four + &nat_vip_on_the_shared_backend(4, 81).replace("8080", "8081");
         Config::parse("t.toml", &other_port).unwrap();
+    }
+
+    #[test]
+    fn the_ipv6_table_defaults_to_an_eighth_and_a_zero_names_its_line() {
+        let dp = Config::parse("t.toml", GOOD).unwrap().dataplane;
+        assert_eq!(dp.conn_size_v6(), 1 << 17);
+        let given = dataplane_with("conn_table_size_v6 = 5000");
+        let dp = Config::parse("t.toml", &given).unwrap().dataplane;
+        assert_eq!(dp.conn_size_v6(), 5000);
+        let e = err_of(&dataplane_with("conn_table_size_v6 = 0"));
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(4), "dataplane.conn_table_size_v6"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("at least 1"), "{e}");
     }
 
     #[test]

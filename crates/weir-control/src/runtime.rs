@@ -171,6 +171,7 @@ fn load_options(cfg: &Config) -> LoadOptions {
             Tier::Hybrid => loader::Tier::Hybrid,
         },
         conn_capacity: dp.conn_table_size,
+        conn_capacity_v6: dp.conn_size_v6(),
         conn_lru: match dp.conn_lru {
             ConnLru::Shared => loader::ConnLru::Shared,
             ConnLru::PerCpu => loader::ConnLru::PerCpu,
@@ -239,6 +240,14 @@ pub(crate) fn log(msg: impl AsRef<str>) {
 }
 
 /// What the file has that is legal but odd (a VIP with no DIPs, ...).
+fn log_migrated(entries: usize) {
+    if entries > 0 {
+        log(format!(
+            "moved {entries} connection and reverse-NAT entries from an older weir's tables"
+        ));
+    }
+}
+
 pub(crate) fn log_warnings(cfg: &Config) {
     for w in &cfg.warnings {
         log(format!("warning: {w}"));
@@ -284,6 +293,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             report.dips_added,
             report.tables_published
         ));
+        log_migrated(lb.migrate_connections(&maps)?);
         Ok(maps)
     })();
     let maps = match started {
@@ -346,6 +356,12 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             return Err(e);
         }
     };
+    // A predecessor that installed connections until the swap did so in its
+    // own tables.
+    match lb.migrate_connections(&maps) {
+        Ok(n) => log_migrated(n),
+        Err(e) => log(format!("moving an older weir's last connections: {e:#}")),
+    }
     for pin in lb.drop_superseded_pins() {
         log(format!(
             "dropped {pin}: an older weir's table in another layout (replaced; handshakes \

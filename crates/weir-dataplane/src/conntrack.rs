@@ -21,6 +21,7 @@ use anyhow::Result;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use weir_abi::*;
 
+use crate::flow_table::FlowTable;
 use crate::loader::ConnTimeouts;
 use crate::maps::{read_all, Maps};
 
@@ -111,16 +112,23 @@ pub fn sweep(maps: &Maps, timeouts: &ConnTimeouts) -> Result<SweepReport> {
     let dips = live_dips(maps)?;
     let mut report = SweepReport::default();
     let now = now_ticks();
-    let (n, expired) =
-        sweep_table::<weir_conn>(&maps.conns, Some(&maps.rev_nat), &dips, |key, c| {
-            idle_past(c.atime, timeout(c, key.proto, &t), now)
-        })?;
+    let (n, expired) = sweep_table(
+        &maps.conns,
+        |rkey| {
+            let _ = maps.rev_nat.delete(rkey);
+        },
+        &dips,
+        |key, c| idle_past(c.atime, timeout(c, key.proto, &t), now),
+    )?;
     report.established = n;
     report.established_expired = expired;
     // A half-open entry carries its reverse entry (weir_half_open).
-    let (n, expired) = sweep_table::<weir_half_open>(&maps.half_open, None, &dips, |_, c| {
-        idle_past(c.atime, t.tcp_half_open, now)
-    })?;
+    let (n, expired) = sweep_table(
+        &maps.half_open,
+        |_| {},
+        &dips,
+        |_, c| idle_past(c.atime, t.tcp_half_open, now),
+    )?;
     report.half_open = n;
     report.half_open_expired = expired;
     Ok(report)
@@ -137,57 +145,76 @@ fn live_dips(maps: &Maps) -> Result<HashMap<u32, weir_dip>> {
     Ok(out)
 }
 
-/// A connection table's value: the connection, and what else it carries.
-trait ConnEntry: AsBytes {
-    fn conn(&self) -> &weir_conn;
+/// A table of connection entries the sweep walks: the established one,
+/// split by family, or the half-open one, which holds both.
+trait ConnEntries {
+    fn entries(&self) -> Result<Vec<(weir_flow_key, weir_conn)>>;
+    fn get(&self, key: &weir_flow_key) -> Result<Option<weir_conn>>;
+    fn delete(&self, key: &weir_flow_key) -> bool;
 }
 
-impl ConnEntry for weir_conn {
-    fn conn(&self) -> &weir_conn {
-        self
+impl ConnEntries for FlowTable<weir_conn> {
+    fn entries(&self) -> Result<Vec<(weir_flow_key, weir_conn)>> {
+        FlowTable::entries(self)
+    }
+
+    fn get(&self, key: &weir_flow_key) -> Result<Option<weir_conn>> {
+        FlowTable::get(self, key)
+    }
+
+    fn delete(&self, key: &weir_flow_key) -> bool {
+        matches!(FlowTable::delete(self, key), Ok(true))
     }
 }
 
-impl ConnEntry for weir_half_open {
-    fn conn(&self) -> &weir_conn {
-        &self.conn
+/// The half-open table: its entries' connections.
+impl ConnEntries for MapHandle {
+    fn entries(&self) -> Result<Vec<(weir_flow_key, weir_conn)>> {
+        let entries: Vec<(weir_flow_key, weir_half_open)> = read_all(self)?;
+        Ok(entries.into_iter().map(|(k, h)| (k, h.conn)).collect())
+    }
+
+    fn get(&self, key: &weir_flow_key) -> Result<Option<weir_conn>> {
+        Ok(self
+            .lookup(key.as_bytes(), MapFlags::ANY)?
+            .and_then(|v| weir_half_open::from_bytes(&v))
+            .map(|h| h.conn))
+    }
+
+    fn delete(&self, key: &weir_flow_key) -> bool {
+        MapCore::delete(self, key.as_bytes()).is_ok()
     }
 }
 
-/// Deletes the expired entries of `table`, and their reverse entries in
-/// `rev_table` where the table keeps them apart.
-fn sweep_table<E: ConnEntry>(
-    table: &MapHandle,
-    rev_table: Option<&MapHandle>,
+/// Deletes the expired entries of `table` and, through `delete_reverse`,
+/// their reverse entries (absent in dsr mode, so a failed delete is no
+/// error).
+fn sweep_table(
+    table: &impl ConnEntries,
+    delete_reverse: impl Fn(&weir_flow_key),
     dips: &HashMap<u32, weir_dip>,
     expired: impl Fn(&weir_flow_key, &weir_conn) -> bool,
 ) -> Result<(usize, usize)> {
-    let entries: Vec<(weir_flow_key, E)> = read_all(table)?;
+    let entries = table.entries()?;
     let seen = entries.len();
     let victims: Vec<_> = entries
         .into_iter()
-        .filter(|(key, e)| expired(key, e.conn()))
+        .filter(|(key, c)| expired(key, c))
         .collect();
     let mut removed = 0;
-    for (key, seen_entry) in victims {
+    for (key, seen) in victims {
         // Read again: only the same, still expired entry goes.
-        let Some(now) = table
-            .lookup(key.as_bytes(), MapFlags::ANY)?
-            .and_then(|v| E::from_bytes(&v))
-        else {
+        let Some(now) = table.get(&key)? else {
             continue;
         };
-        let now = now.conn();
-        if now.created_ns != seen_entry.conn().created_ns || !expired(&key, now) {
+        if now.created_ns != seen.created_ns || !expired(&key, &now) {
             continue;
         }
-        if table.delete(key.as_bytes()).is_ok() {
+        if table.delete(&key) {
             removed += 1;
         }
-        let dip = dips.get(&now.dip_id).filter(|d| d.gen == now.dip_gen);
-        if let (Some(rev_table), Some(dip)) = (rev_table, dip) {
-            // Absent in dsr mode; a failed delete is that.
-            let _ = rev_table.delete(reverse_key(&key, dip).as_bytes());
+        if let Some(dip) = dips.get(&now.dip_id).filter(|d| d.gen == now.dip_gen) {
+            delete_reverse(&reverse_key(&key, dip));
         }
     }
     Ok((seen, removed))

@@ -23,6 +23,7 @@
 pub mod attach;
 pub mod conntrack;
 pub mod decap;
+pub mod flow_table;
 pub mod gen;
 pub mod iface;
 pub mod kv;

@@ -13,7 +13,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{AsRawLibbpf, MapCore, MapHandle, OpenObject};
+use weir_abi::{weir_conn, weir_flow_key, weir_rev_nat};
 
+use crate::maps::{read_all, Maps};
 use crate::skel::lb::{OpenWeirLbSkel, WeirLbSkel, WeirLbSkelBuilder};
 
 /// What weir does with traffic it does not balance.
@@ -133,8 +135,8 @@ impl Default for Encap {
     }
 }
 
-/// How the connection tables' LRU lists are kept (maps.h: conns, rev_nat,
-/// half_open).
+/// How the connection tables' LRU lists are kept (maps.h: conns4, conns,
+/// rev_nat4, rev_nat, half_open).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConnLru {
     /// One LRU list for all CPUs: any free entry serves any CPU, at the
@@ -158,7 +160,7 @@ impl ConnLru {
 }
 
 /// The maps whose LRU layout `LoadOptions::conn_lru` decides.
-const CONN_TABLES: [&str; 3] = ["conns", "rev_nat", "half_open"];
+const CONN_TABLES: [&str; 5] = ["conns4", "conns", "rev_nat4", "rev_nat", "half_open"];
 
 /// Idle timeouts of connection entries, by state (conntrack.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,16 +209,20 @@ impl ConnTimeouts {
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
     pub tier: Tier,
-    /// Entries of the connection table (and of the reverse-NAT table) in
-    /// the xdp tier. The other tiers keep their connections in the workers.
+    /// Entries of the IPv4 connection table (and of its reverse-NAT table)
+    /// in the xdp tier. The other tiers keep their connections in the workers.
     pub conn_capacity: u32,
+    /// Entries of the IPv6 connection table (and of its reverse-NAT table)
+    /// in the xdp tier: IPv6 entries are larger (40-byte keys), and most
+    /// deployments carry fewer IPv6 connections.
+    pub conn_capacity_v6: u32,
     /// The LRU layout of the connection tables.
     pub conn_lru: ConnLru,
     /// Entries of the half-open table (and of its reverse-NAT table): TCP
     /// connections whose handshake is not done yet (xdp tier only).
     pub half_open_capacity: u32,
     /// Entries of the fast table (the connection and reverse-NAT tables)
-    /// in the hybrid tier.
+    /// in the hybrid tier, for each address family.
     pub fast_table_size: u32,
     /// Interfaces the program serves: each has WEIR_MAX_QUEUES slots for
     /// every worker's sockets in `xsks` (software and hybrid tiers).
@@ -251,6 +257,7 @@ impl Default for LoadOptions {
         LoadOptions {
             tier: Tier::Xdp,
             conn_capacity: 1 << 20,
+            conn_capacity_v6: 1 << 17,
             conn_lru: ConnLru::Shared,
             half_open_capacity: 1 << 18,
             fast_table_size: 8192,
@@ -276,7 +283,9 @@ impl Default for LoadOptions {
 
 /// The maps pinned under the pin directory, by name.
 pub const PINNED_MAPS: &[&str] = &[
+    "conns4",
     "conns",
+    "rev_nat4",
     "rev_nat",
     "half_open",
     "nat_endpoints",
@@ -300,6 +309,11 @@ const REPLACEABLE_MAPS: &[&str] = &["half_open", "nat_endpoints"];
 
 /// Pins older weir versions made that this one no longer uses.
 const RETIRED_PINS: &[&str] = &["half_open_rev"];
+
+/// The connection tables of a weir that kept both families under one key,
+/// before `conns4`/`rev_nat4`: their entries are moved into this version's
+/// tables by [`LoadedLb::migrate_connections`], so an upgrade keeps them.
+const MERGED_FAMILY_TABLES: &[&str] = &["conns", "rev_nat"];
 
 /// A loaded (not yet attached) `weir_lb`.
 pub struct LoadedLb {
@@ -335,6 +349,33 @@ impl LoadedLb {
     /// Once the program is attached: drops the pins it replaced and those
     /// of maps this version no longer has, which only an older program
     /// used. Returns the names dropped.
+    /// Copies the connections of an older weir's tables of both families
+    /// (MERGED_FAMILY_TABLES, replaced at load) into this version's, by
+    /// family, leaving alone a connection this program installed meanwhile.
+    /// Called before attaching, and again after (during a takeover the
+    /// predecessor installs until the swap). Returns the entries copied.
+    pub fn migrate_connections(&self, maps: &Maps) -> Result<usize> {
+        let mut copied = 0;
+        for (was, old) in self.superseded().iter() {
+            let Some(name) = was.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            let what = || format!("moving the connections of {}", was.display());
+            copied += match name {
+                "conns" => copy_new(
+                    &read_all::<weir_flow_key, weir_conn>(old).with_context(what)?,
+                    |k, v| maps.conns.insert_new(k, v),
+                )?,
+                "rev_nat" => copy_new(
+                    &read_all::<weir_flow_key, weir_rev_nat>(old).with_context(what)?,
+                    |k, v| maps.rev_nat.insert_new(k, v),
+                )?,
+                _ => 0,
+            };
+        }
+        Ok(copied)
+    }
+
     pub fn drop_superseded_pins(&self) -> Vec<String> {
         let mut dropped: Vec<String> = self
             .superseded()
@@ -353,6 +394,18 @@ impl LoadedLb {
     }
 }
 
+/// Inserts each entry with `insert_new`; returns how many went in.
+fn copy_new<V>(
+    entries: &[(weir_flow_key, V)],
+    insert_new: impl Fn(&weir_flow_key, &V) -> Result<bool>,
+) -> Result<usize> {
+    let mut copied = 0;
+    for (key, value) in entries {
+        copied += usize::from(insert_new(key, value)?);
+    }
+    Ok(copied)
+}
+
 fn remove_pins(pins: &[PathBuf]) {
     for p in pins {
         let _ = fs::remove_file(p);
@@ -369,16 +422,22 @@ fn restore_pins(superseded: &mut Vec<(PathBuf, MapHandle)>) {
 
 /// Sizes of the maps that have a pin. A table a tier does not use gets one
 /// entry: these are preallocated, and a million-entry LRU costs about 100 MiB.
-fn sizes(opts: &LoadOptions) -> Result<[(&'static str, u32); 11]> {
+fn sizes(opts: &LoadOptions) -> Result<[(&'static str, u32); 13]> {
     let slots = weir_abi::WEIR_TABLE_SLOTS;
-    let (conns, half_open) = match opts.tier {
-        Tier::Xdp => (opts.conn_capacity, opts.half_open_capacity),
-        Tier::Software => (1, 1),
-        Tier::Hybrid => (opts.fast_table_size, 1),
+    let (conns4, conns6, half_open) = match opts.tier {
+        Tier::Xdp => (
+            opts.conn_capacity,
+            opts.conn_capacity_v6,
+            opts.half_open_capacity,
+        ),
+        Tier::Software => (1, 1, 1),
+        Tier::Hybrid => (opts.fast_table_size, opts.fast_table_size, 1),
     };
     Ok([
-        ("conns", conns),
-        ("rev_nat", conns),
+        ("conns4", conns4),
+        ("conns", conns6),
+        ("rev_nat4", conns4),
+        ("rev_nat", conns6),
         ("half_open", half_open),
         ("nat_endpoints", opts.max_dips),
         ("vips", opts.max_vips),
@@ -538,15 +597,23 @@ fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Pins> 
             dir.display()
         )
     })?;
+    // State pinned before IPv4 connections had tables of their own keeps
+    // them in `conns`, where this version never looks for them.
+    let merged_families = dir.join("conns").exists() && !dir.join("conns4").exists();
     let mut pins = Pins::default();
-    let prepared = point_at_pins(open, dir, &mut pins);
+    let prepared = point_at_pins(open, dir, merged_families, &mut pins);
     if prepared.is_err() {
         restore_pins(&mut pins.superseded);
     }
     prepared.map(|()| pins)
 }
 
-fn point_at_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path, pins: &mut Pins) -> Result<()> {
+fn point_at_pins(
+    open: &mut OpenWeirLbSkel<'static>,
+    dir: &Path,
+    merged_families: bool,
+    pins: &mut Pins,
+) -> Result<()> {
     for mut map in open.open_object_mut().maps_mut() {
         let name = map.name().to_string_lossy().into_owned();
         if !PINNED_MAPS.contains(&name.as_str()) {
@@ -565,7 +632,9 @@ fn point_at_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path, pins: &mut Pins
                 )
             };
             let same_layout = pinned.key_size() == key_size && pinned.value_size() == value_size;
-            if !same_layout && REPLACEABLE_MAPS.contains(&name.as_str()) {
+            let migrated =
+                merged_families && same_layout && MERGED_FAMILY_TABLES.contains(&name.as_str());
+            if migrated || (!same_layout && REPLACEABLE_MAPS.contains(&name.as_str())) {
                 fs::remove_file(&path)
                     .with_context(|| format!("unpinning the older map {}", path.display()))?;
                 pins.superseded.push((path.clone(), pinned));

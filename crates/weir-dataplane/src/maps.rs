@@ -11,13 +11,16 @@ use weir_abi::*;
 use weir_core::awfd::AwfdTable;
 use weir_core::vip_slot;
 
+use crate::flow_table::FlowTable;
 use crate::skel::lb::WeirLbSkel;
 
 /// Handles on every map of the load balancer.
 #[derive(Debug)]
 pub struct Maps {
-    pub conns: MapHandle,
-    pub rev_nat: MapHandle,
+    /// Established connections (`conns4` and `conns`).
+    pub conns: FlowTable<weir_conn>,
+    /// Reverse entries of nat connections (`rev_nat4` and `rev_nat`).
+    pub rev_nat: FlowTable<weir_rev_nat>,
     pub half_open: MapHandle,
     pub nat_endpoints: MapHandle,
     pub vips: MapHandle,
@@ -116,8 +119,8 @@ impl Maps {
     pub fn of(skel: &WeirLbSkel<'_>) -> Result<Maps> {
         let m = &skel.maps;
         Ok(Maps {
-            conns: handle(&m.conns)?,
-            rev_nat: handle(&m.rev_nat)?,
+            conns: FlowTable::new(handle(&m.conns4)?, handle(&m.conns)?),
+            rev_nat: FlowTable::new(handle(&m.rev_nat4)?, handle(&m.rev_nat)?),
             half_open: handle(&m.half_open)?,
             nat_endpoints: handle(&m.nat_endpoints)?,
             vips: handle(&m.vips)?,
@@ -149,8 +152,8 @@ impl Maps {
             })
         };
         Ok(Maps {
-            conns: open("conns")?,
-            rev_nat: open("rev_nat")?,
+            conns: FlowTable::new(open("conns4")?, open("conns")?),
+            rev_nat: FlowTable::new(open("rev_nat4")?, open("rev_nat")?),
             half_open: open("half_open")?,
             nat_endpoints: open("nat_endpoints")?,
             vips: open("vips")?,
@@ -468,34 +471,26 @@ impl Maps {
         })
     }
 
-    /// Entries in the connection table (walks it: O(n)).
+    /// Entries in the connection table, both families (walks it: O(n)).
     pub fn conn_count(&self) -> usize {
-        self.conns.keys().count()
+        self.conns.len()
     }
 
-    /// Every connection: key and value (walks the table).
+    /// Every connection: key and value (reads the table in batches).
     pub fn conns(&self) -> Result<Vec<(weir_flow_key, weir_conn)>> {
-        let mut out = Vec::new();
-        for k in self.conns.keys() {
-            if let (Some(key), Some(v)) = (weir_flow_key::from_bytes(&k), get(&self.conns, &k)?) {
-                out.push((key, v));
-            }
-        }
-        Ok(out)
+        self.conns.entries()
     }
 
     pub fn put_conn(&self, key: &weir_flow_key, conn: &weir_conn) -> Result<()> {
-        self.conns
-            .update(key.as_bytes(), conn.as_bytes(), MapFlags::ANY)
-            .context("writing a connection")
+        self.conns.insert(key, conn).context("writing a connection")
     }
 
     pub fn conn(&self, key: &weir_flow_key) -> Result<Option<weir_conn>> {
-        get(&self.conns, key.as_bytes())
+        self.conns.get(key)
     }
 
     pub fn rev_nat(&self, key: &weir_flow_key) -> Result<Option<weir_rev_nat>> {
-        get(&self.rev_nat, key.as_bytes())
+        self.rev_nat.get(key)
     }
 
     /// Hybrid tier: puts a connection in the fast table, and in nat mode
@@ -512,11 +507,11 @@ impl Maps {
     ) -> Result<()> {
         if let Some((rkey, rev)) = reverse {
             self.rev_nat
-                .update(rkey.as_bytes(), rev.as_bytes(), MapFlags::ANY)
+                .insert(rkey, rev)
                 .context("writing a fast reverse-NAT entry")?;
         }
         self.conns
-            .update(key.as_bytes(), conn.as_bytes(), MapFlags::ANY)
+            .insert(key, conn)
             .context("writing a fast-table entry")
     }
 
@@ -529,10 +524,13 @@ impl Maps {
         key: &weir_flow_key,
         reverse: Option<&weir_flow_key>,
     ) -> Result<bool> {
-        let removed = delete_if_present(&self.conns, key.as_bytes())
+        let removed = self
+            .conns
+            .delete(key)
             .context("deleting a fast-table entry")?;
         if let Some(rkey) = reverse {
-            delete_if_present(&self.rev_nat, rkey.as_bytes())
+            self.rev_nat
+                .delete(rkey)
                 .context("deleting a fast reverse-NAT entry")?;
         }
         Ok(removed)
@@ -542,7 +540,7 @@ impl Maps {
     /// for the offload policy). Entries change meanwhile: each is read
     /// whole, but the set is no snapshot.
     pub fn fast_entries(&self) -> Result<Vec<(weir_flow_key, weir_conn)>> {
-        read_all(&self.conns).context("reading the fast table")
+        self.conns.entries().context("reading the fast table")
     }
 
     /// Entries in the half-open table (walks it: O(n)).
@@ -662,15 +660,6 @@ fn class_row(vip_id: u32, slot: u32, range: u32) -> u32 {
 fn same_members(a: &weir_class_members, b: &weir_class_members) -> bool {
     let n = a.nr.min(WEIR_MAX_CLASS_MEMBERS) as usize;
     a.nr == b.nr && a.dip_id[..n] == b.dip_id[..n]
-}
-
-/// Deletes `key`; false when it was not there.
-fn delete_if_present(map: &MapHandle, key: &[u8]) -> Result<bool> {
-    match map.delete(key) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// Entries per batch syscall of [`read_all`].

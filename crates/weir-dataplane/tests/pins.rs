@@ -2,13 +2,16 @@
 //! replaced when it only holds handshakes or configuration (`half_open`,
 //! `nat_endpoints`), and refused when it holds established connections.
 //! A failed start puts back what it moved; a successful one drops it, and
-//! the pins of tables this version no longer has.
+//! the pins of tables this version no longer has. The connections of an
+//! older weir's tables that held both families are moved, not dropped.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use libbpf_rs::{MapCore, MapHandle, MapType};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
+use weir_abi::*;
 use weir_dataplane::loader::{self, LoadOptions};
+use weir_dataplane::maps::Maps;
 
 mod common;
 use common::test_options;
@@ -140,4 +143,87 @@ fn a_table_of_another_layout_that_must_stay_is_refused_and_nothing_moves() {
     );
     assert_eq!(value_size(&half_open), 40, "pinned again");
     assert_eq!(value_size(&dips), 8);
+}
+
+fn tuple(family: u32, last: u32) -> weir_flow_key {
+    let addr = |a: u32| match family {
+        WEIR_AF_INET => [a.to_be(), 0, 0, 0],
+        _ => [0x2001_0db8u32.to_be(), 0, 0, a.to_be()],
+    };
+    weir_flow_key {
+        src: addr(0xc000_0200 + last),
+        dst: addr(0x0a00_0064),
+        sport: (40000 + last as u16).to_be(),
+        dport: 80u16.to_be(),
+        proto: 6,
+        family: family as u8,
+        pad: [0; 2],
+    }
+}
+
+/// An older weir kept both families' connections in `conns`/`rev_nat`
+/// under the 40-byte key: an upgrade moves them into this version's tables
+/// (IPv4 ones into `conns4`/`rev_nat4`), again after the swap for what the
+/// predecessor installed until then, and never over a newer entry.
+#[test]
+fn connections_of_an_older_weir_are_moved_by_family() {
+    let dir = PinDir::new("migrate");
+    let opts = options(&dir);
+    let (conns, rev_nat) = (dir.path("conns"), dir.path("rev_nat"));
+    pin_old_table(&conns, MapType::LruHash, 40, 40, 1024);
+    pin_old_table(&rev_nat, MapType::LruHash, 40, 40, 1024);
+    let old_conns = MapHandle::from_pinned_path(&conns).unwrap();
+    let old_rev = MapHandle::from_pinned_path(&rev_nat).unwrap();
+    let conn = |dip_id| weir_conn {
+        dip_id,
+        dip_gen: 1,
+        ..Default::default()
+    };
+    let put = |map: &MapHandle, key: &weir_flow_key, value: &[u8]| {
+        map.update(key.as_bytes(), value, MapFlags::ANY).unwrap()
+    };
+    let (v4, v6) = (tuple(WEIR_AF_INET, 1), tuple(WEIR_AF_INET6, 1));
+    put(&old_conns, &v4, conn(1).as_bytes());
+    put(&old_conns, &v6, conn(2).as_bytes());
+    let rev = weir_rev_nat {
+        vip_id: 3,
+        ..Default::default()
+    };
+    put(&old_rev, &v4, rev.as_bytes());
+
+    let lb = loader::load(&opts).expect("an older weir's tables must not stop a start");
+    let maps = Maps::of(&lb.skel).unwrap();
+    assert_eq!(lb.migrate_connections(&maps).unwrap(), 3);
+    assert_eq!(maps.conns.get(&v4).unwrap(), Some(conn(1)));
+    assert_eq!(maps.conns.get(&v6).unwrap(), Some(conn(2)));
+    assert_eq!(maps.rev_nat.get(&v4).unwrap(), Some(rev));
+    let [conns4, _] = maps.conns.maps();
+    assert_eq!(conns4.keys().count(), 1, "the IPv4 entry is in conns4");
+
+    // The predecessor installs one more before the swap; this program has
+    // meanwhile dispatched v4's tuple anew, which the copy leaves alone.
+    let late = tuple(WEIR_AF_INET, 2);
+    put(&old_conns, &late, conn(4).as_bytes());
+    maps.conns.insert(&v4, &conn(5)).unwrap();
+    assert_eq!(lb.migrate_connections(&maps).unwrap(), 1);
+    assert_eq!(maps.conns.get(&late).unwrap(), Some(conn(4)));
+    assert_eq!(maps.conns.get(&v4).unwrap(), Some(conn(5)));
+
+    // A failed start puts the older tables back as they were.
+    lb.remove_created_pins();
+    drop((maps, lb));
+    assert_eq!(
+        MapHandle::from_pinned_path(&conns).unwrap().keys().count(),
+        3
+    );
+    assert!(!dir.path("conns4").exists());
+
+    // A successful one drops them once attached.
+    let lb = loader::load(&opts).unwrap();
+    let mut dropped = lb.drop_superseded_pins();
+    dropped.sort();
+    let shown = |p: &Path| p.display().to_string();
+    assert_eq!(dropped, vec![shown(&conns), shown(&rev_nat)]);
+    assert!(dir.path("conns4").exists() && conns.exists());
+    assert_eq!(MapHandle::from_pinned_path(&conns).unwrap().key_size(), 40);
 }

@@ -162,12 +162,6 @@ fn half_rev_is(t: FlowTuple, dip: Dip, vip_id: u32) -> impl Fn(&Harness) {
     }
 }
 
-fn get_rev(map: &libbpf_rs::MapHandle, key: &weir_flow_key) -> Option<weir_rev_nat> {
-    map.lookup(key.as_bytes(), libbpf_rs::MapFlags::ANY)
-        .unwrap()
-        .and_then(|v| weir_rev_nat::from_bytes(&v))
-}
-
 fn check_rev(r: &weir_rev_nat, t: &FlowTuple, vip_id: u32) {
     let (vip, family) = addr_words(t.dst);
     assert_eq!(r.vip, vip);
@@ -195,8 +189,7 @@ fn rev_is(t: FlowTuple, dip: Dip, vip_id: u32) -> impl Fn(&Harness) {
 fn no_rev_for(client: IpAddr) -> impl Fn(&Harness) {
     move |h: &Harness| {
         let (words, _) = addr_words(client);
-        for k in h.maps.rev_nat.keys() {
-            let k = weir_flow_key::from_bytes(&k).unwrap();
+        for (k, _) in h.maps.rev_nat.entries().unwrap() {
             assert_ne!(k.dst, words, "dsr installed a reverse entry");
         }
     }
@@ -1297,12 +1290,7 @@ fn next_hop_needs_the_ingress_interface_and_a_dip_mac() {
             ..Default::default()
         }
     };
-    let put_rev = move |h: &Harness, v: weir_rev_nat| {
-        h.maps
-            .rev_nat
-            .update(rkey.as_bytes(), v.as_bytes(), libbpf_rs::MapFlags::ANY)
-            .unwrap()
-    };
+    let put_rev = move |h: &Harness, v: weir_rev_nat| h.maps.rev_nat.insert(&rkey, &v).unwrap();
     let (r7, r4) = (rev(7), rev(4));
     let out = reply_out(&r, &c).bytes();
     let mut cases = vec![Case::new(
@@ -1518,7 +1506,7 @@ fn dispatched_entry(h: &Harness, t: &FlowTuple) -> Option<weir_conn> {
 
 fn forget_entry(h: &Harness, t: &FlowTuple) {
     let key = t.key();
-    h.maps.conns.delete(key.as_bytes()).ok();
+    h.maps.conns.delete(&key).ok();
     h.maps.half_open.delete(key.as_bytes()).ok();
 }
 
@@ -1957,7 +1945,7 @@ fn an_evicted_connection_is_redispatched_by_the_current_table_with(opts: &LoadOp
             WEIR_STAT_NONSYN_MISS,
             WEIR_STAT_HALF_OPEN_NEW,
         ])
-        .before(move |h| h.maps.conns.delete(key.as_bytes()).unwrap())
+        .before(move |h| assert!(h.maps.conns.delete(&key).unwrap()))
         .after(half_open_is(t, new_id, 1, 2)),
     ];
     assert_ne!(d_new.id, 1);
@@ -2061,7 +2049,7 @@ fn evicted_reverse_entry_is_restored_when_the_entry_is_refreshed_with(opts: &Loa
     let t = syn.tuple();
     let dip = h.fx.predict(0, &t).unwrap().clone();
     let rkey = rev_key_of(&t, &dip);
-    let evict = move |h: &Harness| h.maps.rev_nat.delete(rkey.as_bytes()).unwrap();
+    let evict = move |h: &Harness| assert!(h.maps.rev_nat.delete(&rkey).unwrap());
     let no_rev = move |h: &Harness| {
         assert!(
             h.maps.rev_nat(&rkey).unwrap().is_none(),
@@ -2187,7 +2175,7 @@ fn tcp_connection_life_cycle_with(opts: &LoadOptions) {
             no_conn(t)(h);
             half_open_is(t, d_v2a.id, 1, 2)(h);
             // The old connection's reverse entry went with it.
-            assert!(get_rev(&h.maps.rev_nat, &rev_key_of(&t, &d1)).is_none());
+            assert!(h.maps.rev_nat(&rev_key_of(&t, &d1)).unwrap().is_none());
         }),
         Case::new("its ACK", ack.bytes(), Tx, WEIR_STAT_TX)
             .output(nat_out(&ack, &d_v2).bytes())
@@ -2314,7 +2302,7 @@ fn a_syn_ack_finds_its_half_open_connection_through_its_endpoint() {
         ),
         promote("VIP 0's ACK", &ack(&to_vip0), &d1, 0, NAT).after(move |h| {
             no_half_open(t0)(h);
-            let rev = get_rev(&h.maps.rev_nat, &rev_key_of(&t0, &d1_rev)).unwrap();
+            let rev = h.maps.rev_nat(&rev_key_of(&t0, &d1_rev)).unwrap().unwrap();
             check_rev(&rev, &t0, 0);
         }),
         rev_case(
@@ -2415,13 +2403,42 @@ fn a_syn_flood_cannot_evict_established_connections_with(base: &LoadOptions) {
     h.assert_balanced("syn flood");
 }
 
+/// Where a connection of either family sits: (in conns4, in conns, in
+/// rev_nat4, in rev_nat), read from the raw maps under each family's key.
+fn tables_holding(h: &Harness, t: &FlowTuple, dip: &Dip) -> [bool; 4] {
+    use weir_dataplane::flow_table::compact;
+    let in_maps = |[v4, v6]: [&libbpf_rs::MapHandle; 2], key: &weir_flow_key| {
+        let k4 = compact(key).map(|k| k.as_bytes().to_vec());
+        [
+            k4.is_some_and(|k| v4.lookup(&k, libbpf_rs::MapFlags::ANY).unwrap().is_some()),
+            v6.lookup(key.as_bytes(), libbpf_rs::MapFlags::ANY)
+                .unwrap()
+                .is_some(),
+        ]
+    };
+    let [c4, c6] = in_maps(h.maps.conns.maps(), &t.key());
+    let [r4, r6] = in_maps(h.maps.rev_nat.maps(), &rev_key_of(t, dip));
+    [c4, c6, r4, r6]
+}
+
 /// The sweep deletes exactly the entries past their state's timeout, with
-/// their reverse entries, in both tables.
+/// their reverse entries, in both tables and both families; an IPv4
+/// connection lives in the IPv4 tables only, an IPv6 one in the IPv6 ones.
 fn the_sweep_deletes_expired_entries_only_with(opts: &LoadOptions) {
     let h = Harness::new(opts);
     let t = test_options().timeouts;
+    // Even flows IPv4, odd ones IPv6, all nat.
     let flows: Vec<Frame> = (0..6)
-        .map(|i| tcp("192.0.2.120", 46000 + i, "10.0.0.100", 80, TcpFlags::SYN))
+        .map(|i| match i % 2 {
+            0 => tcp("192.0.2.120", 46000 + i, "10.0.0.100", 80, TcpFlags::SYN),
+            _ => tcp(
+                "2001:db8:2::120",
+                46000 + i,
+                "2001:db8::100",
+                80,
+                TcpFlags::SYN,
+            ),
+        })
         .collect();
     for f in &flows {
         let ack = Frame {
@@ -2431,6 +2448,16 @@ fn the_sweep_deletes_expired_entries_only_with(opts: &LoadOptions) {
         assert_eq!(h.run(&f.bytes()).action(), Some(Tx));
         assert_eq!(h.run(&ack.bytes()).action(), Some(Tx));
     }
+    // VIP 0 is 10.0.0.100:80, VIP 4 2001:db8::100:80 (common/mod.rs).
+    let dip_of = |f: &Frame| {
+        let vip = if f.src.is_ipv4() { 0 } else { 4 };
+        h.fx.predict(vip, &f.tuple()).unwrap().clone()
+    };
+    for (i, f) in flows.iter().enumerate() {
+        let v4 = i.is_multiple_of(2);
+        let want = [v4, !v4, v4, !v4];
+        assert_eq!(tables_holding(&h, &f.tuple(), &dip_of(f)), want, "flow {i}");
+    }
     let age = |f: &Frame, secs: u64, flags: u32| {
         edit_conn(f.tuple(), move |c| {
             c.atime = ticks_ago(secs);
@@ -2439,11 +2466,15 @@ fn the_sweep_deletes_expired_entries_only_with(opts: &LoadOptions) {
     };
     let established = t.tcp_established.as_secs();
     let closed = t.tcp_closed.as_secs();
+    let gone = [0, 1, 3];
     age(&flows[0], established + 5, 0); // idle past its timeout: goes
-    age(&flows[1], established - 5, 0); // stays
-    age(&flows[2], closed + 5, WEIR_CONN_F_RST); // reset, past the grace: goes
-    age(&flows[3], closed + 5, WEIR_CONN_F_FIN_CLIENT); // closing, within 120 s: stays
-                                                        // A half-open entry past its timeout.
+    age(&flows[1], established + 5, 0); // the same in IPv6: goes
+    age(&flows[2], established - 5, 0); // stays
+    age(&flows[3], closed + 5, WEIR_CONN_F_RST); // reset, past the grace: goes
+    age(&flows[4], closed + 5, WEIR_CONN_F_FIN_CLIENT); // closing, within 120 s: stays
+    age(&flows[5], closed + 5, WEIR_CONN_F_FIN_CLIENT); // the same in IPv6: stays
+
+    // A half-open entry past its timeout.
     let half = tcp("192.0.2.121", 46100, "10.0.0.100", 80, TcpFlags::SYN);
     assert_eq!(h.run(&half.bytes()).action(), Some(Tx));
     let mut e = h
@@ -2455,22 +2486,16 @@ fn the_sweep_deletes_expired_entries_only_with(opts: &LoadOptions) {
     h.maps.put_half_open(&half.tuple().key(), &e).unwrap();
 
     let r = weir_dataplane::conntrack::sweep(&h.maps, &t).unwrap();
-    assert_eq!((r.established, r.established_expired), (6, 2), "{r:?}");
+    assert_eq!((r.established, r.established_expired), (6, 3), "{r:?}");
     assert_eq!((r.half_open, r.half_open_expired), (1, 1), "{r:?}");
     for (i, f) in flows.iter().enumerate() {
-        let gone = i == 0 || i == 2;
-        let tuple = f.tuple();
-        let dip = h.fx.predict(0, &tuple).unwrap().clone();
-        assert_eq!(
-            h.maps.conn(&tuple.key()).unwrap().is_none(),
-            gone,
-            "flow {i}"
-        );
-        assert_eq!(
-            h.maps.rev_nat(&rev_key_of(&tuple, &dip)).unwrap().is_none(),
-            gone,
-            "reverse entry of flow {i}"
-        );
+        let v4 = i.is_multiple_of(2);
+        let want = if gone.contains(&i) {
+            [false; 4]
+        } else {
+            [v4, !v4, v4, !v4]
+        };
+        assert_eq!(tables_holding(&h, &f.tuple(), &dip_of(f)), want, "flow {i}");
     }
     assert!(h.maps.half_open(&half.tuple().key()).unwrap().is_none());
 }

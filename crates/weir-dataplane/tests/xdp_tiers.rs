@@ -553,21 +553,26 @@ fn tiers_size_their_tables() {
     let sizes = |tier| {
         let h = Harness::new(&opts(tier));
         let m = &h.maps;
+        let ([c4, c6], [r4, r6]) = (m.conns.maps(), m.rev_nat.maps());
         [
-            m.conns.max_entries(),
-            m.rev_nat.max_entries(),
+            c4.max_entries(),
+            c6.max_entries(),
+            r4.max_entries(),
+            r6.max_entries(),
             m.half_open.max_entries(),
             m.xsks.as_ref().unwrap().max_entries(),
         ]
     };
     let o = test_options();
-    let (conns, half) = (o.conn_capacity, o.half_open_capacity);
-    assert_eq!(sizes(Tier::Xdp), [conns, conns, half, 1]);
-    assert_eq!(sizes(Tier::Software), [1, 1, 1, 2 * WEIR_MAX_QUEUES]);
-    assert_eq!(sizes(Tier::Hybrid), [1024, 1024, 1, 2 * WEIR_MAX_QUEUES]);
+    let (c4, c6, half) = (o.conn_capacity, o.conn_capacity_v6, o.half_open_capacity);
+    assert_ne!(c4, c6, "the families' sizes must be told apart");
+    assert_eq!(sizes(Tier::Xdp), [c4, c6, c4, c6, half, 1]);
+    let q = 2 * WEIR_MAX_QUEUES;
+    assert_eq!(sizes(Tier::Software), [1, 1, 1, 1, 1, q]);
+    assert_eq!(sizes(Tier::Hybrid), [1024, 1024, 1024, 1024, 1, q]);
 }
 
-/// `ConnLru::PerCpu` flags the three connection tables, and only them, with
+/// `ConnLru::PerCpu` flags the five connection tables, and only them, with
 /// BPF_F_NO_COMMON_LRU. The kernel rounds their sizes up to whole CPU
 /// shares; a handle may show the size asked or the rounded one.
 #[test]
@@ -576,13 +581,21 @@ fn per_cpu_lru_flags_only_the_connection_tables() {
     let h = Harness::new(&LoadOptions {
         conn_lru: weir_dataplane::loader::ConnLru::PerCpu,
         conn_capacity: 4097,
+        conn_capacity_v6: 2049,
         half_open_capacity: 1025,
         ..test_options()
     });
     let m = &h.maps;
     let flags = |map: &libbpf_rs::MapHandle| map.info().unwrap().info.map_flags;
     let per_cpu = libbpf_rs::libbpf_sys::BPF_F_NO_COMMON_LRU;
-    for (map, want) in [(&m.conns, 4097), (&m.rev_nat, 4097), (&m.half_open, 1025)] {
+    let ([c4, c6], [r4, r6]) = (m.conns.maps(), m.rev_nat.maps());
+    for (map, want) in [
+        (c4, 4097),
+        (c6, 2049),
+        (r4, 4097),
+        (r6, 2049),
+        (&m.half_open, 1025),
+    ] {
         assert_ne!(flags(map) & per_cpu, 0);
         let n = map.max_entries();
         assert!(n == want || n == u32::next_multiple_of(want, cpus), "{n}");
@@ -610,7 +623,7 @@ fn the_fast_table_holds_its_bound() {
             install(f, &d1, Some(0), fresh)(&h);
             assert!(h.maps.conn_count() <= bound as usize);
         }
-        assert!(h.maps.rev_nat.keys().count() <= bound as usize);
+        assert!(h.maps.rev_nat.len() <= bound as usize);
         assert_eq!(h.maps.half_open_count(), 0);
         assert_eq!(h.maps.vips().unwrap().len(), h.fx.vips.len());
 
@@ -633,8 +646,9 @@ fn the_fast_table_holds_its_bound() {
     });
 }
 
-/// The offload policy's view: every fast entry with its hits, read in
-/// batches past the batch size; removal takes an entry and its reverse.
+/// The offload policy's view: every fast entry with its hits, of both
+/// families, read in batches past the batch size; removal takes an entry
+/// and its reverse.
 #[test]
 fn fast_entries_are_read_whole_and_removed_with_their_reverse() {
     in_netns(|| {
@@ -643,17 +657,28 @@ fn fast_entries_are_read_whole_and_removed_with_their_reverse() {
             ..opts(Tier::Hybrid)
         });
         let _worker = worker(&h, 0, 0);
-        let (d1, d2) = (h.fx.dip(1).clone(), h.fx.dip(2).clone());
+        // Every fourth connection is IPv6: to VIP 4 (2001:db8::100:80),
+        // by DIPs 11 and 12; the others to VIP 0, by DIPs 1 and 2.
+        let ipv6 = |i: usize| i % 4 == 3;
+        let dip_of = |i: usize| {
+            let id = 1 + (i % 2) as u32 + if ipv6(i) { 10 } else { 0 };
+            h.fx.dip(id).clone()
+        };
         let n = 5000u16;
         let frames: Vec<Frame> = (0..n)
             .map(|i| {
+                let port = 20000 + i;
+                if ipv6(usize::from(i)) {
+                    let src = format!("2001:db8:2::{:x}", i % 200);
+                    return tcp(&src, port, "2001:db8::100", 80, TcpFlags::ACK);
+                }
                 let src = Ipv4Addr::from(0xc000_0200 + u32::from(i % 200)).to_string();
-                tcp(&src, 20000 + i, "10.0.0.100", 80, TcpFlags::ACK)
+                tcp(&src, port, "10.0.0.100", 80, TcpFlags::ACK)
             })
             .collect();
         for (i, f) in frames.iter().enumerate() {
-            let dip = if i % 2 == 0 { &d1 } else { &d2 };
-            install(f, dip, Some(0), fresh)(&h);
+            let vip = if ipv6(i) { 4 } else { 0 };
+            install(f, &dip_of(i), Some(vip), fresh)(&h);
         }
         for _ in 0..3 {
             assert_eq!(h.run(&frames[7].bytes()).action(), Some(Tx));
@@ -673,15 +698,12 @@ fn fast_entries_are_read_whole_and_removed_with_their_reverse() {
                 8 => 1,
                 _ => 0,
             };
-            assert_eq!(
-                (c.dip_id, c.hits),
-                (if i % 2 == 0 { 1 } else { 2 }, hits),
-                "entry {i}"
-            );
+            assert_eq!((c.dip_id, c.hits), (dip_of(i).id, hits), "entry {i}");
         }
 
+        // Entry 7 is IPv6.
         let f = &frames[7];
-        let (key, rkey) = (f.tuple().key(), rev_key(f, &d2));
+        let (key, rkey) = (f.tuple().key(), rev_key(f, &dip_of(7)));
         assert!(h.maps.remove_fast(&key, Some(&rkey)).unwrap());
         assert!(h.maps.rev_nat(&rkey).unwrap().is_none());
         assert!(

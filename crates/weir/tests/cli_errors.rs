@@ -279,20 +279,21 @@ fn an_interface_with_xdp_already_is_refused() {
 fn incompatible_saved_state_is_explained_and_nothing_is_attached() {
     let (_set, ns) = one_link_ns();
     let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
-    d.write_config(&format!(
-        "[dataplane]\ninterfaces = [\"a0\"]\nconn_table_size = 1024\n{VIP}"
-    ))
-    .unwrap();
+    // Only the IPv4 tables' size changes, so the refusal names it.
+    let config = |size: u32| {
+        format!(
+            "[dataplane]\ninterfaces = [\"a0\"]\nconn_table_size = {size}\n\
+             conn_table_size_v6 = 128\nhalf_open_table_size = 256\n{VIP}"
+        )
+    };
+    d.write_config(&config(1024)).unwrap();
     d.start().unwrap();
     d.stop().unwrap();
     assert!(
         d.pin_dir.join("conns").exists(),
         "state is pinned across restarts"
     );
-    d.write_config(&format!(
-        "[dataplane]\ninterfaces = [\"a0\"]\nconn_table_size = 2048\n{VIP}"
-    ))
-    .unwrap();
+    d.write_config(&config(2048)).unwrap();
     let e = d.start().unwrap_err().to_string();
     assert!(
         e.contains("1024") && e.contains("2048") && e.contains("--reset-state"),
@@ -303,6 +304,30 @@ fn incompatible_saved_state_is_explained_and_nothing_is_attached() {
         d.pin_dir.join("conns").exists(),
         "a refused start must not drop saved state"
     );
+}
+
+/// State pinned before IPv4 connections had their own tables (no `conns4`)
+/// is taken over: its tables are replaced and their connections moved
+/// (weir-dataplane's pins.rs checks the move entry by entry).
+#[test]
+fn saved_state_without_the_ipv4_tables_is_taken_over() {
+    let (_set, ns) = one_link_ns();
+    let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    d.write_config(&format!(
+        "[dataplane]\ninterfaces = [\"a0\"]\nconn_table_size = 1024\n{VIP}"
+    ))
+    .unwrap();
+    d.start().unwrap();
+    d.stop().unwrap();
+    for old in ["conns4", "rev_nat4"] {
+        std::fs::remove_file(d.pin_dir.join(old)).unwrap();
+    }
+    d.start().unwrap();
+    assert!(xdp_attached(&ns, "a0"));
+    for table in ["conns4", "rev_nat4", "conns", "rev_nat"] {
+        assert!(d.pin_dir.join(table).exists(), "{table} is pinned");
+    }
+    d.stop().unwrap();
 }
 
 /// A per-CPU LRU table (whose size the kernel rounds up to whole CPU

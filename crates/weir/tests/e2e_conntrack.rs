@@ -10,7 +10,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use libbpf_rs::MapCore;
 use weir_dataplane::gen::GenSpec;
 use weir_dataplane::maps::Maps;
 use weir_lab::backend::Backend;
@@ -186,7 +185,7 @@ fn a_syn_flood_breaks_no_established_connection() {
     let live = spawn_http(&lab.client, vip, 10, 6, Duration::from_millis(200));
     std::thread::sleep(Duration::from_millis(300));
     let maps = Maps::pinned(&d.pin_dir).unwrap();
-    for k in maps.rev_nat.keys().collect::<Vec<_>>() {
+    for (k, _) in maps.rev_nat.entries().unwrap() {
         let _ = maps.rev_nat.delete(&k);
     }
     for h in live {

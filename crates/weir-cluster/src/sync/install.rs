@@ -14,7 +14,6 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use libbpf_rs::{MapCore, MapFlags};
 use weir_abi::*;
 use weir_core::awfd::DipId;
 use weir_dataplane::conntrack::{idle_past, now_ticks, timeout};
@@ -158,13 +157,7 @@ impl Installer {
         }
         self.last_recount = Some(now);
         let conns = &self.maps.conns;
-        self.ours.retain(|k| {
-            conns
-                .lookup(k.as_bytes(), MapFlags::ANY)
-                .ok()
-                .flatten()
-                .is_some()
-        });
+        self.ours.retain(|k| conns.get(k).ok().flatten().is_some());
     }
 
     /// Installs one record, received at `now`.
@@ -193,18 +186,11 @@ impl Installer {
             close_flags: r.close_flags,
             ..Default::default()
         };
-        match self
-            .maps
-            .conns
-            .update(r.key.as_bytes(), entry.as_bytes(), MapFlags::NO_EXIST)
-        {
-            Ok(()) => {
-                self.ours.insert(r.key);
-                Ok(Outcome::Installed)
-            }
-            Err(e) if e.kind() == libbpf_rs::ErrorKind::AlreadyExists => Ok(Outcome::Present),
-            Err(e) => Err(e.into()),
+        if !self.maps.conns.insert_new(&r.key, &entry)? {
+            return Ok(Outcome::Present);
         }
+        self.ours.insert(r.key);
+        Ok(Outcome::Installed)
     }
 }
 

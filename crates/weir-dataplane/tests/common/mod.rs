@@ -259,6 +259,7 @@ impl Fixture {
 pub fn test_options() -> LoadOptions {
     LoadOptions {
         conn_capacity: 4096,
+        conn_capacity_v6: 2048,
         max_vips: 16,
         max_dips: 256,
         fib_lookup: false,

@@ -97,7 +97,7 @@ pub(super) fn miss_on_all_cpus(
                 (0..spread)
                     .map(|_| {
                         *next_fresh += 1;
-                        packet(*next_fresh, TCP_SYN)
+                        inst.packet(*next_fresh, TCP_SYN)
                     })
                     .collect()
             })
@@ -121,6 +121,7 @@ pub(super) fn miss_on_all_cpus(
     let (lo, med, hi) = stats(&lb);
     let (rlo, rmed, rhi) = stats(&ratio);
     Ok(Row {
+        family: inst.family,
         path: "miss",
         mode,
         conns: inst.size,

@@ -3,8 +3,10 @@
 
 use super::*;
 
-/// One loaded `weir_lb` with its connection table filled to `size`.
+/// One loaded `weir_lb` with its connection table filled to `size`
+/// connections of `family`.
 pub(super) struct Inst {
+    pub(super) family: Family,
     pub(super) size: u64,
     pub(super) lb: LoadedLb,
     pub(super) maps: Maps,
@@ -44,6 +46,7 @@ pub enum NextHopSource {
 
 impl Inst {
     pub(super) fn new(
+        family: Family,
         size: u64,
         conn_capacity: u32,
         lo: u32,
@@ -52,20 +55,26 @@ impl Inst {
         lru: Lru,
     ) -> Result<Inst> {
         // The defaults of `weir serve`: the FIB on.
+        // Only the measured family's tables get the capacity.
+        let (v4, v6) = match family {
+            Family::V4 => (conn_capacity, 1024),
+            Family::V6 => (1024, conn_capacity),
+        };
         let opts = LoadOptions {
-            conn_capacity,
+            conn_capacity: v4,
+            conn_capacity_v6: v6,
             conn_lru: lru.conn_lru(),
             pin_dir: None,
             ..LoadOptions::default()
         };
         let lb = loader::load(&opts).context("loading weir_lb (the bench needs root)")?;
         let maps = Maps::of(&lb.skel)?;
-        let (vip_addr, family) = addr_words(IpAddr::V4(VIP));
+        let (vip_addr, raw_family) = addr_words(family.vip());
         let dip = weir_dip {
             // The VIP's own address and port: see the module documentation.
             addr: vip_addr,
             port: VIP_PORT.to_be(),
-            family,
+            family: raw_family,
             mac_set: 1,
             mac: DIP_MAC,
             pad: [0; 2],
@@ -89,9 +98,20 @@ impl Inst {
         maps.publish_table(0, TABLE_VERSION, &table)?;
         maps.put_iface(lo, LB_MAC)?;
         maps.put_iface_in_slot(egress.ifindex, egress.mac, 1)?;
-        let inst = Inst { size, lb, maps, lo };
+        let inst = Inst {
+            family,
+            size,
+            lb,
+            maps,
+            lo,
+        };
         inst.set_mode(Mode::Nat)?;
         Ok(inst)
+    }
+
+    /// The frame of connection `i` of this instance's family.
+    pub(super) fn packet(&self, i: u64, tcp_flags: u8) -> Vec<u8> {
+        packet(self.family, i, tcp_flags)
     }
 
     pub(super) fn prog(&self) -> &ProgramMut<'static> {
@@ -99,7 +119,7 @@ impl Inst {
     }
 
     pub(super) fn set_mode(&self, mode: Mode) -> Result<()> {
-        let (addr, family) = addr_words(IpAddr::V4(VIP));
+        let (addr, family) = addr_words(self.family.vip());
         let key = weir_vip_key {
             addr,
             port: VIP_PORT.to_be(),
@@ -120,13 +140,13 @@ impl Inst {
     pub(super) fn probe_ingress(&self) -> Result<u32> {
         self.set_mode(Mode::Nat)?;
         let idx = self.size + 500_000;
-        let out = testrun::run(self.prog(), &packet(idx, TCP_SYN), 1)?;
+        let out = testrun::run(self.prog(), &self.packet(idx, TCP_SYN), 1)?;
         ensure!(
             out.action() == Some(XdpAction::Redirect),
             "probe: weir_lb returned {} instead of XDP_REDIRECT",
             out.raw
         );
-        let key = flow(idx).key();
+        let key = flow(self.family, idx).key();
         let half = self
             .maps
             .half_open_entry(&key)?
@@ -147,7 +167,7 @@ impl Inst {
             atime: weir_dataplane::conntrack::now_ticks(),
             ..Default::default()
         };
-        let (vip, family) = addr_words(IpAddr::V4(VIP));
+        let (vip, family) = addr_words(self.family.vip());
         let rev = weir_rev_nat {
             vip,
             vport: VIP_PORT.to_be(),
@@ -160,28 +180,23 @@ impl Inst {
         };
         let to = self.size;
         let mut i = 0;
-        let (mut keys, mut vals, mut rkeys, mut rvals) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut conns, mut revs) = (Vec::new(), Vec::new());
         while i < to {
             let n = (to - i).min(FILL_BATCH as u64);
-            keys.clear();
-            vals.clear();
-            rkeys.clear();
-            rvals.clear();
+            conns.clear();
+            revs.clear();
             for j in i..i + n {
-                let key = flow(j).key();
-                keys.extend_from_slice(key.as_bytes());
-                vals.extend_from_slice(conn.as_bytes());
-                rkeys.extend_from_slice(reverse_key(&key).as_bytes());
-                rvals.extend_from_slice(rev.as_bytes());
+                let key = flow(self.family, j).key();
+                conns.push((key, conn));
+                revs.push((reverse_key(&key), rev));
             }
             self.maps
                 .conns
-                .update_batch(&keys, &vals, n as u32, MapFlags::ANY, MapFlags::ANY)
+                .insert_batch(&conns)
                 .context("batch update of the connection table")?;
             self.maps
                 .rev_nat
-                .update_batch(&rkeys, &rvals, n as u32, MapFlags::ANY, MapFlags::ANY)
+                .insert_batch(&revs)
                 .context("batch update of the reverse-NAT table")?;
             i += n;
             progress.set_message(format!("filling a connection table: {i} / {to}"));
@@ -196,7 +211,7 @@ impl Inst {
         let mut sample: Vec<u64> = vec![0, n - 1];
         sample.extend((0..1000.min(n)).map(|_| rng.below(n)));
         for i in sample {
-            let key = flow(i).key();
+            let key = flow(self.family, i).key();
             if self.maps.conn(&key)?.is_none() {
                 bail!("connection {i} of {n} is missing from the table (evicted?)");
             }

@@ -9,7 +9,9 @@
 //!   which the DIP's route leaves through a gateway with a permanent
 //!   neighbour entry. One private `weir_lb` per table size (nothing pinned
 //!   or attached), all with the same table capacity and `weir serve`'s
-//!   defaults (the FIB on), one TCP VIP 10.255.0.1:80 and one DIP.
+//!   defaults (the FIB on), one TCP VIP 10.255.0.1:80 (IPv6: [fd00:255::1]:80,
+//!   `--families`; each family's programs are loaded, measured and dropped
+//!   in turn) and one DIP.
 //!   `--next-hop resolved` (the default) puts the DIP's next hop into its
 //!   slot as `weir serve`'s resolver does; `--next-hop fib` leaves it out,
 //!   so every packet asks the FIB. BPF_PROG_TEST_RUN runs an XDP program as
@@ -51,12 +53,12 @@
 //!   repetition of a hit series counted a connection hit and an XDP_REDIRECT,
 //!   every miss call installed a connection.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, ensure, Context, Result};
-use libbpf_rs::{MapCore, MapFlags, ProgramMut};
+use libbpf_rs::{MapCore, ProgramMut};
 use serde::Serialize;
 use weir_abi::*;
 use weir_core::awfd::AwfdTable;
@@ -87,13 +89,14 @@ const TARGET_HITMAX_OVER_HIT1: f64 = 1.5;
 const TARGET_ENCAP_OVER_DSR: f64 = 1.1;
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 1);
+const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x255, 0, 0, 0, 0, 0, 1);
 const VIP_PORT: u16 = 80;
 const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
 const DIP_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 const DIP_GEN: u32 = 1;
 const TABLE_VERSION: u32 = 1;
-/// Frame length of every test packet: Ethernet + IPv4 + TCP + 10 bytes.
+/// Frame length of an IPv4 test packet: Ethernet + IPv4 + TCP + 10 bytes.
 const FRAME_LEN: usize = 64;
 const FILL_BATCH: usize = 8192;
 const TCP_SYN: u8 = 0x02;
@@ -127,6 +130,11 @@ pub struct XdpBenchArgs {
     /// test_run calls (one repetition each, each another connection) per spread-mode run.
     #[arg(long, default_value_t = 4096)]
     pub spread: u32,
+    /// Address families to measure, comma separated: each gets its own
+    /// programs, VIP and connections, one family after the other.
+    #[arg(long, value_enum, value_delimiter = ',',
+          default_values_t = [Family::V4, Family::V6])]
+    pub families: Vec<Family>,
     /// Forwarding modes of the VIP to measure, comma separated.
     #[arg(long, value_enum, value_delimiter = ',',
           default_values_t = [Mode::Nat, Mode::Dsr, Mode::Ipip, Mode::Gue])]
@@ -153,6 +161,7 @@ impl Default for XdpBenchArgs {
             sizes: vec![1, 1_000, 100_000, 1_000_000],
             keys: 5,
             spread: 4096,
+            families: vec![Family::V4, Family::V6],
             modes: vec![Mode::Nat, Mode::Dsr, Mode::Ipip, Mode::Gue],
             next_hop: NextHopSource::Resolved,
             lru: Lru::Shared,
@@ -200,7 +209,7 @@ impl Mode {
 }
 
 const METHOD: &[&str] = &[
-    "BPF_PROG_TEST_RUN on weir_lb and on xdp_floor (swap MACs, XDP_TX) with the same 64-byte IPv4/TCP frames; the figure is the kernel's duration per repetition (syscall overhead excluded)",
+    "BPF_PROG_TEST_RUN on weir_lb and on xdp_floor (swap MACs, XDP_TX) with the same frames: 64-byte IPv4/TCP (connections in conns4, 16-byte keys) or 84-byte IPv6/TCP (connections in conns, 40-byte keys), one family after the other, each with its own programs and VIP; the figure is the kernel's duration per repetition (syscall overhead excluded)",
     "one private weir_lb per table size (nothing pinned or attached), all with the same table capacity and `weir serve`'s defaults (fib_lookup on), one TCP VIP, one DIP; run in a network namespace of the bench's own: test_run's ingress is its loopback device (checked), and the DIP's route leaves by a veth through a gateway with a permanent neighbour entry, so every forwarded packet ends in XDP_REDIRECT (test_run does not carry it out); next_hop = resolved: the DIP's slot holds that next hop as `weir serve` resolves it (no lookup per packet); next_hop = fib: the slot holds none and every packet asks the kernel's FIB",
     "test_run of XDP_TX and XDP_REDIRECT returns the verdict and the packet without transmitting: no driver or NIC cost in any figure",
     "connection and reverse-NAT tables filled from user space with batch updates (BPF_MAP_UPDATE_BATCH)",
@@ -267,155 +276,41 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     }
     let conn_capacity = u32::try_from(capacity).context("connection table too large")?;
 
+    let mut families = args.families.clone();
+    ensure!(!families.is_empty(), "--families needs at least one family");
+    families.sort();
+    families.dedup();
+
     // One step per run of every series: hit hot and spread, then miss,
-    // in every mode.
+    // in every mode, for every family.
     let progress = Progress::bar(
         "weir bench xdp",
-        u64::from(args.runs) * (4 * modes.len() as u64 + 1),
+        u64::from(args.runs) * (4 * modes.len() as u64 + 1) * families.len() as u64,
     );
     // Before anything is loaded: the bench's own namespace and its routes.
     let egress = net::enter()?;
     let lo = lo_ifindex()?;
     let floor = minimal::load()?;
     let mut rng = SplitMix(args.seed);
-    let mut insts = Vec::new();
-    let mut fill_seconds = 0.0;
-    for &size in &sizes {
-        let inst = Inst::new(
-            u64::from(size),
+    let mut part = Part::default();
+    for &family in &families {
+        let bench = FamilyBench {
+            family,
+            args,
+            sizes: &sizes,
+            modes: &modes,
             conn_capacity,
             lo,
-            &egress,
-            args.next_hop,
-            args.lru,
-        )?;
-        let t = Instant::now();
-        inst.fill(&progress)?;
-        fill_seconds += t.elapsed().as_secs_f64();
-        inst.verify_installed(&mut rng)?;
-        insts.push(inst);
-    }
-    let ingress = insts[0].probe_ingress()?;
-    ensure!(
-        ingress == lo,
-        "BPF_PROG_TEST_RUN gave ingress ifindex {ingress}, expected loopback's {lo}"
-    );
-
-    let floor_prog = &floor.progs.xdp_floor;
-    let mut rows = Vec::new();
-    let mut verdicts = Vec::new();
-    for &mode in &modes {
-        for inst in &insts {
-            inst.set_mode(mode)?;
-        }
-
-        // Hot mode: every instance's own random connections, one per run.
-        let hot_keys: Vec<Vec<u64>> = insts
-            .iter()
-            .map(|i| (0..args.keys).map(|_| rng.below(i.size)).collect())
-            .collect();
-        if !mode.encapsulates() {
-            progress.set_message(format!("hit path, {} mode, hot", mode.name()));
-            let hot_pkts: Vec<Vec<Set>> = hot_keys
-                .iter()
-                .map(|keys| keys.iter().map(|&k| vec![packet(k, TCP_ACK)]).collect())
-                .collect();
-            let series = Series {
-                path: "hit",
-                measure: "hot",
-                repeat: args.repeat,
-                runs: args.runs,
-            };
-            let hot = series.run(floor_prog, &insts, &hot_pkts, &progress)?;
-            rows.extend(series.rows(mode, &insts, &hot_pkts, &hot));
-            verdicts.push(verdict(mode, "hot", &insts, &hot));
-        } else {
-            progress.inc(u64::from(args.runs));
-        }
-
-        // Hot, one repetition per call: the same connections, `spread`
-        // calls each.
-        progress.set_message(format!("hit path, {} mode, hot1", mode.name()));
-        let hot1_pkts: Vec<Vec<Set>> = hot_keys
-            .iter()
-            .map(|keys| {
-                keys.iter()
-                    .map(|&k| vec![packet(k, TCP_ACK); args.spread as usize])
-                    .collect()
-            })
-            .collect();
-        let series = Series {
-            path: "hit",
-            measure: "hot1",
-            repeat: 1,
-            runs: args.runs,
+            egress: &egress,
+            floor: &floor.progs.xdp_floor,
+            progress: &progress,
         };
-        let hot1 = series.run(floor_prog, &insts, &hot1_pkts, &progress)?;
-        rows.extend(series.rows(mode, &insts, &hot1_pkts, &hot1));
-
-        // Spread mode: `spread` random connections per run, one call each.
-        progress.set_message(format!("hit path, {} mode, spread", mode.name()));
-        let spread_pkts: Vec<Vec<Set>> = insts
-            .iter()
-            .map(|i| {
-                vec![(0..args.spread)
-                    .map(|_| packet(rng.below(i.size), TCP_ACK))
-                    .collect()]
-            })
-            .collect();
-        let series = Series {
-            path: "hit",
-            measure: "spread",
-            repeat: 1,
-            runs: args.runs,
-        };
-        let spread = series.run(floor_prog, &insts, &spread_pkts, &progress)?;
-        rows.extend(series.rows(mode, &insts, &spread_pkts, &spread));
-        verdicts.push(verdict(mode, "spread", &insts, &spread));
+        // One family's programs at a time: each preallocates its tables.
+        bench.measure(&mut rng, &mut part)?;
     }
-
-    // The miss path, on the largest table: SYNs of new connections.
-    let big = std::slice::from_ref(insts.last().unwrap());
-    let mut next_fresh = u64::from(largest) + 1_000_000;
-    for &mode in &modes {
-        big[0].set_mode(mode)?;
-        progress.set_message(format!("miss path, {} mode, spread", mode.name()));
-        let batches: Vec<Vec<Set>> = vec![(0..args.runs)
-            .map(|_| {
-                (0..args.spread)
-                    .map(|_| {
-                        next_fresh += 1;
-                        packet(next_fresh, TCP_SYN)
-                    })
-                    .collect()
-            })
-            .collect()];
-        let series = Series {
-            path: "miss",
-            measure: "spread",
-            repeat: 1,
-            runs: args.runs,
-        };
-        let m = series.run(floor_prog, big, &batches, &progress)?;
-        rows.extend(series.rows(mode, big, &batches, &m));
-        // The same on every CPU at once: inserts from all cores contend.
-        progress.set_message(format!("miss path, {} mode, all CPUs at once", mode.name()));
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        rows.push(concurrent::miss_on_all_cpus(
-            &big[0],
-            floor_prog,
-            mode,
-            args.runs,
-            args.spread,
-            cpus,
-            &mut next_fresh,
-        )?);
-    }
-    progress.set_message("hit path, encapsulation against dsr, interleaved".to_string());
-    let encap_verdicts = encap_against_dsr(&insts[0], &modes, args, &mut rng, &progress)?;
     progress.finish(format!(
         "{} rows, {} runs of each series",
-        rows.len(),
+        part.rows.len(),
         args.runs
     ));
 
@@ -430,14 +325,16 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             keys: args.keys,
             spread: args.spread,
             sizes,
+            families,
             modes,
             next_hop: args.next_hop,
             lru: args.lru,
             seed: args.seed,
             conn_capacity,
             frame_bytes: FRAME_LEN,
-            packet: "Ethernet + IPv4 + TCP (ACK for hits, SYN for misses) + 10 bytes, 64 bytes, valid checksums",
-            test_run_ingress_ifindex: ingress,
+            frame_bytes_v6: Family::V6.frame_len(),
+            packet: "Ethernet + IPv4 (64 bytes) or IPv6 (84 bytes) + TCP (ACK for hits, SYN for misses) + 10 bytes, valid checksums",
+            test_run_ingress_ifindex: part.ingress,
             loopback_ifindex: lo,
         },
         targets: Targets {
@@ -445,12 +342,187 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             hit1m_over_hit1_max: TARGET_HITMAX_OVER_HIT1,
             encap_hit_over_dsr_max: TARGET_ENCAP_OVER_DSR,
         },
-        rows,
-        verdicts,
-        encap_verdicts,
-        fill_seconds,
+        rows: part.rows,
+        verdicts: part.verdicts,
+        encap_verdicts: part.encap_verdicts,
+        fill_seconds: part.fill_seconds,
         total_seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// What the families' measurements add up to.
+#[derive(Default)]
+struct Part {
+    rows: Vec<Row>,
+    verdicts: Vec<Verdict>,
+    encap_verdicts: Vec<EncapVerdict>,
+    fill_seconds: f64,
+    ingress: u32,
+}
+
+/// The measurement of one address family.
+struct FamilyBench<'a> {
+    family: Family,
+    args: &'a XdpBenchArgs,
+    sizes: &'a [u32],
+    modes: &'a [Mode],
+    conn_capacity: u32,
+    lo: u32,
+    egress: &'a weir_dataplane::iface::Iface,
+    floor: &'a ProgramMut<'a>,
+    progress: &'a Progress,
+}
+
+impl FamilyBench<'_> {
+    fn measure(&self, rng: &mut SplitMix, part: &mut Part) -> Result<()> {
+        let (args, progress, floor_prog) = (self.args, self.progress, self.floor);
+        let (family, modes) = (self.family, self.modes);
+        let largest = *self.sizes.last().unwrap();
+        let mut insts = Vec::new();
+        for &size in self.sizes {
+            let inst = Inst::new(
+                family,
+                u64::from(size),
+                self.conn_capacity,
+                self.lo,
+                self.egress,
+                args.next_hop,
+                args.lru,
+            )?;
+            let t = Instant::now();
+            inst.fill(progress)?;
+            part.fill_seconds += t.elapsed().as_secs_f64();
+            inst.verify_installed(rng)?;
+            insts.push(inst);
+        }
+        let ingress = insts[0].probe_ingress()?;
+        ensure!(
+            ingress == self.lo,
+            "BPF_PROG_TEST_RUN gave ingress ifindex {ingress}, expected loopback's {}",
+            self.lo
+        );
+        part.ingress = ingress;
+        let (rows, verdicts) = (&mut part.rows, &mut part.verdicts);
+        let fam = family.name();
+        for &mode in modes {
+            for inst in &insts {
+                inst.set_mode(mode)?;
+            }
+
+            // Hot mode: every instance's own random connections, one per run.
+            let hot_keys: Vec<Vec<u64>> = insts
+                .iter()
+                .map(|i| (0..args.keys).map(|_| rng.below(i.size)).collect())
+                .collect();
+            if !mode.encapsulates() {
+                progress.set_message(format!("{fam} hit path, {} mode, hot", mode.name()));
+                let hot_pkts: Vec<Vec<Set>> = hot_keys
+                    .iter()
+                    .zip(&insts)
+                    .map(|(keys, i)| keys.iter().map(|&k| vec![i.packet(k, TCP_ACK)]).collect())
+                    .collect();
+                let series = Series {
+                    path: "hit",
+                    measure: "hot",
+                    repeat: args.repeat,
+                    runs: args.runs,
+                };
+                let hot = series.run(floor_prog, &insts, &hot_pkts, progress)?;
+                rows.extend(series.rows(mode, &insts, &hot_pkts, &hot));
+                verdicts.push(verdict(mode, "hot", &insts, &hot));
+            } else {
+                progress.inc(u64::from(args.runs));
+            }
+
+            // Hot, one repetition per call: the same connections, `spread`
+            // calls each.
+            progress.set_message(format!("{fam} hit path, {} mode, hot1", mode.name()));
+            let hot1_pkts: Vec<Vec<Set>> = hot_keys
+                .iter()
+                .zip(&insts)
+                .map(|(keys, i)| {
+                    keys.iter()
+                        .map(|&k| vec![i.packet(k, TCP_ACK); args.spread as usize])
+                        .collect()
+                })
+                .collect();
+            let series = Series {
+                path: "hit",
+                measure: "hot1",
+                repeat: 1,
+                runs: args.runs,
+            };
+            let hot1 = series.run(floor_prog, &insts, &hot1_pkts, progress)?;
+            rows.extend(series.rows(mode, &insts, &hot1_pkts, &hot1));
+
+            // Spread mode: `spread` random connections per run, one call each.
+            progress.set_message(format!("{fam} hit path, {} mode, spread", mode.name()));
+            let spread_pkts: Vec<Vec<Set>> = insts
+                .iter()
+                .map(|i| {
+                    vec![(0..args.spread)
+                        .map(|_| i.packet(rng.below(i.size), TCP_ACK))
+                        .collect()]
+                })
+                .collect();
+            let series = Series {
+                path: "hit",
+                measure: "spread",
+                repeat: 1,
+                runs: args.runs,
+            };
+            let spread = series.run(floor_prog, &insts, &spread_pkts, progress)?;
+            rows.extend(series.rows(mode, &insts, &spread_pkts, &spread));
+            verdicts.push(verdict(mode, "spread", &insts, &spread));
+        }
+
+        // The miss path, on the largest table: SYNs of new connections.
+        let big = std::slice::from_ref(insts.last().unwrap());
+        let mut next_fresh = u64::from(largest) + 1_000_000;
+        for &mode in modes {
+            big[0].set_mode(mode)?;
+            progress.set_message(format!("{fam} miss path, {} mode, spread", mode.name()));
+            let batches: Vec<Vec<Set>> = vec![(0..args.runs)
+                .map(|_| {
+                    (0..args.spread)
+                        .map(|_| {
+                            next_fresh += 1;
+                            big[0].packet(next_fresh, TCP_SYN)
+                        })
+                        .collect()
+                })
+                .collect()];
+            let series = Series {
+                path: "miss",
+                measure: "spread",
+                repeat: 1,
+                runs: args.runs,
+            };
+            let m = series.run(floor_prog, big, &batches, progress)?;
+            rows.extend(series.rows(mode, big, &batches, &m));
+            // The same on every CPU at once: inserts from all cores contend.
+            progress.set_message(format!(
+                "{fam} miss path, {} mode, all CPUs at once",
+                mode.name()
+            ));
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            rows.push(concurrent::miss_on_all_cpus(
+                &big[0],
+                floor_prog,
+                mode,
+                args.runs,
+                args.spread,
+                cpus,
+                &mut next_fresh,
+            )?);
+        }
+        progress.set_message(format!(
+            "{fam} hit path, encapsulation against dsr, interleaved"
+        ));
+        part.encap_verdicts
+            .extend(encap_against_dsr(&insts[0], modes, args, rng, progress)?);
+        Ok(())
+    }
 }
 
 /// Packets measured together: one packet repeated, or one call per packet.
@@ -569,6 +641,7 @@ impl Series {
                 distinct.sort();
                 distinct.dedup();
                 Row {
+                    family: inst.family,
                     path: self.path,
                     mode,
                     conns: inst.size,
@@ -601,6 +674,7 @@ fn verdict(mode: Mode, measure: &'static str, insts: &[Inst], times: &[RunTimes]
     let ratio = stats(&ratio).1;
     let growth = stats(&growth).1;
     Verdict {
+        family: insts[0].family,
         mode,
         measure,
         hit_min_conns: insts[0].size,
@@ -629,7 +703,7 @@ fn encap_against_dsr(
         return Ok(Vec::new());
     }
     order.insert(0, Mode::Dsr);
-    let pkt = packet(rng.below(inst.size), TCP_ACK);
+    let pkt = inst.packet(rng.below(inst.size), TCP_ACK);
     let before = inst.maps.stats()?;
     // times[run][i]: mean ns of order[i] in that run.
     let mut times = Vec::new();
@@ -662,6 +736,7 @@ fn encap_against_dsr(
         .map(|i| {
             let over_dsr = median(times.iter().map(|t| t[i] / t[0].max(1e-9)).collect());
             EncapVerdict {
+                family: inst.family,
                 mode: order[i],
                 measure: "hot1",
                 conns: inst.size,

@@ -40,12 +40,16 @@ pub(super) fn enter() -> Result<Iface> {
     for cmd in [
         "ip link set lo up".to_string(),
         "sysctl -qw net.ipv4.conf.all.forwarding=1".to_string(),
+        "sysctl -qw net.ipv6.conf.all.forwarding=1".to_string(),
         format!("ip link add {EGRESS} type veth peer name wbx1"),
         format!("ip addr add 10.254.0.1/24 dev {EGRESS}"),
+        format!("ip -6 addr add fd00:254::1/64 dev {EGRESS} nodad"),
         format!("ip link set {EGRESS} up"),
         "ip link set wbx1 up".to_string(),
         format!("ip neigh replace 10.254.0.2 lladdr {gw} dev {EGRESS} nud permanent"),
+        format!("ip -6 neigh replace fd00:254::2 lladdr {gw} dev {EGRESS} nud permanent"),
         format!("ip route add {VIP}/32 via 10.254.0.2"),
+        format!("ip -6 route add {VIP6}/128 via fd00:254::2"),
     ] {
         sh(&cmd)?;
     }

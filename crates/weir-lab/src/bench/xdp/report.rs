@@ -6,6 +6,7 @@ use super::*;
 /// One measured row.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
+    pub family: Family,
     /// "hit" or "miss".
     pub path: &'static str,
     pub mode: Mode,
@@ -39,6 +40,7 @@ pub struct Row {
 /// Figures checked against the targets of issue 2.
 #[derive(Debug, Clone, Serialize)]
 pub struct Verdict {
+    pub family: Family,
     pub mode: Mode,
     pub measure: &'static str,
     pub hit_min_conns: u64,
@@ -55,6 +57,7 @@ pub struct Verdict {
 /// measured interleaved with it on the smallest table.
 #[derive(Debug, Clone, Serialize)]
 pub struct EncapVerdict {
+    pub family: Family,
     pub mode: Mode,
     pub measure: &'static str,
     pub conns: u64,
@@ -89,12 +92,15 @@ pub struct Config {
     pub keys: u32,
     pub spread: u32,
     pub sizes: Vec<u32>,
+    pub families: Vec<Family>,
     pub modes: Vec<Mode>,
     pub next_hop: NextHopSource,
     pub lru: Lru,
     pub seed: u64,
     pub conn_capacity: u32,
+    /// Frame length of the IPv4 packets, and of the IPv6 ones.
     pub frame_bytes: usize,
+    pub frame_bytes_v6: usize,
     pub packet: &'static str,
     /// The ingress ifindex test_run gave the program (read back from a reverse-NAT entry).
     pub test_run_ingress_ifindex: u32,
@@ -127,8 +133,9 @@ pub fn render(report: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "weir bench xdp: BPF_PROG_TEST_RUN, {}-byte IPv4/TCP frames, kernel {}, {} CPUs",
-        report.config.frame_bytes, report.kernel, report.cpus
+        "weir bench xdp: BPF_PROG_TEST_RUN, {}-byte IPv4/TCP (v4) and {}-byte IPv6/TCP (v6) \
+         frames, kernel {}, {} CPUs",
+        report.config.frame_bytes, report.config.frame_bytes_v6, report.kernel, report.cpus
     );
     let _ = writeln!(
         s,
@@ -163,7 +170,8 @@ pub fn render(report: &Report) -> String {
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "{:<5} {:<4} {:>9} {:<7} {:>9} {:>17} {:>9} {:>8} {:>15} {:>8}",
+        "{:<3} {:<5} {:<4} {:>9} {:<7} {:>9} {:>17} {:>9} {:>8} {:>15} {:>8}",
+        "fam",
         "path",
         "mode",
         "conns",
@@ -176,7 +184,7 @@ pub fn render(report: &Report) -> String {
         "x hit(1)"
     );
     let mut rows: Vec<&Row> = report.rows.iter().collect();
-    rows.sort_by_key(|r| (r.measure, r.mode.name(), r.path, r.conns));
+    rows.sort_by_key(|r| (r.measure, r.mode.name(), r.path, r.family, r.conns));
     let mut last = ("", "");
     for r in rows {
         if (r.measure, r.mode.name()) != last && last != ("", "") {
@@ -185,7 +193,8 @@ pub fn render(report: &Report) -> String {
         last = (r.measure, r.mode.name());
         let _ = writeln!(
             s,
-            "{:<5} {:<4} {:>9} {:<7} {:>9.1} {:>17} {:>9.1} {:>7.2}x {:>15} {:>8}",
+            "{:<3} {:<5} {:<4} {:>9} {:<7} {:>9.1} {:>17} {:>9.1} {:>7.2}x {:>15} {:>8}",
+            r.family.name(),
             r.path,
             r.mode.name(),
             r.conns,
@@ -204,7 +213,8 @@ pub fn render(report: &Report) -> String {
     for v in &report.verdicts {
         let _ = writeln!(
             s,
-            "target {} {:<6}: hit({}) = {:.2}x floor (<= {:.1}: {}), hit({})/hit({}) = {:.2} (<= {:.1}: {})",
+            "target {} {} {:<6}: hit({}) = {:.2}x floor (<= {:.1}: {}), hit({})/hit({}) = {:.2} (<= {:.1}: {})",
+            v.family.name(),
             v.mode.name(),
             v.measure,
             v.hit_min_conns,
@@ -221,7 +231,8 @@ pub fn render(report: &Report) -> String {
     for v in &report.encap_verdicts {
         let _ = writeln!(
             s,
-            "target {} {:<6}: hit({}) = {:.1} ns, {:.3}x dsr's {:.1} ns in the same runs (<= {:.1}: {})",
+            "target {} {} {:<6}: hit({}) = {:.1} ns, {:.3}x dsr's {:.1} ns in the same runs (<= {:.1}: {})",
+            v.family.name(),
             v.mode.name(),
             v.measure,
             v.conns,
