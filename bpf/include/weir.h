@@ -247,7 +247,7 @@ _Static_assert(sizeof(struct weir_vip) == 8, "weir_vip size");
 #define WEIR_VIP_SLOT_MORE 2 /* VIPs of this slot other than key live only in `vips` */
 /* Slots per VIP of max_vips, before rounding up to a power of two. */
 #define WEIR_VIP_SLOTS_PER_VIP 4
-/* The slot hash's multiplier (2^32 / golden ratio, an odd number). */
+/* The slot hash's multiplier: a prime next to 2^32 / golden ratio. */
 #define WEIR_VIP_SLOT_MULT 0x9e3779b1u
 
 struct weir_vip_slot {
