@@ -31,6 +31,7 @@
 #include "lib/telemetry.h"
 #include "lib/software.h"
 #include "lib/sync.h"
+#include "lib/vip_match.h"
 
 /* Load-time knobs, set by the loader from the configuration. */
 const volatile __u32 cfg_not_vip_action = WEIR_ACT_PASS;
@@ -423,7 +424,7 @@ int weir_lb(struct xdp_md *ctx)
 	vkey.port = pkt.key.dport;
 	vkey.proto = pkt.key.proto;
 	vkey.family = pkt.key.family;
-	vip = bpf_map_lookup_elem(&vips, &vkey);
+	vip = vip_match(&vkey);
 	if (vip) {
 		if (cfg_tier == WEIR_TIER_SOFTWARE)
 			return to_software(ctx, &pkt, cfg_hash_seed);

@@ -239,6 +239,24 @@ struct weir_vip {
 };
 _Static_assert(sizeof(struct weir_vip) == 8, "weir_vip size");
 
+/* The VIP slot array `vip_slots` (vip_match.h): a VIP's key hashes to one
+ * slot (weir_vip_slot_of), which holds it unless another VIP got there
+ * first. Every key in `vips` is in its slot or its slot has MORE, so a
+ * packet to a VIP matches without a hash-map lookup in the common case. */
+#define WEIR_VIP_SLOT_USED 1 /* key and vip are a VIP of `vips` */
+#define WEIR_VIP_SLOT_MORE 2 /* VIPs of this slot other than key live only in `vips` */
+/* Slots per VIP of max_vips, before rounding up to a power of two. */
+#define WEIR_VIP_SLOTS_PER_VIP 4
+/* The slot hash's multiplier: a prime next to 2^32 / golden ratio. */
+#define WEIR_VIP_SLOT_MULT 0x9e3779b1u
+
+struct weir_vip_slot {
+	struct weir_vip_key key;
+	struct weir_vip vip;
+	__u32 flags; /* WEIR_VIP_SLOT_* */
+};
+_Static_assert(sizeof(struct weir_vip_slot) == 32, "weir_vip_slot size");
+
 /* Where a frame to a DIP leaves: the egress interface and both MACs, as the
  * control plane resolved them, so that forwarding needs no lookup. */
 struct weir_next_hop {

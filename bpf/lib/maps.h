@@ -175,4 +175,15 @@ struct {
 	__type(value, struct weir_dip_telemetry);
 } dip_telemetry SEC(".maps");
 
+/* The VIPs of `vips` by slot (vip_match.h): what a packet looks up first.
+ * Pinned, so that a program taking over shares it with the one it
+ * replaces; user space resynchronises it with `vips` at every apply. */
+#define WEIR_DEFAULT_VIP_SLOTS (WEIR_DEFAULT_VIPS * WEIR_VIP_SLOTS_PER_VIP)
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WEIR_DEFAULT_VIP_SLOTS);
+	__type(key, __u32);
+	__type(value, struct weir_vip_slot);
+} vip_slots SEC(".maps");
+
 #endif /* WEIR_MAPS_H */

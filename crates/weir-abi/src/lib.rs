@@ -58,6 +58,7 @@ pod!(
     weir_half_open,
     weir_vip_key,
     weir_vip,
+    weir_vip_slot,
     weir_dip,
     weir_class_ranges,
     weir_class_members,

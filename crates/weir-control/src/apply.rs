@@ -189,6 +189,10 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
         }
         report.vips_removed += 1;
     }
+    // put_vip and delete_vip keep each slot right; a full pass also mends
+    // a slot array that is new next to pinned `vips` (first start, takeover
+    // by a weir that did not have it).
+    maps.sync_vip_slots()?;
     Ok(report)
 }
 

@@ -23,3 +23,4 @@ pub mod splitmix;
 pub mod topology;
 pub mod utilization;
 pub mod vectors;
+pub mod vip_slot;

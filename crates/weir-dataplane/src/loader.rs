@@ -298,6 +298,7 @@ pub const PINNED_MAPS: &[&str] = &[
     "vip_traffic",
     "dip_traffic",
     "dip_telemetry",
+    "vip_slots",
 ];
 
 /// Pinned maps whose state is short-lived or rebuilt from the
@@ -421,7 +422,7 @@ fn restore_pins(superseded: &mut Vec<(PathBuf, MapHandle)>) {
 
 /// Sizes of the maps that have a pin. A table a tier does not use gets one
 /// entry: these are preallocated, and a million-entry LRU costs about 100 MiB.
-fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 12] {
+fn sizes(opts: &LoadOptions) -> Result<[(&'static str, u32); 13]> {
     let slots = weir_abi::WEIR_TABLE_SLOTS;
     let (conns4, conns6, half_open) = match opts.tier {
         Tier::Xdp => (
@@ -432,7 +433,7 @@ fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 12] {
         Tier::Software => (1, 1, 1),
         Tier::Hybrid => (opts.fast_table_size, opts.fast_table_size, 1),
     };
-    [
+    Ok([
         ("conns4", conns4),
         ("conns", conns6),
         ("rev_nat4", conns4),
@@ -448,7 +449,18 @@ fn sizes(opts: &LoadOptions) -> [(&'static str, u32); 12] {
             opts.max_vips * slots * weir_abi::WEIR_MAX_CLASSES,
         ),
         ("vip_traffic", opts.max_vips),
-    ]
+        ("vip_slots", vip_slots(opts)?),
+    ])
+}
+
+/// Slots of `vip_slots` (weir-core vip_slot): a power of two.
+fn vip_slots(opts: &LoadOptions) -> Result<u32> {
+    weir_core::vip_slot::slot_count(opts.max_vips).with_context(|| {
+        format!(
+            "max_vips {}: too many VIPs for the VIP slot array; lower dataplane.max_vips",
+            opts.max_vips
+        )
+    })
 }
 
 fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<()> {
@@ -469,6 +481,7 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     ro.cfg_fib_lookup = u32::from(opts.fib_lookup);
     ro.cfg_passive_telemetry = u32::from(opts.passive_telemetry);
     ro.cfg_tier = opts.tier.raw();
+    ro.cfg_vip_slot_shift = weir_core::vip_slot::slot_shift(vip_slots(opts)?);
     let w = &opts.workers;
     if w.count == 0 || w.count > weir_abi::WEIR_MAX_QUEUES {
         bail!("workers: {} (1 to {})", w.count, weir_abi::WEIR_MAX_QUEUES);
@@ -515,7 +528,7 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     } else {
         1
     };
-    let want: Vec<(&str, u32)> = sizes(opts)
+    let want: Vec<(&str, u32)> = sizes(opts)?
         .into_iter()
         .chain([
             ("dip_traffic", opts.max_dips),

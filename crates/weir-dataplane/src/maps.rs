@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use weir_abi::*;
 use weir_core::awfd::AwfdTable;
+use weir_core::vip_slot;
 
 use crate::flow_table::FlowTable;
 use crate::skel::lb::WeirLbSkel;
@@ -31,6 +32,8 @@ pub struct Maps {
     pub vip_traffic: MapHandle,
     pub dip_traffic: MapHandle,
     pub dip_telemetry: MapHandle,
+    /// The VIPs of `vips` by slot (bpf/lib/vip_match.h).
+    pub vip_slots: MapHandle,
     /// Only on a loaded program: interface maps are not pinned.
     pub ifaces: Option<(MapHandle, MapHandle)>,
     /// The software tier's AF_XDP sockets; only on a loaded program (a
@@ -129,6 +132,7 @@ impl Maps {
             vip_traffic: handle(&m.vip_traffic)?,
             dip_traffic: handle(&m.dip_traffic)?,
             dip_telemetry: handle(&m.dip_telemetry)?,
+            vip_slots: handle(&m.vip_slots)?,
             ifaces: Some((handle(&m.tx_ports)?, handle(&m.ifaces)?)),
             xsks: Some(handle(&m.xsks)?),
             dist: Some((handle(&m.dist_sets)?, handle(&m.dist_packets)?)),
@@ -161,6 +165,7 @@ impl Maps {
             vip_traffic: open("vip_traffic")?,
             dip_traffic: open("dip_traffic")?,
             dip_telemetry: open("dip_telemetry")?,
+            vip_slots: open("vip_slots")?,
             ifaces: None,
             xsks: None,
             dist: None,
@@ -168,14 +173,87 @@ impl Maps {
         })
     }
 
+    /// Writes a VIP into `vips`, then into its slot (or marks the slot
+    /// MORE): in this order a packet never misses a VIP of `vips`.
     pub fn put_vip(&self, key: &weir_vip_key, vip: &weir_vip) -> Result<()> {
         self.vips
             .update(key.as_bytes(), vip.as_bytes(), MapFlags::ANY)
-            .context("writing a VIP")
+            .context("writing a VIP")?;
+        let idx = vip_slot::slot_of(key, self.vip_slot_count());
+        let cur = self.vip_slot(idx)?;
+        self.write_vip_slot(idx, &cur, &vip_slot::with_vip(&cur, key, vip))
     }
 
+    /// Deletes a VIP from `vips`, then from its slot: another VIP of the
+    /// slot, if any, moves in, and MORE says whether more remain.
     pub fn delete_vip(&self, key: &weir_vip_key) -> Result<()> {
-        self.vips.delete(key.as_bytes()).context("deleting a VIP")
+        self.vips.delete(key.as_bytes()).context("deleting a VIP")?;
+        let slots = self.vip_slot_count();
+        let idx = vip_slot::slot_of(key, slots);
+        let cur = self.vip_slot(idx)?;
+        if cur.flags & (WEIR_VIP_SLOT_USED | WEIR_VIP_SLOT_MORE) == 0 {
+            return Ok(());
+        }
+        let members: Vec<_> = self
+            .vips()?
+            .into_iter()
+            .filter(|(k, _)| vip_slot::slot_of(k, slots) == idx)
+            .collect();
+        self.write_vip_slot(idx, &cur, &vip_slot::settle(&cur, &members))
+    }
+
+    /// Rebuilds every slot of `vip_slots` from `vips`. After an apply and
+    /// before a program is attached: pinned `vips` may have been written by
+    /// another weir, or the slot array may be new. Returns the slots
+    /// written.
+    pub fn sync_vip_slots(&self) -> Result<u32> {
+        let slots = self.vip_slot_count();
+        let mut members: HashMap<u32, Vec<(weir_vip_key, weir_vip)>> = HashMap::new();
+        for (k, v) in self.vips()? {
+            members
+                .entry(vip_slot::slot_of(&k, slots))
+                .or_default()
+                .push((k, v));
+        }
+        let mut written = 0;
+        for idx in 0..slots {
+            let cur = self.vip_slot(idx)?;
+            let next = vip_slot::settle(&cur, members.get(&idx).map_or(&[], Vec::as_slice));
+            if next != cur {
+                self.write_vip_slot(idx, &cur, &next)?;
+                written += 1;
+            }
+        }
+        Ok(written)
+    }
+
+    /// Slots of `vip_slots` (a power of two, set at load).
+    pub fn vip_slot_count(&self) -> u32 {
+        self.vip_slots.max_entries()
+    }
+
+    pub fn vip_slot(&self, idx: u32) -> Result<weir_vip_slot> {
+        Ok(get(&self.vip_slots, &u32_key(idx))
+            .with_context(|| format!("reading VIP slot {idx}"))?
+            .unwrap_or_default())
+    }
+
+    /// Replaces slot `idx`'s `cur` by `next`; a new occupant or value goes
+    /// through a vacated slot first, so that a packet reading the slot
+    /// mid-write never pairs one key with another value.
+    fn write_vip_slot(&self, idx: u32, cur: &weir_vip_slot, next: &weir_vip_slot) -> Result<()> {
+        if next == cur {
+            return Ok(());
+        }
+        let put = |s: &weir_vip_slot| {
+            self.vip_slots
+                .update(&u32_key(idx), s.as_bytes(), MapFlags::ANY)
+                .with_context(|| format!("writing VIP slot {idx}"))
+        };
+        if vip_slot::needs_vacate(cur, next) {
+            put(&vip_slot::vacated())?;
+        }
+        put(next)
     }
 
     /// All VIPs in the table.
