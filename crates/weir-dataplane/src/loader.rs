@@ -302,10 +302,12 @@ pub const PINNED_MAPS: &[&str] = &[
 ];
 
 /// Pinned maps whose state is short-lived or rebuilt from the
-/// configuration: a pin of another layout (an older weir's) is replaced
-/// rather than refused, so an upgrade keeps the established connections.
-/// What is lost: handshakes in progress (clients retransmit their SYN).
-const REPLACEABLE_MAPS: &[&str] = &["half_open", "nat_endpoints"];
+/// configuration (`apply` rewrites nat_endpoints and rebuilds vip_slots
+/// before the program is attached): a pin of another layout (an older
+/// weir's) is replaced rather than refused, so an upgrade keeps the
+/// established connections. What is lost: handshakes in progress (clients
+/// retransmit their SYN).
+const REPLACEABLE_MAPS: &[&str] = &["half_open", "nat_endpoints", "vip_slots"];
 
 /// Pins older weir versions made that this one no longer uses.
 const RETIRED_PINS: &[&str] = &["half_open_rev"];
