@@ -364,8 +364,8 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     }
     for pin in lb.drop_superseded_pins() {
         log(format!(
-            "dropped {pin}: an older weir's table in another layout (replaced; handshakes \
-             in progress restart)"
+            "dropped {pin}: an older weir's table, replaced by this version's (what it \
+             held is moved, or rebuilt, or was a handshake in progress)"
         ));
     }
     prime_neighbours(&cfg);
