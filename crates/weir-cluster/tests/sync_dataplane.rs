@@ -14,7 +14,6 @@ use weir_cluster::apply::{apply_record, live_slots};
 use weir_cluster::record::{ClassRecord, TableRecord};
 use weir_cluster::sync::node::{SyncNode, SyncOptions};
 use weir_cluster::sync::wire::{ConnRecord, Encoder, Key, MAX_DATAGRAM};
-use weir_core::awfd::AwfdTable;
 use weir_core::flow::addr_words;
 use weir_dataplane::loader::ConnTimeouts;
 use weir_dataplane::sync_events::SyncMaps;
@@ -208,39 +207,9 @@ const A_SLOTS6: [(u8, u32); 2] = [(1, 20), (2, 21)];
 const B_SLOTS6: [(u8, u32); 2] = [(1, 31), (2, 30)];
 
 fn setup_v6(node: &Node, dips: &[(u8, u32)]) {
-    for &(i, slot) in dips {
-        let dip = Ipv6Addr::new(0xfd00, 0x77, u16::from(i), 0, 0, 0, 0, 2);
-        let (addr, family) = addr_words(IpAddr::V6(dip));
-        let d = weir_dip {
-            addr,
-            family,
-            mac_set: 1,
-            mac: [0x02, 0, 0, 0, 0x06, i],
-            flags: WEIR_DIP_F_LIVE,
-            gen: 1,
-            vip_id: 1,
-            weight: 1,
-            ..Default::default()
-        };
-        node.maps.put_dip(slot, &d).unwrap();
-    }
-    let (addr, family) = addr_words(IpAddr::V6(VIP6));
-    let key = weir_vip_key {
-        addr,
-        port: VIP_PORT.to_be(),
-        proto: 6,
-        family,
-    };
-    let vip = weir_vip {
-        vip_id: 1,
-        mode: WEIR_MODE_DSR as u8,
-        ..Default::default()
-    };
-    node.maps.put_vip(&key, &vip).unwrap();
-    let pairs: Vec<(u32, u32)> = dips.iter().map(|&(_, s)| (s, 1)).collect();
-    node.maps
-        .publish_table(1, 1, &AwfdTable::from_weights(&pairs).unwrap())
-        .unwrap();
+    node.setup_service(1, IpAddr::V6(VIP6), dips, |i| {
+        IpAddr::V6(Ipv6Addr::new(0xfd00, 0x77, u16::from(i), 0, 0, 0, 0, 2))
+    });
 }
 
 fn client6(i: u32) -> (Ipv6Addr, u16) {

@@ -44,16 +44,6 @@ pub fn vip_ref() -> VipRef {
     }
 }
 
-pub fn vip_key() -> weir_vip_key {
-    let (addr, family) = addr_words(IpAddr::V4(VIP));
-    weir_vip_key {
-        addr,
-        port: VIP_PORT.to_be(),
-        proto: 6,
-        family,
-    }
-}
-
 pub fn flow_key(client: Ipv4Addr, sport: u16) -> weir_flow_key {
     weir_flow_key {
         src: addr_words(IpAddr::V4(client)).0,
@@ -102,34 +92,49 @@ impl Node {
     /// The VIP (id 0, dsr) with DIP `i` in slot `slots[i]` for each
     /// (i, slot), equal weights, at table version 1.
     pub fn setup(&self, dips: &[(u8, u32)]) {
+        self.setup_service(0, IpAddr::V4(VIP), dips, dip_addr);
+    }
+
+    /// A dsr VIP `vip_id` at `vip`:VIP_PORT with DIP `dip_addr(i)` in slot
+    /// `slot` for each (i, slot), equal weights, at table version 1.
+    pub fn setup_service(
+        &self,
+        vip_id: u32,
+        vip: IpAddr,
+        dips: &[(u8, u32)],
+        dip_addr: impl Fn(u8) -> IpAddr,
+    ) {
         for &(i, slot) in dips {
             let (addr, family) = addr_words(dip_addr(i));
             let d = weir_dip {
                 addr,
                 family,
                 mac_set: 1,
-                mac: [0x02, 0, 0, 0, 0x01, i],
+                mac: [0x02, 0, 0, 0, 0x01 + vip_id as u8, i],
                 flags: WEIR_DIP_F_LIVE,
                 gen: 1,
-                vip_id: 0,
+                vip_id,
                 weight: 1,
                 ..Default::default()
             };
             self.maps.put_dip(slot, &d).unwrap();
         }
-        self.maps
-            .put_vip(
-                &vip_key(),
-                &weir_vip {
-                    vip_id: 0,
-                    mode: WEIR_MODE_DSR as u8,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+        let (addr, family) = addr_words(vip);
+        let key = weir_vip_key {
+            addr,
+            port: VIP_PORT.to_be(),
+            proto: 6,
+            family,
+        };
+        let value = weir_vip {
+            vip_id,
+            mode: WEIR_MODE_DSR as u8,
+            ..Default::default()
+        };
+        self.maps.put_vip(&key, &value).unwrap();
         let pairs: Vec<(u32, u32)> = dips.iter().map(|&(_, s)| (s, 1)).collect();
         self.maps
-            .publish_table(0, 1, &AwfdTable::from_weights(&pairs).unwrap())
+            .publish_table(vip_id, 1, &AwfdTable::from_weights(&pairs).unwrap())
             .unwrap();
     }
 
