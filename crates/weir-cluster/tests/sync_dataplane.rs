@@ -14,7 +14,6 @@ use weir_cluster::apply::{apply_record, live_slots};
 use weir_cluster::record::{ClassRecord, TableRecord};
 use weir_cluster::sync::node::{SyncNode, SyncOptions};
 use weir_cluster::sync::wire::{ConnRecord, Encoder, Key, MAX_DATAGRAM};
-use weir_core::flow::addr_words;
 use weir_dataplane::loader::ConnTimeouts;
 use weir_dataplane::sync_events::SyncMaps;
 use weir_dataplane::testrun::XdpAction;
@@ -220,15 +219,7 @@ fn client6(i: u32) -> (Ipv6Addr, u16) {
 }
 
 fn flow_key6(client: Ipv6Addr, sport: u16) -> weir_flow_key {
-    weir_flow_key {
-        src: addr_words(IpAddr::V6(client)).0,
-        dst: addr_words(IpAddr::V6(VIP6)).0,
-        sport: sport.to_be(),
-        dport: VIP_PORT.to_be(),
-        proto: 6,
-        family: WEIR_AF_INET6 as u8,
-        pad: [0; 2],
-    }
+    flow_key_to(IpAddr::V6(client), IpAddr::V6(VIP6), sport)
 }
 
 /// A client's SYN and then its ACK to VIP6.

@@ -124,7 +124,7 @@ pub fn sweep(maps: &Maps, timeouts: &ConnTimeouts) -> Result<SweepReport> {
     report.established_expired = expired;
     // A half-open entry carries its reverse entry (weir_half_open).
     let (n, expired) = sweep_table(
-        &maps.half_open,
+        &HalfOpen(&maps.half_open),
         |_| {},
         &dips,
         |_, c| idle_past(c.atime, t.tcp_half_open, now),
@@ -167,22 +167,26 @@ impl ConnEntries for FlowTable<weir_conn> {
     }
 }
 
-/// The half-open table: its entries' connections.
-impl ConnEntries for MapHandle {
+/// The half-open table, whose entries carry their reverse entry
+/// (weir_half_open): the sweep reads their connections.
+struct HalfOpen<'a>(&'a MapHandle);
+
+impl ConnEntries for HalfOpen<'_> {
     fn entries(&self) -> Result<Vec<(weir_flow_key, weir_conn)>> {
-        let entries: Vec<(weir_flow_key, weir_half_open)> = read_all(self)?;
+        let entries: Vec<(weir_flow_key, weir_half_open)> = read_all(self.0)?;
         Ok(entries.into_iter().map(|(k, h)| (k, h.conn)).collect())
     }
 
     fn get(&self, key: &weir_flow_key) -> Result<Option<weir_conn>> {
         Ok(self
+            .0
             .lookup(key.as_bytes(), MapFlags::ANY)?
             .and_then(|v| weir_half_open::from_bytes(&v))
             .map(|h| h.conn))
     }
 
     fn delete(&self, key: &weir_flow_key) -> bool {
-        MapCore::delete(self, key.as_bytes()).is_ok()
+        MapCore::delete(self.0, key.as_bytes()).is_ok()
     }
 }
 

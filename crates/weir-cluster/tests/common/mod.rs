@@ -45,13 +45,19 @@ pub fn vip_ref() -> VipRef {
 }
 
 pub fn flow_key(client: Ipv4Addr, sport: u16) -> weir_flow_key {
+    flow_key_to(IpAddr::V4(client), IpAddr::V4(VIP), sport)
+}
+
+/// The TCP tuple from `client:sport` to `vip:VIP_PORT`, either family.
+pub fn flow_key_to(client: IpAddr, vip: IpAddr, sport: u16) -> weir_flow_key {
+    let (src, family) = addr_words(client);
     weir_flow_key {
-        src: addr_words(IpAddr::V4(client)).0,
-        dst: addr_words(IpAddr::V4(VIP)).0,
+        src,
+        dst: addr_words(vip).0,
         sport: sport.to_be(),
         dport: VIP_PORT.to_be(),
         proto: 6,
-        family: WEIR_AF_INET as u8,
+        family,
         pad: [0; 2],
     }
 }

@@ -281,10 +281,8 @@ pub fn render(r: &Report) -> String {
             row.lb_cpu_busy * 100.0,
             opt(row.lb_cpu_ns_per_packet, 0),
             opt(row.bpf_ns_per_packet, 0),
-            row.received_vs_nftables
-                .map_or("-".into(), |x| format!("{x:.2}x")),
-            row.cpu_per_packet_vs_nftables
-                .map_or("-".into(), |x| format!("{x:.2}x")),
+            ratio(row.received_vs_nftables),
+            ratio(row.cpu_per_packet_vs_nftables),
         );
     }
     if !r.tcp_rows.is_empty() {
