@@ -137,6 +137,22 @@ impl Lab {
 }
 
 pub fn ethtool_in(ns: &str, args: &[&str]) -> Result<()> {
+    ethtool_output(ns, args).map(drop)
+}
+
+/// Every counter `ethtool -S dev` prints in `ns`, by name.
+pub fn ethtool_stats(ns: &str, dev: &str) -> Result<Vec<(String, u64)>> {
+    let out = ethtool_output(ns, &["-S", dev])?;
+    Ok(out
+        .lines()
+        .filter_map(|l| {
+            let (k, n) = l.trim().split_once(':')?;
+            Some((k.to_string(), n.trim().parse().ok()?))
+        })
+        .collect())
+}
+
+fn ethtool_output(ns: &str, args: &[&str]) -> Result<String> {
     let out = std::process::Command::new("ip")
         .args(["netns", "exec", ns, "ethtool"])
         .args(args)
@@ -149,7 +165,7 @@ pub fn ethtool_in(ns: &str, args: &[&str]) -> Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Attaches the pass-through program to `dev` inside `ns`. It is not

@@ -1,12 +1,17 @@
 //! The labs' packet generator and sink end to end, in namespaces: packets
 //! offered on live frames from one end of a veth pair are counted by
-//! weir_sink at the other. At these modest rates a veth loses nothing, so
-//! the sink must see exactly what was offered, flow by flow.
+//! weir_sink at the other. Every offered packet is accounted for: the sink
+//! counts it, or the veth counts it lost at its full ring (a veth gives XDP
+//! no backpressure, so a receiving CPU that falls behind on a busy machine
+//! loses frames). With no loss the sink must see exactly what was offered,
+//! flow by flow. The delivery tests take turns, so that they do not starve
+//! each other's sinks.
 //!
 //! Needs root (namespaces, BPF).
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use weir_core::flow::FlowTuple;
@@ -25,13 +30,43 @@ fn packets(pair: &Pair, src: &str, prefix: u8, dst: &str, l4: L4, flows: u32) ->
     spec
 }
 
+/// One delivery test at a time (a failed one leaves the lock poisoned, not
+/// held, so the others still run).
+fn take_turn() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Waits until the sink has counted or the veth has lost all `n` packets
+/// offered from `pair.gen`'s eth0, and returns the sink's stats and the
+/// losses. Fails if some packets are neither.
+fn delivered(pair: &Pair, sink: &Sink, n: u64) -> (SinkStats, u64) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let got = sink.stats().unwrap();
+        let lost = ring_full_drops(&pair.gen, "eth0").unwrap();
+        if got.packets + lost >= n || Instant::now() >= deadline {
+            assert_eq!(
+                got.packets + lost,
+                n,
+                "sink {got:?}, {lost} lost at the ring"
+            );
+            assert!(got.packets > 0, "nothing arrived ({lost} lost at the ring)");
+            return (got, lost);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
 }
 
 /// N packets over K round-robin flows: the sink counts N, K flows, N / K
-/// packets each, and exactly the flows the spec names.
+/// packets each, and exactly the flows the spec names; or, when the ring
+/// lost some, what it counted is a part of exactly that.
 fn round_trip(src: &str, prefix: u8, dst: &str, l4: L4, n: u64, k: u32, cpus: usize) {
+    let _turn = take_turn();
     let pair = Pair::build(cpus as u32).unwrap();
     let mut spec = packets(&pair, src, prefix, dst, l4, k);
     spec.sources.scramble = Some(5);
@@ -56,22 +91,24 @@ fn round_trip(src: &str, prefix: u8, dst: &str, l4: L4, n: u64, k: u32, cpus: us
     )
     .unwrap();
     assert_eq!(offered.sent, n);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while sink.stats().unwrap().packets < n && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let got = sink.stats().unwrap();
-    assert_eq!(got.packets, n, "{got:?}");
-    assert_eq!(got.bytes, n * spec.frame_len() as u64);
-    assert_eq!((got.flows_new, got.flows_full), (u64::from(k), 0));
+    let (got, lost) = delivered(&pair, &sink, n);
+    assert_eq!(got.bytes, got.packets * spec.frame_len() as u64);
     let flows: HashMap<FlowTuple, u64> = sink.flows().unwrap().into_iter().collect();
+    let seen: HashSet<FlowTuple> = flows.keys().copied().collect();
     let want: HashSet<FlowTuple> = (0..u64::from(k)).map(|i| spec.flow(i)).collect();
-    assert_eq!(flows.keys().copied().collect::<HashSet<_>>(), want);
-    assert!(
-        flows.values().all(|&c| c == n / u64::from(k)),
-        "every flow gets {} packets",
-        n / u64::from(k)
-    );
+    let per_flow = n / u64::from(k);
+    assert_eq!((got.flows_new, got.flows_full), (seen.len() as u64, 0));
+    assert_eq!(flows.values().sum::<u64>(), got.packets);
+    if lost == 0 {
+        assert_eq!(seen, want);
+        assert!(
+            flows.values().all(|&c| c == per_flow),
+            "every flow gets {per_flow} packets"
+        );
+    } else {
+        assert!(seen.is_subset(&want), "only the spec's flows arrive");
+        assert!(flows.values().all(|&c| c <= per_flow));
+    }
 }
 
 #[test]
@@ -97,6 +134,7 @@ fn two_cpus_and_ipv6_tcp_arrive_exactly() {
 
 #[test]
 fn a_syn_flood_from_fresh_spoofed_sources() {
+    let _turn = take_turn();
     let pair = Pair::build(1).unwrap();
     let vip: SocketAddr = "10.77.100.1:80".parse().unwrap();
     let mut syns = GenSpec::syn_flood("198.18.0.0".parse().unwrap(), 15, vip, 1);
@@ -130,9 +168,8 @@ fn a_syn_flood_from_fresh_spoofed_sources() {
         "{:?}",
         t.elapsed()
     );
-    std::thread::sleep(Duration::from_millis(100));
-    let got = sink.stats().unwrap();
-    assert_eq!((got.packets, got.syns, got.flows_new), (n, n, n));
+    let (got, _) = delivered(&pair, &sink, n);
+    assert_eq!((got.syns, got.flows_new), (got.packets, got.packets));
     let net: u32 = u32::from_be_bytes([198, 18, 0, 0]);
     for (t, _) in sink.flows().unwrap() {
         let IpAddr::V4(src) = t.src else {

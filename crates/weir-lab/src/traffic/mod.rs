@@ -54,3 +54,15 @@ pub fn mac_in(ns: &str, iface: &str) -> Result<[u8; 6]> {
     })
     .with_context(|| format!("reading the MAC address of {iface} in namespace {ns}"))
 }
+
+/// Frames the generator's XDP_TX out of `iface` (in `ns`) found the veth
+/// peer's ring full and lost: the sum of its `tx_queue_N_xdp_xmit_errors`.
+/// A veth gives XDP no backpressure, so when the receiving CPU falls behind
+/// (a busy machine) this is where offered packets go missing.
+pub fn ring_full_drops(ns: &str, iface: &str) -> Result<u64> {
+    Ok(crate::topology::ethtool_stats(ns, iface)?
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("tx_queue_") && k.ends_with("_xdp_xmit_errors"))
+        .map(|(_, n)| n)
+        .sum())
+}

@@ -40,7 +40,7 @@ use weir_core::flow::Proto;
 use super::balancer::{self, Balancer, Running, Service};
 use super::child;
 use crate::netns::ip_in;
-use crate::topology::{ethtool_in, resolve_backend_neighbours, Lab};
+use crate::topology::{ethtool_in, ethtool_stats, resolve_backend_neighbours, Lab};
 
 /// The TCP VIP; iperf3's server listens on its port at the backend.
 const VIP: &str = "10.77.100.1:5201";
@@ -327,18 +327,9 @@ fn tc_in(ns: &str, args: &[&str]) -> Result<()> {
 /// `dev`'s drop and error counters: its driver's (`ethtool -S`) and the
 /// kernel's RX and TX drops (`ip -s link`).
 fn interface_drops(ns: &str, dev: &str) -> Result<Vec<(String, u64)>> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "ethtool", "-S", dev])
-        .output()
-        .context("running ethtool -S (install the ethtool package)")?;
-    ensure!(out.status.success(), "ethtool -S {dev} in {ns}");
-    let mut v: Vec<(String, u64)> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (k, n) = l.trim().split_once(':')?;
-            (k.contains("drop") || k.contains("err"))
-                .then(|| Some((k.to_string(), n.trim().parse().ok()?)))?
-        })
+    let mut v: Vec<(String, u64)> = ethtool_stats(ns, dev)?
+        .into_iter()
+        .filter(|(k, _)| k.contains("drop") || k.contains("err"))
         .collect();
     let out = Command::new("ip")
         .args(["-n", ns, "-j", "-s", "link", "show", "dev", dev])
