@@ -18,6 +18,28 @@ pub fn allowed() -> Result<Vec<usize>> {
         .collect())
 }
 
+/// The machine's online CPUs, in order, whatever this process's affinity
+/// (`/sys/devices/system/cpu/online`).
+pub fn online() -> Result<Vec<usize>> {
+    let path = "/sys/devices/system/cpu/online";
+    let list = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    parse_cpu_list(&list).with_context(|| format!("{path}: {:?}", list.trim()))
+}
+
+/// A kernel CPU list ("0-3,8,10-11").
+fn parse_cpu_list(list: &str) -> Result<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi): (usize, usize) = (lo.parse()?, hi.parse()?);
+        if lo > hi {
+            bail!("range {part} runs backwards");
+        }
+        cpus.extend(lo..=hi);
+    }
+    Ok(cpus)
+}
+
 /// Pins the calling thread to `cpu`.
 pub fn pin_current(cpu: usize) -> Result<()> {
     pin(0, cpu)
@@ -131,6 +153,16 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(seen, vec![last]);
+    }
+
+    #[test]
+    fn cpu_lists_parse_as_the_kernel_writes_them() {
+        assert_eq!(parse_cpu_list("0-1\n").unwrap(), vec![0, 1]);
+        assert_eq!(parse_cpu_list("0,2-3,8").unwrap(), vec![0, 2, 3, 8]);
+        assert!(parse_cpu_list("3-1").is_err());
+        assert!(parse_cpu_list("").is_err());
+        let online = online().unwrap();
+        assert!(allowed().unwrap().iter().all(|c| online.contains(c)));
     }
 
     #[test]

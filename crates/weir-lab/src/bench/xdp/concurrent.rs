@@ -37,29 +37,16 @@ fn run_once(fd: i32, pkt: &[u8], want: XdpAction) -> Result<f64> {
     Ok(f64::from(opts.duration))
 }
 
-fn pin_to(cpu: usize) -> Result<()> {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and the syscall read it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error())
-                .with_context(|| format!("pinning a bench thread to CPU {cpu}"));
-        }
-    }
-    Ok(())
-}
-
-/// Mean ns per packet over all CPUs, each CPU running its own packets
-/// (`per_cpu[cpu]`) at the same time as the others.
-fn all_at_once(fd: i32, per_cpu: &[Vec<Vec<u8>>], want: XdpAction) -> Result<f64> {
+/// Mean ns per packet over `cpus`, each CPU running its own packets
+/// (`per_cpu[i]` on `cpus[i]`) at the same time as the others.
+fn all_at_once(fd: i32, cpus: &[usize], per_cpu: &[Vec<Vec<u8>>], want: XdpAction) -> Result<f64> {
     let means = std::thread::scope(|s| {
         let handles: Vec<_> = per_cpu
             .iter()
-            .enumerate()
-            .map(|(cpu, pkts)| {
+            .zip(cpus)
+            .map(|(pkts, &cpu)| {
                 s.spawn(move || -> Result<f64> {
-                    pin_to(cpu)?;
+                    crate::cpus::pin_current(cpu)?;
                     let mut sum = 0.0;
                     for p in pkts {
                         sum += run_once(fd, p, want)?;
@@ -85,14 +72,15 @@ pub(super) fn miss_on_all_cpus(
     mode: Mode,
     runs: u32,
     spread: u32,
-    cpus: usize,
+    cpus: &[usize],
     next_fresh: &mut u64,
 ) -> Result<Row> {
     let (lb_fd, floor_fd) = (inst.prog().as_fd().as_raw_fd(), floor.as_fd().as_raw_fd());
     let before = inst.maps.stats()?;
     let (mut lb, mut fl, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
-        let per_cpu: Vec<Vec<Vec<u8>>> = (0..cpus)
+        let per_cpu: Vec<Vec<Vec<u8>>> = cpus
+            .iter()
             .map(|_| {
                 (0..spread)
                     .map(|_| {
@@ -102,14 +90,14 @@ pub(super) fn miss_on_all_cpus(
                     .collect()
             })
             .collect();
-        let f = all_at_once(floor_fd, &per_cpu, XdpAction::Tx)?;
-        let l = all_at_once(lb_fd, &per_cpu, XdpAction::Redirect)?;
+        let f = all_at_once(floor_fd, cpus, &per_cpu, XdpAction::Tx)?;
+        let l = all_at_once(lb_fd, cpus, &per_cpu, XdpAction::Redirect)?;
         fl.push(f);
         lb.push(l);
         ratio.push(l / f.max(1e-9));
     }
     let after = inst.maps.stats()?;
-    let calls = u64::from(runs) * u64::from(spread) * cpus as u64;
+    let calls = u64::from(runs) * u64::from(spread) * cpus.len() as u64;
     check_delta(
         &before,
         &after,
@@ -136,7 +124,7 @@ pub(super) fn miss_on_all_cpus(
         over_hit_min: None,
         runs,
         repeat: 1,
-        calls_per_run: spread * cpus as u32,
-        distinct_keys: spread * cpus as u32 * runs,
+        calls_per_run: spread * cpus.len() as u32,
+        distinct_keys: spread * cpus.len() as u32 * runs,
     })
 }

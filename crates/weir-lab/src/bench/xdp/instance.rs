@@ -24,6 +24,13 @@ pub enum Lru {
 }
 
 impl Lru {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Lru::Shared => "shared",
+            Lru::PerCpu => "per-cpu",
+        }
+    }
+
     fn conn_lru(self) -> weir_dataplane::loader::ConnLru {
         match self {
             Lru::Shared => weir_dataplane::loader::ConnLru::Shared,
@@ -155,9 +162,43 @@ impl Inst {
         Ok(half.rev.ifindex)
     }
 
-    /// Installs connections 0..size in the connection and reverse tables.
-    /// Fills both tables to `size`, saying how far on `progress`.
+    /// Installs connections 0..size in the connection and reverse tables,
+    /// saying how far on `progress`. Each online CPU installs its share from
+    /// a thread pinned to it: with per-CPU LRU lists an entry written from
+    /// user space lands in the share of the CPU that wrote it, so a fill
+    /// from one CPU would need that CPU's share to hold the whole fill.
     pub(super) fn fill(&self, progress: &Progress) -> Result<()> {
+        let cpus = crate::cpus::online()?;
+        let per_cpu = self.size.div_ceil(cpus.len() as u64);
+        let done = std::sync::atomic::AtomicU64::new(0);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = cpus
+                .iter()
+                .enumerate()
+                .map(|(i, &cpu)| {
+                    let from = (i as u64 * per_cpu).min(self.size);
+                    let to = (from + per_cpu).min(self.size);
+                    let done = &done;
+                    s.spawn(move || -> Result<()> {
+                        crate::cpus::pin_current(cpu)?;
+                        self.fill_range(from, to, &|n| {
+                            let i = done.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
+                            progress.set_message(format!(
+                                "filling a connection table: {i} / {}",
+                                self.size
+                            ));
+                        })
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        })
+    }
+
+    /// Installs connections from..to, calling `filled` after each batch.
+    fn fill_range(&self, from: u64, to: u64, filled: &dyn Fn(u64)) -> Result<()> {
         let conn = weir_conn {
             dip_id: 0,
             dip_gen: DIP_GEN,
@@ -178,8 +219,7 @@ impl Inst {
             client_mac: CLIENT_MAC,
             lb_mac: LB_MAC,
         };
-        let to = self.size;
-        let mut i = 0;
+        let mut i = from;
         let (mut conns, mut revs) = (Vec::new(), Vec::new());
         while i < to {
             let n = (to - i).min(FILL_BATCH as u64);
@@ -199,7 +239,7 @@ impl Inst {
                 .insert_batch(&revs)
                 .context("batch update of the reverse-NAT table")?;
             i += n;
-            progress.set_message(format!("filling a connection table: {i} / {to}"));
+            filled(n);
         }
         Ok(())
     }

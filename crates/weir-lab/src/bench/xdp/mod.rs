@@ -49,6 +49,8 @@
 //!   rotates from run to run, so machine noise hits all of them. Rows report
 //!   the median over `--runs` runs, min..max, the median of the per-run
 //!   ratio to the floor and of the per-run ratio to the smallest table.
+//! - `--compare-lru` adds the two LRU layouts of the connection tables side
+//!   by side at equal capacity (lru_compare.rs).
 //! - After every series the data-plane counters prove what ran: every
 //!   repetition of a hit series counted a connection hit and an XDP_REDIRECT,
 //!   every miss call installed a connection.
@@ -73,6 +75,7 @@ use weir_progress::Progress;
 
 mod concurrent;
 mod instance;
+mod lru_compare;
 mod net;
 mod packet;
 mod report;
@@ -80,7 +83,7 @@ mod report;
 use instance::*;
 use packet::*;
 use report::stats;
-pub use report::{render, Config, EncapVerdict, Report, Row, Targets, Verdict};
+pub use report::{render, Config, EncapVerdict, LruRow, Report, Row, Targets, Verdict};
 
 /// Targets of issue 2, item 5.
 const TARGET_HIT1_OVER_FLOOR: f64 = 2.0;
@@ -146,6 +149,11 @@ pub struct XdpBenchArgs {
     /// The connection tables' LRU layout (`[dataplane] conn_lru`).
     #[arg(long, value_enum, default_value_t = Lru::Shared)]
     pub lru: Lru,
+    /// Also compare the two LRU layouts on the largest table: one program
+    /// of each, the same capacity and connections, interleaved in the same
+    /// runs (hit hot and spread, the miss on one CPU and on all at once).
+    #[arg(long)]
+    pub compare_lru: bool,
     /// Seed of the random choice of measured connections.
     #[arg(long, default_value_t = 0x7765_6972)]
     pub seed: u64,
@@ -165,6 +173,7 @@ impl Default for XdpBenchArgs {
             modes: vec![Mode::Nat, Mode::Dsr, Mode::Ipip, Mode::Gue],
             next_hop: NextHopSource::Resolved,
             lru: Lru::Shared,
+            compare_lru: false,
             seed: 0x7765_6972,
         }
     }
@@ -216,7 +225,9 @@ const METHOD: &[&str] = &[
     "hot: one packet repeated `repeat` times per call (kernel mean, whole ns, truncated); run i uses installed connection i mod `keys`, drawn at random per table; the caches keep that connection's entries warm, so this is the instruction cost",
     "spread: `spread` calls of one repetition each per run, every call a connection drawn at random from the table; shows the table size through cache misses; includes the kernel's timer reads around one repetition, as does the floor it is compared with; between calls the syscall and the other tables' runs evict caches and TLB entries, so spread is the pessimistic bound and hot the optimistic one for real traffic",
     "miss: spread mode only (a repeated packet hits after its first repetition); every call a SYN of a new connection, dispatched by AWFD and installed, on the largest table",
-    "miss allcpus: the same, with one thread per CPU, each pinned to it and sending its own new connections at the same time as the others into the same program, so inserts contend; the floor runs the same way first in every run; ns = mean over CPUs of each CPU's mean",
+    "miss allcpus: the same, with one thread per online CPU (whatever the bench's own affinity), each pinned to it and sending its own new connections at the same time as the others into the same program, so inserts contend; the floor runs the same way first in every run; ns = mean over CPUs of each CPU's mean",
+    "the tables are filled by one pinned thread per online CPU, each writing its part: an entry written from user space lands in the per-CPU LRU share of the CPU that wrote it, so with conn_lru per-cpu every share holds its part and the capacity is the shared layout's (times possible / online CPUs)",
+    "LRU comparison (--compare-lru): per family, two weir_lb with the largest fill, one with shared and one with per-CPU LRU lists, the same capacity and connections; per run both in rotating order (hit hot, hit spread, miss spread: the same packets to both; miss allcpus: the layouts alternate which goes first); ratio = median of per-run per-cpu / shared",
     "hot1: `spread` calls of one repetition each per run, all on one installed connection (run i: connection i mod `keys`), so its entries stay in the caches; the figure includes the kernel's timer reads around one repetition, as does the floor's; it is the only hit measure of ipip and gue, which grow the packet at its head (test_run does not restore it between repetitions), and it is measured for nat and dsr too, so that encap/dsr compares like with like",
     "encap against dsr: on the smallest table, per run, dsr, ipip and gue in rotating order, each `spread` hot1 calls on one installed connection (the VIP's mode switched between them); the ratio is the median of the per-run ratios",
     "nat: test_run does not restore the packet between repetitions, so the DIP has the VIP's address and port; the rewrite and the checksum updates still run and every repetition is a packet to the VIP",
@@ -266,14 +277,13 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     // room for the largest fill, every miss the bench installs, and LRU
     // slack (an LRU hash may evict before it is completely full).
     let misses = u64::from(args.runs) * u64::from(args.spread) * modes.len() as u64;
-    let mut capacity = u64::from(largest) + u64::from(largest) / 4 + misses + 4096;
-    if args.lru == Lru::PerCpu {
-        // The fill runs from user space on one CPU, which then holds the
-        // whole fill in its own share of a per-CPU LRU: every share gets
-        // the room the one shared list has.
-        let cpus = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
-        capacity *= cpus as u64;
-    }
+    let base = u64::from(largest) + u64::from(largest) / 4 + misses + 4096;
+    let cpus = crate::cpus::online()?;
+    let capacity = if args.lru == Lru::PerCpu || args.compare_lru {
+        per_cpu_capacity(base, cpus.len())?
+    } else {
+        base
+    };
     let conn_capacity = u32::try_from(capacity).context("connection table too large")?;
 
     let mut families = args.families.clone();
@@ -283,9 +293,14 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
 
     // One step per run of every series: hit hot and spread, then miss,
     // in every mode, for every family.
+    let compared = if args.compare_lru {
+        lru_compare::STEPS_PER_MODE * modes.iter().filter(|m| !m.encapsulates()).count() as u64
+    } else {
+        0
+    };
     let progress = Progress::bar(
         "weir bench xdp",
-        u64::from(args.runs) * (4 * modes.len() as u64 + 1) * families.len() as u64,
+        u64::from(args.runs) * (4 * modes.len() as u64 + 1 + compared) * families.len() as u64,
     );
     // Before anything is loaded: the bench's own namespace and its routes.
     let egress = net::enter()?;
@@ -302,6 +317,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             conn_capacity,
             lo,
             egress: &egress,
+            cpus: &cpus,
             floor: &floor.progs.xdp_floor,
             progress: &progress,
         };
@@ -317,7 +333,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     Ok(Report {
         bench: "xdp",
         kernel: kernel_release(),
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        cpus: cpus.len(),
         method: METHOD.to_vec(),
         config: Config {
             repeat: args.repeat,
@@ -329,6 +345,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             modes,
             next_hop: args.next_hop,
             lru: args.lru,
+            compare_lru: args.compare_lru,
             seed: args.seed,
             conn_capacity,
             frame_bytes: FRAME_LEN,
@@ -345,6 +362,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
         rows: part.rows,
         verdicts: part.verdicts,
         encap_verdicts: part.encap_verdicts,
+        lru_comparison: part.lru_rows,
         fill_seconds: part.fill_seconds,
         total_seconds: started.elapsed().as_secs_f64(),
     })
@@ -356,6 +374,7 @@ struct Part {
     rows: Vec<Row>,
     verdicts: Vec<Verdict>,
     encap_verdicts: Vec<EncapVerdict>,
+    lru_rows: Vec<LruRow>,
     fill_seconds: f64,
     ingress: u32,
 }
@@ -369,6 +388,9 @@ struct FamilyBench<'a> {
     conn_capacity: u32,
     lo: u32,
     egress: &'a weir_dataplane::iface::Iface,
+    /// The machine's online CPUs: the miss path's "all CPUs at once" and the
+    /// table fill run one pinned thread on each.
+    cpus: &'a [usize],
     floor: &'a ProgramMut<'a>,
     progress: &'a Progress,
 }
@@ -505,14 +527,13 @@ impl FamilyBench<'_> {
                 "{fam} miss path, {} mode, all CPUs at once",
                 mode.name()
             ));
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
             rows.push(concurrent::miss_on_all_cpus(
                 &big[0],
                 floor_prog,
                 mode,
                 args.runs,
                 args.spread,
-                cpus,
+                self.cpus,
                 &mut next_fresh,
             )?);
         }
@@ -521,6 +542,15 @@ impl FamilyBench<'_> {
         ));
         part.encap_verdicts
             .extend(encap_against_dsr(&insts[0], modes, args, rng, progress)?);
+        if args.compare_lru {
+            // Their tables' memory goes before the comparison's is allocated.
+            drop(insts);
+            part.lru_rows.extend(lru_compare::shared_against_per_cpu(
+                self,
+                rng,
+                &mut next_fresh,
+            )?);
+        }
         Ok(())
     }
 }
@@ -747,6 +777,15 @@ fn encap_against_dsr(
             }
         })
         .collect())
+}
+
+/// The capacity that gives a per-CPU LRU table room for `base` entries
+/// written evenly from `online` CPUs: the kernel splits a table's entries
+/// evenly between the possible CPUs, and a CPU that is not online never
+/// writes into its share.
+fn per_cpu_capacity(base: u64, online: usize) -> Result<u64> {
+    let possible = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
+    Ok(base.div_ceil(online as u64) * possible as u64)
 }
 
 fn lo_ifindex() -> Result<u32> {

@@ -69,6 +69,27 @@ pub struct EncapVerdict {
     pub over_dsr_ok: bool,
 }
 
+/// One row of `--compare-lru`: the same measure on the largest table with
+/// shared and with per-CPU LRU lists, at equal capacity, interleaved.
+#[derive(Debug, Clone, Serialize)]
+pub struct LruRow {
+    pub family: Family,
+    /// "hit" or "miss".
+    pub path: &'static str,
+    pub mode: Mode,
+    pub conns: u64,
+    /// "hot", "spread" or "allcpus".
+    pub measure: &'static str,
+    /// Median over runs, ns per packet, of each layout.
+    pub shared_ns: f64,
+    pub per_cpu_ns: f64,
+    /// Per-run ratio per-cpu / shared: median, min and max.
+    pub per_cpu_over_shared: f64,
+    pub ratio_min: f64,
+    pub ratio_max: f64,
+    pub runs: u32,
+}
+
 /// Everything `--json` writes.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -81,6 +102,8 @@ pub struct Report {
     pub rows: Vec<Row>,
     pub verdicts: Vec<Verdict>,
     pub encap_verdicts: Vec<EncapVerdict>,
+    /// Empty unless `--compare-lru`.
+    pub lru_comparison: Vec<LruRow>,
     pub fill_seconds: f64,
     pub total_seconds: f64,
 }
@@ -96,6 +119,7 @@ pub struct Config {
     pub modes: Vec<Mode>,
     pub next_hop: NextHopSource,
     pub lru: Lru,
+    pub compare_lru: bool,
     pub seed: u64,
     pub conn_capacity: u32,
     /// Frame length of the IPv4 packets, and of the IPv6 ones.
@@ -242,6 +266,41 @@ pub fn render(report: &Report) -> String {
             report.targets.encap_hit_over_dsr_max,
             if v.over_dsr_ok { "met" } else { "MISSED" },
         );
+    }
+    if !report.lru_comparison.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nLRU layouts at equal capacity ({} entries, filled evenly from every CPU), interleaved in the same runs:",
+            report.config.conn_capacity
+        );
+        let _ = writeln!(
+            s,
+            "{:<3} {:<5} {:<4} {:>9} {:<7} {:>10} {:>11} {:>17} {:>13}",
+            "fam",
+            "path",
+            "mode",
+            "conns",
+            "measure",
+            "shared ns",
+            "per-cpu ns",
+            "per-cpu/shared",
+            "range"
+        );
+        for r in &report.lru_comparison {
+            let _ = writeln!(
+                s,
+                "{:<3} {:<5} {:<4} {:>9} {:<7} {:>10.1} {:>11.1} {:>16.2}x {:>13}",
+                r.family.name(),
+                r.path,
+                r.mode.name(),
+                r.conns,
+                r.measure,
+                r.shared_ns,
+                r.per_cpu_ns,
+                r.per_cpu_over_shared,
+                format!("{:.2}..{:.2}", r.ratio_min, r.ratio_max),
+            );
+        }
     }
     s
 }
