@@ -13,6 +13,15 @@ pub(super) struct Inst {
     pub(super) lo: u32,
 }
 
+/// The table sizes every instance of a run gets.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Capacity {
+    /// The measured family's connection and reverse-NAT tables.
+    pub(super) conns: u32,
+    /// The half-open table, where every miss's SYN stays.
+    pub(super) half_open: u32,
+}
+
 /// The LRU layout of the connection tables (`[dataplane] conn_lru`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -55,7 +64,7 @@ impl Inst {
     pub(super) fn new(
         family: Family,
         size: u64,
-        conn_capacity: u32,
+        capacity: Capacity,
         lo: u32,
         egress: &weir_dataplane::iface::Iface,
         source: NextHopSource,
@@ -64,12 +73,13 @@ impl Inst {
         // The defaults of `weir serve`: the FIB on.
         // Only the measured family's tables get the capacity.
         let (v4, v6) = match family {
-            Family::V4 => (conn_capacity, 1024),
-            Family::V6 => (1024, conn_capacity),
+            Family::V4 => (capacity.conns, 1024),
+            Family::V6 => (1024, capacity.conns),
         };
         let opts = LoadOptions {
             conn_capacity: v4,
             conn_capacity_v6: v6,
+            half_open_capacity: capacity.half_open,
             conn_lru: lru.conn_lru(),
             pin_dir: None,
             ..LoadOptions::default()

@@ -37,7 +37,7 @@ pub(super) fn shared_against_per_cpu(
         let inst = Inst::new(
             family,
             size,
-            bench.conn_capacity,
+            bench.capacity,
             bench.lo,
             bench.egress,
             args.next_hop,

@@ -224,7 +224,7 @@ const METHOD: &[&str] = &[
     "connection and reverse-NAT tables filled from user space with batch updates (BPF_MAP_UPDATE_BATCH)",
     "hot: one packet repeated `repeat` times per call (kernel mean, whole ns, truncated); run i uses installed connection i mod `keys`, drawn at random per table; the caches keep that connection's entries warm, so this is the instruction cost",
     "spread: `spread` calls of one repetition each per run, every call a connection drawn at random from the table; shows the table size through cache misses; includes the kernel's timer reads around one repetition, as does the floor it is compared with; between calls the syscall and the other tables' runs evict caches and TLB entries, so spread is the pessimistic bound and hot the optimistic one for real traffic",
-    "miss: spread mode only (a repeated packet hits after its first repetition); every call a SYN of a new connection, dispatched by AWFD and installed, on the largest table",
+    "miss: spread mode only (a repeated packet hits after its first repetition); every call a SYN of a new connection, dispatched by AWFD and installed, on the largest table; the half-open table has room for every SYN of the run (no mode pays for evicting another's)",
     "miss allcpus: the same, with one thread per online CPU (whatever the bench's own affinity), each pinned to it and sending its own new connections at the same time as the others into the same program, so inserts contend; the floor runs the same way first in every run; ns = mean over CPUs of each CPU's mean",
     "the tables are filled by one pinned thread per online CPU, each writing its part: an entry written from user space lands in the per-CPU LRU share of the CPU that wrote it, so with conn_lru per-cpu every share holds its part and the capacity is the shared layout's (times possible / online CPUs)",
     "LRU comparison (--compare-lru): per family, two weir_lb with the largest fill, one with shared and one with per-CPU LRU lists, the same capacity and connections; per run both in rotating order (hit hot, hit spread, miss spread: the same packets to both; miss allcpus: the layouts alternate which goes first); ratio = median of per-run per-cpu / shared",
@@ -276,15 +276,28 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     // One capacity for every instance, so the fill is the only difference:
     // room for the largest fill, every miss the bench installs, and LRU
     // slack (an LRU hash may evict before it is completely full).
+    let cpus = crate::cpus::online()?;
+    let per_cpu = args.lru == Lru::PerCpu || args.compare_lru;
     let misses = u64::from(args.runs) * u64::from(args.spread) * modes.len() as u64;
     let base = u64::from(largest) + u64::from(largest) / 4 + misses + 4096;
-    let cpus = crate::cpus::online()?;
-    let capacity = if args.lru == Lru::PerCpu || args.compare_lru {
+    let conns = if per_cpu {
         per_cpu_capacity(base, cpus.len())?
     } else {
         base
     };
-    let conn_capacity = u32::try_from(capacity).context("connection table too large")?;
+    // Every miss stays in the half-open table (no ACK follows): the SYNs on
+    // one CPU and on all at once, in every mode. A later mode must not pay
+    // for evicting an earlier one's entries. With per-CPU lists every
+    // share gets that room, as one CPU may write them all.
+    let syns = misses * (1 + cpus.len() as u64);
+    let mut half_open = syns + syns / 4 + 4096;
+    if per_cpu {
+        half_open *= libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u64;
+    }
+    let capacity = Capacity {
+        conns: u32::try_from(conns).context("connection table too large")?,
+        half_open: u32::try_from(half_open).context("half-open table too large")?,
+    };
 
     let mut families = args.families.clone();
     ensure!(!families.is_empty(), "--families needs at least one family");
@@ -314,7 +327,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             args,
             sizes: &sizes,
             modes: &modes,
-            conn_capacity,
+            capacity,
             lo,
             egress: &egress,
             cpus: &cpus,
@@ -347,7 +360,8 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             lru: args.lru,
             compare_lru: args.compare_lru,
             seed: args.seed,
-            conn_capacity,
+            conn_capacity: capacity.conns,
+            half_open_capacity: capacity.half_open,
             frame_bytes: FRAME_LEN,
             frame_bytes_v6: Family::V6.frame_len(),
             packet: "Ethernet + IPv4 (64 bytes) or IPv6 (84 bytes) + TCP (ACK for hits, SYN for misses) + 10 bytes, valid checksums",
@@ -385,7 +399,7 @@ struct FamilyBench<'a> {
     args: &'a XdpBenchArgs,
     sizes: &'a [u32],
     modes: &'a [Mode],
-    conn_capacity: u32,
+    capacity: Capacity,
     lo: u32,
     egress: &'a weir_dataplane::iface::Iface,
     /// The machine's online CPUs: the miss path's "all CPUs at once" and the
@@ -405,7 +419,7 @@ impl FamilyBench<'_> {
             let inst = Inst::new(
                 family,
                 u64::from(size),
-                self.conn_capacity,
+                self.capacity,
                 self.lo,
                 self.egress,
                 args.next_hop,

@@ -122,6 +122,7 @@ pub struct Config {
     pub compare_lru: bool,
     pub seed: u64,
     pub conn_capacity: u32,
+    pub half_open_capacity: u32,
     /// Frame length of the IPv4 packets, and of the IPv6 ones.
     pub frame_bytes: usize,
     pub frame_bytes_v6: usize,
