@@ -17,17 +17,6 @@ fn f(v: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("{key} missing: {v:#}"))
 }
 
-fn online_cpus() -> u64 {
-    let list = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-    list.trim()
-        .split(',')
-        .map(|part| match part.split_once('-') {
-            Some((lo, hi)) => hi.parse::<u64>().unwrap() - lo.parse::<u64>().unwrap() + 1,
-            None => 1,
-        })
-        .sum()
-}
-
 #[test]
 fn both_families_and_lru_layouts_are_measured() {
     let json = std::env::temp_dir().join(format!("weir-xdp-test-{}.json", std::process::id()));
@@ -50,7 +39,7 @@ fn both_families_and_lru_layouts_are_measured() {
     assert!(stdout.contains("LRU layouts at equal capacity"), "{stdout}");
     let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
-    let cpus = online_cpus();
+    let cpus = weir_lab::cpus::online().unwrap().len() as u64;
     assert_eq!(
         r["cpus"].as_u64(),
         Some(cpus),

@@ -59,34 +59,29 @@ pub(super) fn shared_against_per_cpu(
         ));
         let row =
             |path, measure, times: &[(f64, f64)]| lru_row(family, path, mode, size, measure, times);
+        // One series on both layouts; both tables get the same packets.
+        let both_layouts = |path, measure, repeat, pkts: Vec<Set>| -> Result<LruRow> {
+            let series = Series {
+                path,
+                measure,
+                repeat,
+                runs: args.runs,
+            };
+            let t = series.run(floor, &pair, &[pkts.clone(), pkts], progress)?;
+            Ok(row(path, measure, &pairs_of(&t)))
+        };
 
         // Hit, hot: the same random connections in both tables.
-        let keys: Vec<u64> = (0..args.keys).map(|_| rng.below(size)).collect();
-        let hot: Vec<Set> = keys
-            .iter()
-            .map(|&k| vec![pair[0].packet(k, TCP_ACK)])
+        let hot: Vec<Set> = (0..args.keys)
+            .map(|_| vec![pair[0].packet(rng.below(size), TCP_ACK)])
             .collect();
-        let series = Series {
-            path: "hit",
-            measure: "hot",
-            repeat: args.repeat,
-            runs: args.runs,
-        };
-        let t = series.run(floor, &pair, &[hot.clone(), hot], progress)?;
-        rows.push(row("hit", "hot", &pairs_of(&t)));
+        rows.push(both_layouts("hit", "hot", args.repeat, hot)?);
 
         // Hit, spread: the same random connections, one call each.
         let spread: Vec<Set> = vec![(0..args.spread)
             .map(|_| pair[0].packet(rng.below(size), TCP_ACK))
             .collect()];
-        let series = Series {
-            path: "hit",
-            measure: "spread",
-            repeat: 1,
-            runs: args.runs,
-        };
-        let t = series.run(floor, &pair, &[spread.clone(), spread], progress)?;
-        rows.push(row("hit", "spread", &pairs_of(&t)));
+        rows.push(both_layouts("hit", "spread", 1, spread)?);
 
         // Miss on one CPU: SYNs of new connections (new in both tables).
         let syns: Vec<Set> = (0..args.runs)
@@ -99,14 +94,7 @@ pub(super) fn shared_against_per_cpu(
                     .collect()
             })
             .collect();
-        let series = Series {
-            path: "miss",
-            measure: "spread",
-            repeat: 1,
-            runs: args.runs,
-        };
-        let t = series.run(floor, &pair, &[syns.clone(), syns], progress)?;
-        rows.push(row("miss", "spread", &pairs_of(&t)));
+        rows.push(both_layouts("miss", "spread", 1, syns)?);
 
         // Miss on every CPU at once, the layouts alternating which goes first.
         let mut both = Vec::new();

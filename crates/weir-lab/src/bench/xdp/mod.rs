@@ -278,10 +278,14 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     // slack (an LRU hash may evict before it is completely full).
     let cpus = crate::cpus::online()?;
     let per_cpu = args.lru == Lru::PerCpu || args.compare_lru;
+    let possible = libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u64;
     let misses = u64::from(args.runs) * u64::from(args.spread) * modes.len() as u64;
     let base = u64::from(largest) + u64::from(largest) / 4 + misses + 4096;
+    // A per-CPU LRU table splits its entries evenly between the possible
+    // CPUs; the fill writes evenly from the online ones, and a CPU that is
+    // not online never writes into its share.
     let conns = if per_cpu {
-        per_cpu_capacity(base, cpus.len())?
+        base.div_ceil(cpus.len() as u64) * possible
     } else {
         base
     };
@@ -292,7 +296,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     let syns = misses * (1 + cpus.len() as u64);
     let mut half_open = syns + syns / 4 + 4096;
     if per_cpu {
-        half_open *= libbpf_rs::num_possible_cpus().context("counting possible CPUs")? as u64;
+        half_open *= possible;
     }
     let capacity = Capacity {
         conns: u32::try_from(conns).context("connection table too large")?,
@@ -791,15 +795,6 @@ fn encap_against_dsr(
             }
         })
         .collect())
-}
-
-/// The capacity that gives a per-CPU LRU table room for `base` entries
-/// written evenly from `online` CPUs: the kernel splits a table's entries
-/// evenly between the possible CPUs, and a CPU that is not online never
-/// writes into its share.
-fn per_cpu_capacity(base: u64, online: usize) -> Result<u64> {
-    let possible = libbpf_rs::num_possible_cpus().context("counting possible CPUs")?;
-    Ok(base.div_ceil(online as u64) * possible as u64)
 }
 
 fn lo_ifindex() -> Result<u32> {
