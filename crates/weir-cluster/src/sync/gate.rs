@@ -71,8 +71,10 @@ pub struct BulkGate {
     last_bulk: HashMap<String, Instant>,
 }
 
-/// The member's registered address, if `from` is it.
-fn registered(
+/// The member's registered address, if `from` is it. The receiver asks
+/// this before a request or proof touches the replay window, so datagrams
+/// from elsewhere cannot use up a member's sequence numbers.
+pub fn registered(
     member: &str,
     from: SocketAddr,
     members: &[(String, SocketAddr)],
@@ -139,8 +141,7 @@ impl BulkGate {
     ) -> Result<SocketAddr, Refusal> {
         let to = registered(member, from, members)?;
         let fresh = self.pending.get(member).is_some_and(|(issued, at)| {
-            bool::from(issued.ct_eq(nonce))
-                && now.saturating_duration_since(*at) <= CHALLENGE_TTL
+            bool::from(issued.ct_eq(nonce)) && now.saturating_duration_since(*at) <= CHALLENGE_TTL
         });
         if !fresh {
             return Err(Refusal::StaleChallenge);

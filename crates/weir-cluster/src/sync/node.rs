@@ -36,7 +36,7 @@ use weir_dataplane::maps::Maps;
 use weir_dataplane::sync_events::{Announcements, SyncMaps};
 
 use crate::realtime::go_realtime;
-use crate::sync::gate::{BulkGate, Refusal};
+use crate::sync::gate::{self, BulkGate, Refusal};
 use crate::sync::install::{monotonic_ns, table_records, Installer, Outcome};
 use crate::sync::stats::{Counters, Stats};
 use crate::sync::wire::{
@@ -531,12 +531,18 @@ impl Receive {
             // Our own name with the right key: a reflection, or a twin.
             return Err(Reject::Replayed.into());
         }
+        let members = self.peers.get();
+        if matches!(d.kind, Kind::BulkRequest | Kind::BulkProof) {
+            // Before the replay window: a copy from another address must
+            // not use up the sequence number of the member's own.
+            gate::registered(&d.sender, from, &members)?;
+        }
         self.guard.accept(&d.sender, d.epoch, d.seq)?;
         // wire::open gives every challenge and proof its nonce.
         let nonce = || d.nonce.ok_or(Reject::Malformed);
         match d.kind {
             Kind::Conns | Kind::Bulk => self.install(&d.records, d.kind, d.sent_unix_ns),
-            Kind::BulkRequest => self.challenge(&d.sender, from)?,
+            Kind::BulkRequest => self.challenge(&d.sender, from, &members)?,
             Kind::BulkProof => {
                 let nonce = nonce()?;
                 if self.bulk_busy.load(Ordering::Acquire) {
@@ -545,7 +551,6 @@ impl Receive {
                     self.stats.inc(&self.stats.bulks_refused);
                     return Ok(());
                 }
-                let members = self.peers.get();
                 let to = self
                     .gate
                     .proof(&d.sender, from, &members, &nonce, Instant::now())?;
@@ -569,7 +574,12 @@ impl Receive {
     }
 
     /// A member's bulk request: a challenge to its registered address.
-    fn challenge(&mut self, member: &str, from: SocketAddr) -> Result<(), Refusal> {
+    fn challenge(
+        &mut self,
+        member: &str,
+        from: SocketAddr,
+        members: &[(String, SocketAddr)],
+    ) -> Result<(), Refusal> {
         let nonce = match fresh_nonce() {
             Ok(n) => n,
             Err(e) => {
@@ -577,10 +587,9 @@ impl Receive {
                 return Ok(());
             }
         };
-        let members = self.peers.get();
         let to = self
             .gate
-            .request(member, from, &members, nonce, Instant::now())?;
+            .request(member, from, members, nonce, Instant::now())?;
         let challenge = self
             .encoder
             .lock()

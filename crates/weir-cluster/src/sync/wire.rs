@@ -348,7 +348,9 @@ impl Encoder {
 
     /// A joiner's answer to a challenge: its nonce, echoed.
     pub fn bulk_proof(&mut self, nonce: &Nonce, now_unix_ns: u64) -> Vec<u8> {
-        self.seal(Kind::BulkProof, 0, now_unix_ns, |out| out.extend_from_slice(nonce))
+        self.seal(Kind::BulkProof, 0, now_unix_ns, |out| {
+            out.extend_from_slice(nonce)
+        })
     }
 
     fn seal(
