@@ -536,24 +536,36 @@ fn strangers_and_other_addresses_get_no_record_and_the_bulk_goes_to_the_register
         outsider.send_to(&forger.bulk_proof(&nonce, 0), to).unwrap();
         received(4);
         assert_eq!(sa.counters().bulk_refused_address_mismatch, 2);
+        let served_at = Instant::now();
         j_sock.send_to(&j.bulk_proof(&nonce, 0), to).unwrap();
-        let bulk = opened(&drain(&j_sock, Duration::from_millis(300)));
+        let bulk = opened(&drain(&j_sock, Duration::from_millis(200)));
         assert_eq!(records_in(&bulk), N as usize);
         assert_eq!(bulk.last().unwrap().bulk_total, u64::from(N));
 
         // Asked again at once: refused until BULK_INTERVAL has passed.
         j_sock.send_to(&j.bulk_request(0), to).unwrap();
         received(6);
+        assert!(
+            served_at.elapsed() < BULK_INTERVAL,
+            "too slow to ask within the interval"
+        );
         let c = sa.counters();
         assert_eq!(c.bulk_refused_rate_limited, 1, "{c:?}");
-        assert!(BULK_INTERVAL > Duration::from_secs(1));
-        assert!(drain(&j_sock, Duration::from_millis(300)).is_empty());
+        assert!(drain(&j_sock, Duration::from_millis(100)).is_empty());
         let to_outsider = drain(&outsider, Duration::from_millis(100));
         assert!(to_outsider.is_empty(), "{} datagrams", to_outsider.len());
         // Sent in all: one challenge, the bulk's datagrams and its end.
         let c = sa.counters();
         assert_eq!(c.sent_datagrams, 1 + bulk.len() as u64, "{c:?}");
         assert_eq!((c.bulks_served, c.bulk_challenges), (1, 1), "{c:?}");
+        // Once the interval is over, j is challenged again.
+        std::thread::sleep(BULK_INTERVAL.saturating_sub(served_at.elapsed()));
+        j_sock.send_to(&j.bulk_request(0), to).unwrap();
+        let again = opened(&drain(&j_sock, Duration::from_millis(200)));
+        assert_eq!(
+            again.iter().map(|d| d.kind).collect::<Vec<_>>(),
+            [Kind::BulkChallenge]
+        );
     });
 }
 

@@ -34,8 +34,10 @@ pub const CHALLENGE_TTL: Duration = Duration::from_secs(2);
 /// The least time between two bulks to one member. A member asks once per
 /// start, and a bulk costs this node a walk of its whole table; a member
 /// that asks more often (a restart loop, a bug, a stolen key) is refused
-/// until this passes. A restarted node that is refused asks another peer.
-pub const BULK_INTERVAL: Duration = Duration::from_secs(5);
+/// until this passes. It is well inside a join's default time (3 s,
+/// `join_timeout_ms`): a node that restarts at once asks again until the
+/// interval is over, or asks another peer, and still has its bulk.
+pub const BULK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Why a request or a proof earned nothing. Each is a counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
