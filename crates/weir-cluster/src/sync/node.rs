@@ -531,12 +531,17 @@ impl Receive {
             // Our own name with the right key: a reflection, or a twin.
             return Err(Reject::Replayed.into());
         }
-        let members = self.peers.get();
-        if matches!(d.kind, Kind::BulkRequest | Kind::BulkProof) {
+        // The members, read for the bulk handshake only (live announcements
+        // do not pay for the copy).
+        let members = if matches!(d.kind, Kind::BulkRequest | Kind::BulkProof) {
+            let members = self.peers.get();
             // Before the replay window: a copy from another address must
             // not use up the sequence number of the member's own.
             gate::registered(&d.sender, from, &members)?;
-        }
+            members
+        } else {
+            Vec::new()
+        };
         self.guard.accept(&d.sender, d.epoch, d.seq)?;
         // wire::open gives every challenge and proof its nonce.
         let nonce = || d.nonce.ok_or(Reject::Malformed);
