@@ -551,8 +551,9 @@ impl Receive {
             Kind::BulkProof => {
                 let nonce = nonce()?;
                 if self.bulk_busy.load(Ordering::Acquire) {
-                    // Left for the member to ask again (or ask another
-                    // peer): its nonce stays.
+                    // Another member's bulk is under way: this member's
+                    // join moves on to its next peer when its time with
+                    // this one ends.
                     self.stats.inc(&self.stats.bulks_refused);
                     return Ok(());
                 }
