@@ -5,7 +5,9 @@
 //! 1. A **request** names its sender. The sender must be a cluster member
 //!    (registered in etcd, `nodes/<name>`) and the datagram must come from
 //!    that member's registered sync address. The answer is a **challenge**,
-//!    a fresh nonce, sent to the registered address only.
+//!    a fresh nonce, sent to the registered address only. A member asks
+//!    again until it is challenged; while its challenge is fresh, asking
+//!    again brings the same nonce, so whichever copy it answers is right.
 //! 2. A **proof** echoes the nonce, from the same member and address,
 //!    within [`CHALLENGE_TTL`]. The nonce is used up; the bulk goes to the
 //!    registered address, at most once per member per [`BULK_INTERVAL`].
@@ -103,9 +105,9 @@ impl BulkGate {
             .is_some_and(|t| now.saturating_duration_since(*t) < BULK_INTERVAL)
     }
 
-    /// A verified bulk request from `member`, received from `from`:
-    /// where to send a challenge carrying `nonce` (which replaces any
-    /// earlier one of this member's).
+    /// A verified bulk request from `member`, received from `from`: where
+    /// to send a challenge, and its nonce: the member's fresh one if it has
+    /// one, else `nonce`.
     pub fn request(
         &mut self,
         member: &str,
@@ -113,7 +115,7 @@ impl BulkGate {
         members: &[(String, SocketAddr)],
         nonce: Nonce,
         now: Instant,
-    ) -> Result<SocketAddr, Refusal> {
+    ) -> Result<(SocketAddr, Nonce), Refusal> {
         let to = registered(member, from, members)?;
         if self.rate_limited(member, now) {
             return Err(Refusal::RateLimited);
@@ -126,8 +128,12 @@ impl BulkGate {
             members.iter().any(|(m, _)| m == n)
                 && now.saturating_duration_since(*at) < BULK_INTERVAL
         });
-        self.pending.insert(member.to_string(), (nonce, now));
-        Ok(to)
+        // Expired challenges went above: one left is fresh.
+        let (nonce, _) = *self
+            .pending
+            .entry(member.to_string())
+            .or_insert((nonce, now));
+        Ok((to, nonce))
     }
 
     /// A verified proof from `member`, received from `from`: where to send
@@ -173,7 +179,10 @@ mod tests {
     fn a_member_at_its_address_gets_one_bulk_per_echoed_nonce() {
         let (m, t0) = (members(), Instant::now());
         let mut g = BulkGate::new();
-        assert_eq!(g.request("a", addr(1), &m, [1; 16], t0), Ok(addr(1)));
+        assert_eq!(
+            g.request("a", addr(1), &m, [1; 16], t0),
+            Ok((addr(1), [1; 16]))
+        );
         assert_eq!(
             g.proof("a", addr(1), &m, &[2; 16], t0),
             Err(Refusal::StaleChallenge),
@@ -233,14 +242,20 @@ mod tests {
             g.proof("a", addr(1), &m, &[1; 16], late),
             Err(Refusal::StaleChallenge)
         );
-        // A newer request replaces the challenge.
-        g.request("a", addr(1), &m, [2; 16], late).unwrap();
-        g.request("a", addr(1), &m, [3; 16], late).unwrap();
+        // An expired challenge is replaced; a fresh one is sent again.
         assert_eq!(
-            g.proof("a", addr(1), &m, &[2; 16], late),
+            g.request("a", addr(1), &m, [2; 16], late),
+            Ok((addr(1), [2; 16]))
+        );
+        assert_eq!(
+            g.request("a", addr(1), &m, [3; 16], late),
+            Ok((addr(1), [2; 16]))
+        );
+        assert_eq!(
+            g.proof("a", addr(1), &m, &[3; 16], late),
             Err(Refusal::StaleChallenge)
         );
-        assert_eq!(g.proof("a", addr(1), &m, &[3; 16], late), Ok(addr(1)));
+        assert_eq!(g.proof("a", addr(1), &m, &[2; 16], late), Ok(addr(1)));
         // Within the interval: no challenge, and an outstanding one earns
         // nothing either.
         let soon = late + BULK_INTERVAL - Duration::from_millis(1);
@@ -249,7 +264,10 @@ mod tests {
             Err(Refusal::RateLimited)
         );
         // Another member is not limited by a's bulk.
-        assert_eq!(g.request("b", addr(2), &m, [5; 16], soon), Ok(addr(2)));
+        assert_eq!(
+            g.request("b", addr(2), &m, [5; 16], soon),
+            Ok((addr(2), [5; 16]))
+        );
         assert_eq!(g.proof("b", addr(2), &m, &[5; 16], soon), Ok(addr(2)));
         let after = late + BULK_INTERVAL;
         g.request("a", addr(1), &m, [6; 16], after).unwrap();
@@ -282,9 +300,12 @@ mod tests {
         g.request("a", addr(1), &m, [1; 16], t0).unwrap();
         g.proof("a", addr(1), &m, &[1; 16], t0).unwrap();
         g.request("b", addr(2), &m, [2; 16], t0).unwrap();
-        // a leaves; b asks again.
+        // a leaves; b asks again (and has its fresh nonce again).
         let only_b = vec![("b".to_string(), addr(2))];
-        g.request("b", addr(2), &only_b, [3; 16], t0).unwrap();
+        assert_eq!(
+            g.request("b", addr(2), &only_b, [3; 16], t0),
+            Ok((addr(2), [2; 16]))
+        );
         assert!(!g.pending.contains_key("a") && !g.last_bulk.contains_key("a"));
         assert_eq!(g.pending.len(), 1);
     }

@@ -331,7 +331,9 @@ impl SyncNode {
                 }
                 let wake = if challenged { until } else { ask_at.min(until) };
                 match events.recv_timeout(wake.saturating_duration_since(now)) {
-                    Ok(JoinEvent::Challenge { from, nonce }) if &from == name => {
+                    // A peer that was asked twice may challenge twice, with
+                    // the same nonce: one proof is enough.
+                    Ok(JoinEvent::Challenge { from, nonce }) if &from == name && !challenged => {
                         challenged = true;
                         let proof = seal(&|e| e.bulk_proof(&nonce, unix_ns()));
                         send_all(&self.socket, &self.stats, *addr, &[proof], 0);
@@ -593,7 +595,7 @@ impl Receive {
                 return Ok(());
             }
         };
-        let to = self
+        let (to, nonce) = self
             .gate
             .request(member, from, members, nonce, Instant::now())?;
         let challenge = self
