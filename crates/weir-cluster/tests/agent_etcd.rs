@@ -1,7 +1,8 @@
 //! The cluster agent against a real etcd (started by the test, in a private
 //! network namespace) and real data planes: election, shared table
 //! versions on nodes that number their DIPs differently, a graceful leave,
-//! a name used twice, and etcd going away.
+//! a name used twice, etcd going away, and a join's bulk that only a
+//! registered node gets.
 
 mod common;
 
@@ -14,7 +15,10 @@ use common::*;
 use weir_cluster::agent::{Agent, AgentOptions};
 use weir_cluster::apply::{dip_ref as identity_of, live_slots};
 use weir_cluster::record::DipRef;
+use weir_cluster::sync::node::{SyncNode, SyncOptions};
+use weir_cluster::sync::wire::Key;
 use weir_core::awfd::AwfdTable;
+use weir_dataplane::loader::ConnTimeouts;
 use weir_dataplane::maps::Maps;
 
 fn options(name: &str, etcd: SocketAddr) -> AgentOptions {
@@ -198,5 +202,97 @@ fn an_unreachable_etcd_at_start_is_a_clear_error() {
             msg.contains("does not answer") && msg.contains("remove [cluster]"),
             "{msg}"
         );
+    });
+}
+
+fn sync_node(node: &Node, name: &str, bind: SocketAddr) -> Arc<SyncNode> {
+    Arc::new(
+        SyncNode::start(
+            SyncOptions {
+                name: name.into(),
+                key: Key::new((0..32).collect()).unwrap(),
+                bind,
+                pin_dir: node.pin_dir.clone(),
+                budget: 4096,
+                timeouts: ConnTimeouts::default(),
+                realtime: false,
+            },
+            None,
+        )
+        .unwrap(),
+    )
+}
+
+/// `weir serve`'s order on a node: register (the agent), take the
+/// cluster's tables (the first read of etcd), start sync, then join.
+fn member(node: &Node, name: &str, port: u16, etcd: SocketAddr) -> (Agent, Arc<SyncNode>) {
+    let bind = SocketAddr::from(([127, 0, 0, 1], port));
+    let agent = Agent::join(AgentOptions {
+        sync: Some(bind),
+        ..options(name, etcd)
+    })
+    .unwrap();
+    let maps = Maps::pinned(&node.pin_dir).unwrap();
+    agent
+        .cluster()
+        .attach_tables(maps, Arc::new(Mutex::new(())), Duration::from_secs(5))
+        .unwrap();
+    let sync = sync_node(node, name, bind);
+    agent.cluster().attach_sync(sync.clone());
+    (agent, sync)
+}
+
+#[test]
+fn a_registered_node_gets_its_bulk_and_an_unregistered_one_does_not() {
+    in_private_netns(|| {
+        const N: u32 = 100;
+        let etcd = Etcd::start(23800);
+        let a = Node::load(false, 4096);
+        a.setup(&[(1, 0), (2, 1), (3, 2)]);
+        let b = Node::load(false, 4096);
+        b.setup(&[(1, 5), (2, 3), (3, 9)]);
+        for i in 0..N {
+            a.connect(Ipv4Addr::new(10, 9, 0, i as u8), 42_000);
+        }
+        let (_agent_a, sync_a) = member(&a, "a", 7061, etcd.client);
+        // B registers and joins at once: A may see B's registration a
+        // little after B's first request, and B asks again until it does.
+        let (_agent_b, sync_b) = member(&b, "b", 7062, etcd.client);
+        let r = sync_b.join(Duration::from_secs(3));
+        assert_eq!(r.from.as_deref(), Some("a"), "{r:?}");
+        assert_eq!((r.total, r.received), (u64::from(N), u64::from(N)), "{r:?}");
+        for i in 0..N {
+            let k = flow_key(Ipv4Addr::new(10, 9, 0, i as u8), 42_000);
+            assert!(a.dip_of(&k).is_some(), "flow {i} on a");
+            assert_eq!(b.dip_of(&k), a.dip_of(&k), "flow {i}");
+        }
+
+        // A node with the cluster's key that never registered: A refuses
+        // it, whatever it asks.
+        let c = Node::load(false, 4096);
+        c.setup(&[(1, 0), (2, 1), (3, 2)]);
+        let sync_c = sync_node(&c, "c", SocketAddr::from(([127, 0, 0, 1], 7063)));
+        sync_c
+            .peers()
+            .set(vec![("a".into(), sync_a.local_addr().unwrap())]);
+        let r = sync_c.join(Duration::from_millis(500));
+        assert_eq!((r.from, r.total, r.received), (None, 0, 0));
+        assert_eq!(c.maps.conn_count(), 0);
+        assert!(wait_for(Duration::from_secs(1), || sync_a
+            .counters()
+            .bulks_served
+            == 1));
+        let ca = sync_a.counters();
+        assert!(ca.bulk_refused_unknown_member >= 3, "c asked again: {ca:?}");
+        assert_eq!(
+            (
+                ca.bulks_served,
+                ca.bulk_records_sent,
+                ca.bulk_refused_stale_challenge
+            ),
+            (1, u64::from(N), 0),
+            "{ca:?}"
+        );
+        assert!(ca.bulk_challenges >= 1, "{ca:?}");
     });
 }

@@ -1,15 +1,18 @@
 //! Fuzzes the sync receiver's decision (decode, verify, replay) with well
-//! over 100,000 datagrams: valid ones, replays, bit flips, truncations,
+//! over 100,000 datagrams: valid ones of every kind (the bulk handshake's
+//! challenges and proofs too), replays, bit flips, truncations,
 //! extensions, foreign keys, random bytes and oversized ones. Nothing may
 //! panic, every datagram ends in exactly one verdict, and what is accepted
-//! is exactly the valid datagrams, each once.
+//! is exactly the valid datagrams, each once, with what they carried.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use weir_abi::weir_flow_key;
-use weir_cluster::sync::wire::{open, ConnRecord, Encoder, Key, Reject, ReplayGuard, MAX_DATAGRAM};
+use weir_cluster::sync::wire::{
+    open, ConnRecord, Encoder, Key, Kind, Nonce, Reject, ReplayGuard, MAX_DATAGRAM,
+};
 
 const DATAGRAMS: usize = 120_000;
 
@@ -61,10 +64,12 @@ fn sync_datagrams_fuzz() {
     let mut stranger = Encoder::new(foreign, "lb-x", 5);
     let mut guard = ReplayGuard::new(16);
     let mut sent_valid: Vec<Vec<u8>> = Vec::new();
-    let mut originals: HashSet<Vec<u8>> = HashSet::new();
+    // Each valid datagram, with the kind and nonce it was made with.
+    let mut originals: HashMap<Vec<u8>, (Kind, Option<Nonce>)> = HashMap::new();
     let mut accepted: HashSet<(String, u64, u64)> = HashSet::new();
     let mut v = Verdicts::default();
     let mut expect_accepted = 0usize;
+    let mut accepted_by_kind: HashMap<String, usize> = HashMap::new();
 
     for i in 0..DATAGRAMS {
         let (bytes, fresh) = match rng.gen_range(0..10) {
@@ -73,14 +78,34 @@ fn sync_datagrams_fuzz() {
                 let n = rng.gen_range(0..nodes.len());
                 let count = rng.gen_range(0..25);
                 let records: Vec<ConnRecord> = (0..count).map(|_| record(&mut rng)).collect();
-                let g = match rng.gen_range(0..4) {
-                    0 => nodes[n].bulk_request(i as u64),
-                    1 => nodes[n].bulk_done(count as u64, i as u64),
-                    _ if records.is_empty() => nodes[n].bulk_request(i as u64),
-                    2 => nodes[n].bulk(&records, i as u64).remove(0),
-                    _ => nodes[n].conns(&records, i as u64).remove(0),
+                let nonce: Nonce = rng.gen();
+                let (g, made) = match rng.gen_range(0..6) {
+                    0 => (nodes[n].bulk_request(i as u64), (Kind::BulkRequest, None)),
+                    1 => (
+                        nodes[n].bulk_done(count as u64, i as u64),
+                        (Kind::BulkDone, None),
+                    ),
+                    2 => (
+                        nodes[n].bulk_challenge(&nonce, i as u64),
+                        (Kind::BulkChallenge, Some(nonce)),
+                    ),
+                    3 => (
+                        nodes[n].bulk_proof(&nonce, i as u64),
+                        (Kind::BulkProof, Some(nonce)),
+                    ),
+                    _ if records.is_empty() => {
+                        (nodes[n].bulk_request(i as u64), (Kind::BulkRequest, None))
+                    }
+                    4 => (
+                        nodes[n].bulk(&records, i as u64).remove(0),
+                        (Kind::Bulk, None),
+                    ),
+                    _ => (
+                        nodes[n].conns(&records, i as u64).remove(0),
+                        (Kind::Conns, None),
+                    ),
                 };
-                originals.insert(g.clone());
+                originals.insert(g.clone(), made);
                 sent_valid.push(g.clone());
                 (g, true)
             }
@@ -120,8 +145,12 @@ fn sync_datagrams_fuzz() {
             _ => {
                 let len = rng.gen_range(0..MAX_DATAGRAM);
                 let mut g: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
-                if rng.gen() && g.len() >= 5 {
+                if rng.gen() && g.len() >= 6 {
                     g[..5].copy_from_slice(b"WSYN\x01");
+                    // Sometimes a kind that exists, the new ones too.
+                    if rng.gen() {
+                        g[5] = rng.gen_range(1..=6);
+                    }
                 }
                 (g, false)
             }
@@ -133,10 +162,11 @@ fn sync_datagrams_fuzz() {
         match verdict {
             Ok(d) => {
                 v.accepted += 1;
-                assert!(
-                    originals.contains(&bytes),
-                    "datagram {i}: a forgery was accepted"
-                );
+                let Some(&(kind, nonce)) = originals.get(&bytes) else {
+                    panic!("datagram {i}: a forgery was accepted");
+                };
+                assert_eq!((d.kind, d.nonce), (kind, nonce), "datagram {i}");
+                *accepted_by_kind.entry(format!("{kind:?}")).or_default() += 1;
                 assert!(
                     accepted.insert((d.sender.clone(), d.epoch, d.seq)),
                     "datagram {i}: accepted twice"
@@ -168,5 +198,16 @@ fn sync_datagrams_fuzz() {
         ("replayed", v.replayed),
     ] {
         assert!(n > 1000, "the fuzz must exercise {what}: {v:?}");
+    }
+    assert_eq!(
+        accepted_by_kind.len(),
+        6,
+        "every kind: {accepted_by_kind:?}"
+    );
+    for (kind, n) in &accepted_by_kind {
+        assert!(
+            *n > 1000,
+            "the fuzz must accept {kind}: {accepted_by_kind:?}"
+        );
     }
 }

@@ -420,7 +420,7 @@ type SyncFamily = (
 );
 
 /// Connection sync's counters.
-const SYNC_COUNTERS: [SyncFamily; 4] = [
+const SYNC_COUNTERS: [SyncFamily; 6] = [
     (
         "weir_sync_records",
         "Connection-sync records by fate: sent to peers, received, installed, already present, for an unknown VIP or DIP.",
@@ -454,6 +454,28 @@ const SYNC_COUNTERS: [SyncFamily; 4] = [
             ("oversized", |c| c.dropped_oversized),
             ("unauthenticated", |c| c.dropped_unauthenticated),
             ("replayed", |c| c.dropped_replayed),
+        ],
+    ),
+    (
+        "weir_sync_bulks",
+        "Bulks (every connection, to a joining member): served, their records, and the challenges sent to members that asked.",
+        "kind",
+        &[
+            ("served", |c| c.bulks_served),
+            ("records", |c| c.bulk_records_sent),
+            ("challenges", |c| c.bulk_challenges),
+        ],
+    ),
+    (
+        "weir_sync_bulk_refused",
+        "Bulk requests and proofs refused, by reason (busy: one bulk at a time; unknown_member: not registered; address_mismatch: not from the member's registered address; stale_challenge: a nonce not issued, used or expired; rate_limited: a bulk too soon after the last).",
+        "reason",
+        &[
+            ("busy", |c| c.bulks_refused),
+            ("unknown_member", |c| c.bulk_refused_unknown_member),
+            ("address_mismatch", |c| c.bulk_refused_address_mismatch),
+            ("stale_challenge", |c| c.bulk_refused_stale_challenge),
+            ("rate_limited", |c| c.bulk_refused_rate_limited),
         ],
     ),
     (
@@ -769,6 +791,7 @@ mod tests {
             sync: Some(Counters {
                 sent_records: 5,
                 dropped_replayed: 2,
+                bulk_refused_stale_challenge: 4,
                 lag_p99_us: Some(512),
                 ..Counters::default()
             }),
@@ -808,6 +831,8 @@ mod tests {
             "weir_cluster_skew{vip=\"web\"} 0",
             "weir_sync_records_total{kind=\"sent\"} 5",
             "weir_sync_dropped_total{reason=\"replayed\"} 2",
+            "weir_sync_bulk_refused_total{reason=\"stale_challenge\"} 4",
+            "weir_sync_bulk_refused_total{reason=\"unknown_member\"} 0",
             "weir_sync_lag_seconds{quantile=\"0.99\"} 0.000512",
         ] {
             assert!(t.lines().any(|l| l == line), "no `{line}` in\n{t}");

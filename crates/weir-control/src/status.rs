@@ -430,6 +430,19 @@ fn render_cluster(o: &mut String, c: &weir_cluster::view::ClusterView) {
             s.dropped_unauthenticated,
             s.dropped_replayed
         );
+        let _ = writeln!(
+            o,
+            "  bulks here: served={} records={} challenges={} refused: busy={} unknown_member={} \
+             address_mismatch={} stale_challenge={} rate_limited={}",
+            s.bulks_served,
+            s.bulk_records_sent,
+            s.bulk_challenges,
+            s.bulks_refused,
+            s.bulk_refused_unknown_member,
+            s.bulk_refused_address_mismatch,
+            s.bulk_refused_stale_challenge,
+            s.bulk_refused_rate_limited
+        );
     }
     for (vip, a) in &c.this.tables {
         if let Some(why) = &a.skew {
@@ -630,6 +643,7 @@ mod tests {
             received_records: 340,
             installed: 338,
             dropped_replayed: 2,
+            bulk_refused_address_mismatch: 3,
             lag_p99_us: Some(512),
             ..Default::default()
         };
@@ -703,6 +717,11 @@ mod tests {
         assert!(row_of(&text, "  lb-b ").contains('*'));
         assert!(row_of(&text, "VIP web table=v12").contains("0.5 s ago"));
         assert!(row_of(&text, "joined: 300").contains("from lb-b"));
+        let bulks = row_of(&text, "  bulks here:");
+        assert!(
+            bulks.contains("address_mismatch=3") && bulks.contains("rate_limited=0"),
+            "{bulks}"
+        );
         assert!(row_of(&text, "NOT APPLIED here, VIP api").contains("10.0.0.9"));
         let json = serde_json::to_value(&st).unwrap();
         assert_eq!(json["cluster"]["leader"], "lb-b");

@@ -10,17 +10,21 @@
 //!   window), counts and drops the bad ones, and installs the records of
 //!   good ones (`Installer`: bounded, never over this node's own entries).
 //! - **bulk server** (one at a time, on demand): answers a joining node's
-//!   bulk request with every live connection of this node's table, paced.
+//!   bulk request with a challenge to the member's registered address, and
+//!   its proof with every live connection of this node's table, paced
+//!   ([`crate::sync::gate`] decides who gets what).
 //!
-//! A joining node calls [`SyncNode::join`] before it attaches: it asks one
-//! peer after the other for a bulk until one answers with its end marker.
+//! A joining node calls [`SyncNode::join`] before it attaches (and after
+//! the agent registered it: peers refuse a node they do not know): it asks
+//! one peer after the other for a bulk, answers the peer's challenge, and
+//! stops when a bulk's end marker arrives.
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -32,9 +36,12 @@ use weir_dataplane::maps::Maps;
 use weir_dataplane::sync_events::{Announcements, SyncMaps};
 
 use crate::realtime::go_realtime;
+use crate::sync::gate::{self, BulkGate, Refusal};
 use crate::sync::install::{monotonic_ns, table_records, Installer, Outcome};
 use crate::sync::stats::{Counters, Stats};
-use crate::sync::wire::{self, ConnRecord, Encoder, Key, Kind, Reject, ReplayGuard, MAX_DATAGRAM};
+use crate::sync::wire::{
+    self, ConnRecord, Encoder, Key, Kind, Nonce, Reject, ReplayGuard, MAX_DATAGRAM,
+};
 
 /// How long a blocking call waits before it looks at the stop flag.
 const TICK: Duration = Duration::from_millis(100);
@@ -46,6 +53,10 @@ const BULK_PAUSE: Duration = Duration::from_millis(1);
 const MAX_SENDERS: usize = 256;
 /// The sync socket's receive buffer: room for a bulk's bursts.
 const RCVBUF: usize = 8 << 20;
+/// A joiner asks a peer again this often until the peer challenges it: the
+/// peer learns of the joiner's registration through its etcd watch, which
+/// may lag the joiner's own start by a little.
+const REQUEST_AGAIN: Duration = Duration::from_millis(100);
 
 /// Wall-clock time in ns (datagrams carry it, for the lag).
 pub fn unix_ns() -> u64 {
@@ -86,6 +97,26 @@ pub struct SyncOptions {
     pub realtime: bool,
 }
 
+/// What the receiver passes to a join in progress.
+#[derive(Debug)]
+enum JoinEvent {
+    /// A peer's challenge: echo its nonce to have the bulk.
+    Challenge { from: String, nonce: Nonce },
+    /// The end of a peer's bulk, with the number of records it sent.
+    Done { from: String, total: u64 },
+}
+
+/// A fresh random nonce from the kernel's CSPRNG.
+fn fresh_nonce() -> std::io::Result<Nonce> {
+    let mut n: Nonce = [0; wire::NONCE_LEN];
+    // SAFETY: getrandom writes at most `n.len()` bytes into `n`.
+    let got = unsafe { libc::getrandom(n.as_mut_ptr().cast(), n.len(), 0) };
+    if got != n.len() as isize {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n)
+}
+
 /// What a join brought.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinReport {
@@ -104,7 +135,7 @@ pub struct SyncNode {
     peers: Peers,
     socket: Arc<UdpSocket>,
     encoder: Arc<Mutex<Encoder>>,
-    bulk_done: Mutex<Receiver<(String, u64)>>,
+    join_events: Mutex<Receiver<JoinEvent>>,
     announce: Option<Arc<SyncMaps>>,
     peer_entries: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
@@ -173,7 +204,7 @@ impl SyncNode {
         )));
         let peer_entries = Arc::new(AtomicU64::new(0));
         let announce = announce.map(Arc::new);
-        let (done_tx, done_rx) = mpsc::sync_channel(16);
+        let (events_tx, events_rx) = mpsc::sync_channel(16);
         let mut threads = Vec::new();
         let realtime = opts.realtime;
         let receiver = Receive {
@@ -183,7 +214,10 @@ impl SyncNode {
             stats: stats.clone(),
             installer,
             guard: ReplayGuard::new(MAX_SENDERS),
-            done: done_tx,
+            peers: peers.clone(),
+            gate: BulkGate::new(),
+            encoder: encoder.clone(),
+            join_events: events_tx,
             bulk_busy: Arc::new(AtomicBool::new(false)),
             bulk: BulkServer {
                 socket: socket.clone(),
@@ -232,7 +266,7 @@ impl SyncNode {
             peers,
             socket,
             encoder,
-            bulk_done: Mutex::new(done_rx),
+            join_events: Mutex::new(events_rx),
             announce,
             peer_entries,
             stop,
@@ -260,12 +294,16 @@ impl SyncNode {
     }
 
     /// Asks the peers, one after the other, for every connection they know,
-    /// until one bulk ends or `timeout` passes.
+    /// until one bulk ends or `timeout` passes. Each peer is asked (again
+    /// every [`REQUEST_AGAIN`]) until it challenges; its challenge is
+    /// answered, and its bulk comes to this node's registered address.
     pub fn join(&self, timeout: Duration) -> JoinReport {
         let start = Instant::now();
+        let deadline = start + timeout;
         let received_before = self.stats.snapshot().received_records;
-        let done = self.bulk_done.lock().unwrap_or_else(|e| e.into_inner());
-        while done.try_recv().is_ok() {}
+        let events = self.join_events.lock().unwrap_or_else(|e| e.into_inner());
+        // Challenges and ends from before this join answer nothing of it.
+        while events.try_recv().is_ok() {}
         let peers = self.peers.get();
         let mut report = JoinReport {
             from: None,
@@ -274,27 +312,39 @@ impl SyncNode {
             took: Duration::ZERO,
         };
         let each = (timeout / peers.len().max(1) as u32).max(Duration::from_millis(200));
+        let seal = |make: &dyn Fn(&mut Encoder) -> Vec<u8>| {
+            make(&mut self.encoder.lock().unwrap_or_else(|e| e.into_inner()))
+        };
         'peers: for (name, addr) in &peers {
-            let request = self
-                .encoder
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .bulk_request(unix_ns());
-            send_all(&self.socket, &self.stats, *addr, &[request], 0);
-            let until = Instant::now() + each;
+            let until = (Instant::now() + each).min(deadline);
+            let mut challenged = false;
+            let mut ask_at = Instant::now();
             loop {
-                let left = until.saturating_duration_since(Instant::now());
-                if left.is_zero() || start.elapsed() >= timeout {
+                let now = Instant::now();
+                if now >= until {
                     break;
                 }
-                match done.recv_timeout(left) {
-                    Ok((from, total)) if &from == name => {
+                if !challenged && now >= ask_at {
+                    let request = seal(&|e| e.bulk_request(unix_ns()));
+                    send_all(&self.socket, &self.stats, *addr, &[request], 0);
+                    ask_at = now + REQUEST_AGAIN;
+                }
+                let wake = if challenged { until } else { ask_at.min(until) };
+                match events.recv_timeout(wake.saturating_duration_since(now)) {
+                    // A peer that was asked twice may challenge twice, with
+                    // the same nonce: one proof is enough.
+                    Ok(JoinEvent::Challenge { from, nonce }) if &from == name && !challenged => {
+                        challenged = true;
+                        let proof = seal(&|e| e.bulk_proof(&nonce, unix_ns()));
+                        send_all(&self.socket, &self.stats, *addr, &[proof], 0);
+                    }
+                    Ok(JoinEvent::Done { from, total }) if &from == name => {
                         report.from = Some(from);
                         report.total = total;
                         break 'peers;
                     }
-                    Ok(_) => {}
-                    Err(_) => break,
+                    Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => break 'peers,
                 }
             }
         }
@@ -404,6 +454,25 @@ impl BulkServer {
     }
 }
 
+/// Why a datagram earned nothing: dropped as bad, or a bulk refused.
+#[derive(Debug, Clone, Copy)]
+enum Refused {
+    Datagram(Reject),
+    Bulk(Refusal),
+}
+
+impl From<Reject> for Refused {
+    fn from(r: Reject) -> Refused {
+        Refused::Datagram(r)
+    }
+}
+
+impl From<Refusal> for Refused {
+    fn from(r: Refusal) -> Refused {
+        Refused::Bulk(r)
+    }
+}
+
 /// The receiver thread.
 struct Receive {
     socket: Arc<UdpSocket>,
@@ -412,7 +481,11 @@ struct Receive {
     stats: Arc<Stats>,
     installer: Installer,
     guard: ReplayGuard,
-    done: SyncSender<(String, u64)>,
+    /// The cluster's members (from etcd): who may have a bulk, and where.
+    peers: Peers,
+    gate: BulkGate,
+    encoder: Arc<Mutex<Encoder>>,
+    join_events: SyncSender<JoinEvent>,
     bulk_busy: Arc<AtomicBool>,
     bulk: BulkServer,
     peer_entries: Arc<AtomicU64>,
@@ -439,10 +512,14 @@ impl Receive {
             if let Err(r) = self.handle(&buf[..n], from) {
                 let s = &self.stats;
                 s.inc(match r {
-                    Reject::Oversized => &s.dropped_oversized,
-                    Reject::Malformed => &s.dropped_malformed,
-                    Reject::Unauthenticated => &s.dropped_unauthenticated,
-                    Reject::Replayed => &s.dropped_replayed,
+                    Refused::Datagram(Reject::Oversized) => &s.dropped_oversized,
+                    Refused::Datagram(Reject::Malformed) => &s.dropped_malformed,
+                    Refused::Datagram(Reject::Unauthenticated) => &s.dropped_unauthenticated,
+                    Refused::Datagram(Reject::Replayed) => &s.dropped_replayed,
+                    Refused::Bulk(Refusal::UnknownMember) => &s.bulk_refused_unknown_member,
+                    Refused::Bulk(Refusal::AddressMismatch) => &s.bulk_refused_address_mismatch,
+                    Refused::Bulk(Refusal::StaleChallenge) => &s.bulk_refused_stale_challenge,
+                    Refused::Bulk(Refusal::RateLimited) => &s.bulk_refused_rate_limited,
                 });
             }
             self.peer_entries
@@ -450,20 +527,84 @@ impl Receive {
         }
     }
 
-    fn handle(&mut self, bytes: &[u8], from: SocketAddr) -> Result<(), Reject> {
+    fn handle(&mut self, bytes: &[u8], from: SocketAddr) -> Result<(), Refused> {
         let d = wire::open(bytes, &self.key)?;
         if d.sender == self.name {
             // Our own name with the right key: a reflection, or a twin.
-            return Err(Reject::Replayed);
+            return Err(Reject::Replayed.into());
         }
+        // The members, read for the bulk handshake only (live announcements
+        // do not pay for the copy).
+        let members = if matches!(d.kind, Kind::BulkRequest | Kind::BulkProof) {
+            let members = self.peers.get();
+            // Before the replay window: a copy from another address must
+            // not use up the sequence number of the member's own.
+            gate::registered(&d.sender, from, &members)?;
+            members
+        } else {
+            Vec::new()
+        };
         self.guard.accept(&d.sender, d.epoch, d.seq)?;
+        // wire::open gives every challenge and proof its nonce.
+        let nonce = || d.nonce.ok_or(Reject::Malformed);
         match d.kind {
             Kind::Conns | Kind::Bulk => self.install(&d.records, d.kind, d.sent_unix_ns),
-            Kind::BulkRequest => self.serve_bulk(from),
+            Kind::BulkRequest => self.challenge(&d.sender, from, &members)?,
+            Kind::BulkProof => {
+                let nonce = nonce()?;
+                if self.bulk_busy.load(Ordering::Acquire) {
+                    // Another member's bulk is under way: this member's
+                    // join moves on to its next peer when its time with
+                    // this one ends.
+                    self.stats.inc(&self.stats.bulks_refused);
+                    return Ok(());
+                }
+                let to = self
+                    .gate
+                    .proof(&d.sender, from, &members, &nonce, Instant::now())?;
+                self.serve_bulk(to);
+            }
+            Kind::BulkChallenge => {
+                let nonce = nonce()?;
+                let _ = self.join_events.try_send(JoinEvent::Challenge {
+                    from: d.sender,
+                    nonce,
+                });
+            }
             Kind::BulkDone => {
-                let _ = self.done.try_send((d.sender, d.bulk_total));
+                let _ = self.join_events.try_send(JoinEvent::Done {
+                    from: d.sender,
+                    total: d.bulk_total,
+                });
             }
         }
+        Ok(())
+    }
+
+    /// A member's bulk request: a challenge to its registered address.
+    fn challenge(
+        &mut self,
+        member: &str,
+        from: SocketAddr,
+        members: &[(String, SocketAddr)],
+    ) -> Result<(), Refusal> {
+        let nonce = match fresh_nonce() {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!("weir: sync: no random nonce for {member}'s bulk request: {e}");
+                return Ok(());
+            }
+        };
+        let (to, nonce) = self
+            .gate
+            .request(member, from, members, nonce, Instant::now())?;
+        let challenge = self
+            .encoder
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bulk_challenge(&nonce, unix_ns());
+        send_all(&self.socket, &self.stats, to, &[challenge], 0);
+        self.stats.inc(&self.stats.bulk_challenges);
         Ok(())
     }
 

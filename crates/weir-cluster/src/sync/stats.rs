@@ -40,6 +40,13 @@ pub struct Stats {
     pub bulk_records_sent: AtomicU64,
     /// Bulk requests that came while one was being served.
     pub bulks_refused: AtomicU64,
+    /// Challenges sent to members that asked for a bulk (`gate`).
+    pub bulk_challenges: AtomicU64,
+    /// Bulk requests and proofs refused (`gate::Refusal`), by reason.
+    pub bulk_refused_unknown_member: AtomicU64,
+    pub bulk_refused_address_mismatch: AtomicU64,
+    pub bulk_refused_stale_challenge: AtomicU64,
+    pub bulk_refused_rate_limited: AtomicU64,
     lag: Histogram,
     lag_max_us: AtomicU64,
     lag_sum_us: AtomicU64,
@@ -123,6 +130,11 @@ impl Stats {
             bulks_served: get(&self.bulks_served),
             bulk_records_sent: get(&self.bulk_records_sent),
             bulks_refused: get(&self.bulks_refused),
+            bulk_challenges: get(&self.bulk_challenges),
+            bulk_refused_unknown_member: get(&self.bulk_refused_unknown_member),
+            bulk_refused_address_mismatch: get(&self.bulk_refused_address_mismatch),
+            bulk_refused_stale_challenge: get(&self.bulk_refused_stale_challenge),
+            bulk_refused_rate_limited: get(&self.bulk_refused_rate_limited),
             lag_samples: n,
             lag_mean_us: (n > 0).then(|| get(&self.lag_sum_us) as f64 / n as f64),
             lag_p50_us: quantile(0.5),
@@ -155,6 +167,19 @@ pub struct Counters {
     pub bulks_served: u64,
     pub bulk_records_sent: u64,
     pub bulks_refused: u64,
+    /// Challenges sent to members that asked for a bulk, and the bulk
+    /// requests and proofs refused, by reason (absent from an older node's
+    /// status: zero).
+    #[serde(default)]
+    pub bulk_challenges: u64,
+    #[serde(default)]
+    pub bulk_refused_unknown_member: u64,
+    #[serde(default)]
+    pub bulk_refused_address_mismatch: u64,
+    #[serde(default)]
+    pub bulk_refused_stale_challenge: u64,
+    #[serde(default)]
+    pub bulk_refused_rate_limited: u64,
     /// Live records whose lag was measured.
     pub lag_samples: u64,
     pub lag_mean_us: Option<f64>,

@@ -11,7 +11,8 @@
 //! 33  sender name (n bytes)
 //!     payload: kinds conns (1) and bulk (4) = count records of 64 bytes;
 //!              bulk request (2) = none; bulk done (3) = the number of
-//!              records the bulk sent (u64)
+//!              records the bulk sent (u64); bulk challenge (5) and bulk
+//!              proof (6) = a nonce (16 bytes)
 //!     tag: HMAC-SHA256 of everything before it, with the cluster's key (32)
 //! ```
 //!
@@ -23,6 +24,12 @@
 //! 40 DIP address (16)     56 DIP port (0 = the VIP's)  58 zero (2)
 //! 60 idle time at the sender, microseconds (u32, saturating)
 //! ```
+//!
+//! A bulk is served only through a handshake (`crate::sync::gate`): the
+//! joiner's request, the server's challenge (a fresh nonce, sent to the
+//! joiner's registered address), and the joiner's proof (the nonce
+//! echoed). Kinds 5 and 6 came after version 1's first four; a node that
+//! predates them drops them as malformed, so the version stays 1.
 //!
 //! The sender's epoch is its start time (unix ns), and sequence numbers
 //! count its datagrams from 1. A receiver accepts a sender's epoch only if
@@ -55,6 +62,11 @@ pub const MAX_NAME: usize = 63;
 pub const WINDOW: u64 = 64;
 /// The shortest key accepted (bytes).
 pub const MIN_KEY: usize = 16;
+/// A bulk challenge's nonce (bytes): 128 random bits are never guessed.
+pub const NONCE_LEN: usize = 16;
+
+/// A bulk challenge's nonce.
+pub type Nonce = [u8; NONCE_LEN];
 
 const HEADER_FIXED: usize = 33;
 
@@ -69,6 +81,10 @@ pub enum Kind {
     BulkRequest,
     /// The end of a bulk, with the number of records it held.
     BulkDone,
+    /// "Prove you asked": a nonce, to the requester's registered address.
+    BulkChallenge,
+    /// The challenge's nonce echoed: the bulk may go.
+    BulkProof,
 }
 
 impl Kind {
@@ -78,6 +94,8 @@ impl Kind {
             Kind::BulkRequest => 2,
             Kind::BulkDone => 3,
             Kind::Bulk => 4,
+            Kind::BulkChallenge => 5,
+            Kind::BulkProof => 6,
         }
     }
 
@@ -87,6 +105,8 @@ impl Kind {
             2 => Some(Kind::BulkRequest),
             3 => Some(Kind::BulkDone),
             4 => Some(Kind::Bulk),
+            5 => Some(Kind::BulkChallenge),
+            6 => Some(Kind::BulkProof),
             _ => None,
         }
     }
@@ -201,6 +221,8 @@ pub struct Datagram {
     pub records: Vec<ConnRecord>,
     /// BulkDone: how many records the bulk held.
     pub bulk_total: u64,
+    /// BulkChallenge and BulkProof: the nonce.
+    pub nonce: Option<Nonce>,
 }
 
 type HmacSha256 = Hmac<Sha256>;
@@ -317,6 +339,20 @@ impl Encoder {
         })
     }
 
+    /// A bulk server's answer to a request: `nonce`, to be echoed.
+    pub fn bulk_challenge(&mut self, nonce: &Nonce, now_unix_ns: u64) -> Vec<u8> {
+        self.seal(Kind::BulkChallenge, 0, now_unix_ns, |out| {
+            out.extend_from_slice(nonce)
+        })
+    }
+
+    /// A joiner's answer to a challenge: its nonce, echoed.
+    pub fn bulk_proof(&mut self, nonce: &Nonce, now_unix_ns: u64) -> Vec<u8> {
+        self.seal(Kind::BulkProof, 0, now_unix_ns, |out| {
+            out.extend_from_slice(nonce)
+        })
+    }
+
     fn seal(
         &mut self,
         kind: Kind,
@@ -368,6 +404,7 @@ pub fn open(bytes: &[u8], key: &Key) -> Result<Datagram, Reject> {
         Kind::Conns | Kind::Bulk => count * RECORD_LEN,
         Kind::BulkRequest => 0,
         Kind::BulkDone => 8,
+        Kind::BulkChallenge | Kind::BulkProof => NONCE_LEN,
     };
     if (!matches!(kind, Kind::Conns | Kind::Bulk) && count != 0)
         || bytes.len() != payload_at + payload_len + TAG_LEN
@@ -401,6 +438,10 @@ pub fn open(bytes: &[u8], key: &Key) -> Result<Datagram, Reject> {
             be64(payload)
         } else {
             0
+        },
+        nonce: match kind {
+            Kind::BulkChallenge | Kind::BulkProof => Some(payload.try_into().unwrap()),
+            _ => None,
         },
     })
 }
@@ -536,6 +577,42 @@ mod tests {
             (bulk.kind, bulk.seq, &bulk.records[..]),
             (Kind::Bulk, 6, &records[..3])
         );
+        assert_eq!((req.nonce, bulk.nonce), (None, None));
+        let nonce: Nonce = std::array::from_fn(|i| i as u8 + 1);
+        let challenge = enc.bulk_challenge(&nonce, 11);
+        assert_eq!(challenge.len(), HEADER_FIXED + 4 + NONCE_LEN + TAG_LEN);
+        let c = open(&challenge, &key()).unwrap();
+        assert_eq!(
+            (c.kind, c.seq, c.nonce, c.records.len()),
+            (Kind::BulkChallenge, 7, Some(nonce), 0)
+        );
+        let p = open(&enc.bulk_proof(&nonce, 12), &key()).unwrap();
+        assert_eq!((p.kind, p.seq, p.nonce), (Kind::BulkProof, 8, Some(nonce)));
+    }
+
+    #[test]
+    fn a_challenge_or_proof_without_its_whole_nonce_is_malformed() {
+        let mut enc = Encoder::new(key(), "lb-a", 1);
+        let nonce = [7; NONCE_LEN];
+        for g in [enc.bulk_challenge(&nonce, 0), enc.bulk_proof(&nonce, 0)] {
+            // Re-sealed one byte short or long: consistent tags, wrong lengths.
+            for len in [NONCE_LEN - 1, NONCE_LEN + 1] {
+                let body_end = g.len() - TAG_LEN - NONCE_LEN;
+                let mut t = g[..body_end].to_vec();
+                t.extend(std::iter::repeat_n(7, len));
+                let mut mac = key().mac();
+                mac.update(&t);
+                t.extend_from_slice(&mac.finalize().into_bytes());
+                assert_eq!(open(&t, &key()), Err(Reject::Malformed), "nonce of {len}");
+            }
+            // A request's kind with a nonce's length: malformed too.
+            let mut t = g[..g.len() - TAG_LEN].to_vec();
+            t[5] = 2;
+            let mut mac = key().mac();
+            mac.update(&t);
+            t.extend_from_slice(&mac.finalize().into_bytes());
+            assert_eq!(open(&t, &key()), Err(Reject::Malformed));
+        }
     }
 
     #[test]
