@@ -150,7 +150,9 @@ pub fn start(
     let text = serde_json::to_vec(&Baseline {
         to_software_at_start: to_software,
     })?;
-    fs::write(&baseline, text).with_context(|| format!("writing {}", baseline.display()))?;
+    fs::create_dir_all(run_dir)
+        .and_then(|()| fs::write(&baseline, text))
+        .with_context(|| format!("writing {}", baseline.display()))?;
     let tier = match SoftwareTier::start(&tc, maps, &dp.pin_dir) {
         Ok(t) => t,
         Err(e) => {

@@ -205,18 +205,18 @@ fn socket_sums(d: &Daemon) -> (u64, u64) {
     sums
 }
 
-/// XDP's `to_software` and the sockets' sums, once both stopped moving
-/// (the workers report every half second, the file is rewritten every
-/// second), or after 10 s.
+/// XDP's `to_software` since the tier started (from the baseline it
+/// recorded) and the sockets' sums, once both stopped moving (the workers
+/// report every half second, the file is rewritten every second), or after
+/// 10 s.
 fn settled(d: &Daemon) -> (u64, (u64, u64)) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = None;
     loop {
         std::thread::sleep(Duration::from_millis(1200));
-        let now = (
-            xdp_counter(&d.status_json().unwrap(), "to_software"),
-            socket_sums(d),
-        );
+        let baseline = weir_control::tier::read_baseline(&d.run_dir()).expect("tier.json");
+        let to_software = xdp_counter(&d.status_json().unwrap(), "to_software");
+        let now = (to_software - baseline.to_software_at_start, socket_sums(d));
         if last == Some(now) || Instant::now() > deadline {
             return now;
         }
@@ -232,8 +232,9 @@ fn every_steered_frame_is_in_a_socket_counter(tier: &str) {
     let sent = send_mix(&lab).expect("sending the mix");
     assert_eq!(sent, ROUNDS as usize * 9);
     // A second daemon finds the pinned state, XDP's counters included,
-    // and opens sockets of its own.
-    settled(&d);
+    // and opens sockets of its own, whose counters start at zero.
+    let first = settled(&d);
+    assert_eq!(first.0, first.1 .0 + first.1 .1, "first daemon");
     d.stop().unwrap();
     d.start().unwrap();
     send_mix(&lab).expect("sending the mix again");
@@ -249,6 +250,11 @@ fn every_steered_frame_is_in_a_socket_counter(tier: &str) {
          and {dropped} dropped\nstatus: {status}\nworkers: {:?}",
         weir_control::tier::read_workers(&d.run_dir())
     );
+    // weir status says the same.
+    let a = &status["software_accounting"];
+    assert_eq!(a["steered"].as_u64(), Some(to_software), "{status}");
+    assert_eq!(a["received"].as_u64(), Some(received), "{status}");
+    assert_eq!(a["unaccounted"].as_i64(), Some(0), "{status}");
     // The malformed frames and the traffic for no VIP never reached a worker.
     assert!(
         xdp_counter(&status, "drop_malformed") + xdp_counter(&status, "pass_malformed") > 0,
