@@ -80,10 +80,11 @@ impl Drop for RunningTier {
             let _ = t.join();
         }
         // Sockets first: the report's removal tells a successor the queues
-        // are free (release_predecessor).
+        // are free (release_predecessor), and it writes its own baseline
+        // then, so ours goes before.
         drop(self.tier.take());
-        let _ = fs::remove_file(&self.file);
         let _ = fs::remove_file(&self.baseline);
+        let _ = fs::remove_file(&self.file);
     }
 }
 
