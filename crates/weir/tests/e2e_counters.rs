@@ -206,14 +206,14 @@ fn socket_sums(d: &Daemon) -> (u64, u64) {
 }
 
 /// XDP's `to_software` since the tier started (from the baseline it
-/// recorded) and the sockets' sums, once both stopped moving (the workers
-/// report every half second, the file is rewritten every second), or after
-/// 10 s.
+/// recorded) and the sockets' sums, once both stood still for 2 s (the
+/// workers report every half second and the file is rewritten every
+/// second, so a report lags by up to 1.5 s), or after 15 s.
 fn settled(d: &Daemon) -> (u64, (u64, u64)) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(15);
     let mut last = None;
     loop {
-        std::thread::sleep(Duration::from_millis(1200));
+        std::thread::sleep(Duration::from_millis(2000));
         let baseline = weir_control::tier::read_baseline(&d.run_dir()).expect("tier.json");
         let to_software = xdp_counter(&d.status_json().unwrap(), "to_software");
         let now = (to_software - baseline.to_software_at_start, socket_sums(d));
