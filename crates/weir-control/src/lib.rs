@@ -29,3 +29,4 @@ pub mod takeover;
 pub mod telemetry;
 pub mod tier;
 pub mod traffic;
+pub mod xdp_watch;

@@ -48,6 +48,8 @@ pub struct Scrape {
     pub workers: Vec<WorkerStats>,
     /// The cluster as this node sees it, when it runs in one.
     pub cluster: Option<weir_cluster::view::ClusterView>,
+    /// Whether weir's program runs on each configured interface.
+    pub xdp_attach: Vec<crate::xdp_watch::IfaceAttach>,
 }
 
 impl Scrape {
@@ -57,11 +59,13 @@ impl Scrape {
         let snapshot = shared.snapshot();
         let workers = crate::tier::read_worker_stats(run_dir);
         let cluster = shared.cluster.get().map(|c| c.view());
+        let xdp_attach = crate::xdp_watch::read(run_dir).unwrap_or_default();
         let Some(m) = maps else {
             return Scrape {
                 snapshot,
                 workers,
                 cluster,
+                xdp_attach,
                 ..Scrape::default()
             };
         };
@@ -78,6 +82,7 @@ impl Scrape {
             stats: m.stats().unwrap_or_default(),
             workers,
             cluster,
+            xdp_attach,
         }
     }
 
@@ -177,6 +182,19 @@ const DIP_GAUGES: [(&str, &str, Get); 8] = [
 
 impl Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        if !self.xdp_attach.is_empty() {
+            family(
+                &mut enc,
+                "weir_xdp_attached",
+                "1 while weir's XDP program is the one attached to the interface; 0 once it \
+                 was detached or replaced from outside (restart weir to attach it again).",
+                MetricType::Gauge,
+                self.xdp_attach.iter().map(|a| {
+                    let value = if a.attached { 1 } else { 0 };
+                    ([("interface", a.interface.clone())], ConstGauge::new(value))
+                }),
+            )?;
+        }
         if let Some(s) = &self.snapshot {
             single(
                 &mut enc,
@@ -312,7 +330,7 @@ const WORKER_GAUGES: [(&str, &str, WorkerGet); 5] = [
 type SocketGet = fn(&weir_software::stats::SocketStats) -> u64;
 
 /// The per-socket counters (labels `cpu`, `interface`, `queue`).
-const SOCKET_COUNTERS: [(&str, &str, SocketGet); 6] = [
+const SOCKET_COUNTERS: [(&str, &str, SocketGet); 7] = [
     (
         "weir_worker_rx_packets",
         "Packets the worker received on the socket.",
@@ -342,6 +360,11 @@ const SOCKET_COUNTERS: [(&str, &str, SocketGet); 6] = [
         "weir_worker_fill_ring_empty",
         "Kernel: packets that found the socket's fill ring empty.",
         |s| s.fill_ring_empty,
+    ),
+    (
+        "weir_worker_rx_invalid_descs",
+        "Kernel: invalid descriptors on the socket's RX ring (dropped).",
+        |s| s.rx_invalid_descs,
     ),
 ];
 
@@ -658,6 +681,7 @@ mod tests {
             stats: (0..STAT_NAMES.len() as u64).collect(),
             workers: Vec::new(),
             cluster: None,
+            xdp_attach: Vec::new(),
         }
     }
 
@@ -756,6 +780,35 @@ mod tests {
         }
         assert!(!t.contains("weir_worker_utilization{cpu=\"0\"}"), "{t}");
         assert!(!t.contains("weir_worker_offload_total{cpu=\"0\""), "{t}");
+    }
+
+    #[test]
+    fn a_detached_interface_reads_0_and_an_attached_one_1() {
+        let attach = |name: &str, found| {
+            crate::xdp_watch::IfaceAttach::of(name, 5, found, |_| Some("xdp_pass".into()))
+        };
+        let t = Scrape {
+            xdp_attach: vec![
+                attach("wc0", Some(5)),
+                attach("wb1", None),
+                attach("wb2", Some(6)),
+            ],
+            ..Scrape::default()
+        }
+        .render();
+        assert!(
+            t.contains("weir_xdp_attached{interface=\"wc0\"} 1\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("weir_xdp_attached{interface=\"wb1\"} 0\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("weir_xdp_attached{interface=\"wb2\"} 0\n"),
+            "{t}"
+        );
+        assert!(!Scrape::default().render().contains("weir_xdp_attached"));
     }
 
     #[test]

@@ -480,7 +480,19 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     });
 
     let mut handed_over = false;
+    let mut watch = match attachment.prog_id() {
+        Ok(id) => Some(crate::xdp_watch::Watch::new(id, &opts.run_dir)),
+        Err(e) => {
+            log(format!(
+                "not watching the XDP attachment (reading the program's id: {e:#})"
+            ));
+            None
+        }
+    };
     loop {
+        if let Some(w) = &mut watch {
+            w.check(attachment.interfaces());
+        }
         match signals.wait_timeout(Duration::from_secs(1)) {
             Some(libc::SIGHUP) => {
                 // Logged either way; a refused file leaves the running one.
@@ -494,6 +506,8 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             // A successor takes over: it needs the interfaces' queues for
             // its own sockets before it swaps the program in.
             Some(libc::SIGUSR2) if tier.take().is_some() => {
+                // The successor swaps its program in next: not a loss.
+                watch = None;
                 log("released the software tier's sockets to a successor");
             }
             _ => {}

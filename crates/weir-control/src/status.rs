@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Result;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use weir_abi::*;
 use weir_core::flow::{words_addr, Proto};
 use weir_dataplane::maps::Maps;
@@ -104,6 +104,61 @@ pub struct Status {
     /// `weir serve` runs in one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<weir_cluster::view::ClusterView>,
+    /// What XDP steered to this daemon's sockets and where it went, when
+    /// it runs a software tier.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub software_accounting: Option<SoftwareAccounting>,
+    /// Whether weir's program still runs on each configured interface
+    /// (`<run dir>/xdp_attach.json`), when `weir serve` runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub xdp_attach: Option<Vec<crate::xdp_watch::IfaceAttach>>,
+}
+
+/// Every frame XDP steers to the software tier (`to_software`) is received
+/// by a worker or dropped by the kernel on its way to the socket; what is
+/// neither is on its way (in a ring) or lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SoftwareAccounting {
+    /// XDP's `to_software` since this daemon's sockets were registered.
+    pub steered: u64,
+    /// Taken off the RX rings by the workers, over every socket.
+    pub received: u64,
+    /// Dropped by the kernel before the RX ring, over every socket:
+    /// `rx_dropped` (no frame, too long) + `rx_ring_full` +
+    /// `rx_invalid_descs`.
+    pub kernel_dropped: u64,
+    /// `steered - received - kernel_dropped`: in flight while traffic
+    /// runs, 0 once it stopped and the workers drained.
+    pub unaccounted: i64,
+}
+
+impl SoftwareAccounting {
+    /// From XDP's `to_software` now, the tier's baseline and the workers'
+    /// reports (a JSON list of `weir_software::WorkerStats`).
+    pub fn of(
+        to_software: u64,
+        baseline: crate::tier::Baseline,
+        workers: &serde_json::Value,
+    ) -> SoftwareAccounting {
+        let sockets = workers
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|w| w["sockets"].as_array().into_iter().flatten());
+        let (mut received, mut kernel_dropped) = (0u64, 0u64);
+        for s in sockets {
+            let n = |k: &str| s[k].as_u64().unwrap_or(0);
+            received += n("rx_packets");
+            kernel_dropped += n("rx_dropped") + n("rx_ring_full") + n("rx_invalid_descs");
+        }
+        let steered = to_software.saturating_sub(baseline.to_software_at_start);
+        SoftwareAccounting {
+            steered,
+            received,
+            kernel_dropped,
+            unaccounted: steered as i64 - received as i64 - kernel_dropped as i64,
+        }
+    }
 }
 
 /// Reads the status; `cfg` (the running configuration) supplies VIP names,
@@ -186,7 +241,25 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
         controller: None,
         workers: None,
         cluster: None,
+        software_accounting: None,
+        xdp_attach: None,
     })
+}
+
+/// What a running daemon adds to the maps' status from its run dir: the
+/// workers' reports, their accounting, and the XDP attachment check.
+pub fn add_running(st: &mut Status, run_dir: &Path) {
+    st.workers = crate::tier::read_workers(run_dir);
+    st.software_accounting = st.workers.as_ref().and_then(|w| {
+        let baseline = crate::tier::read_baseline(run_dir)?;
+        let to_software = st
+            .counters
+            .iter()
+            .find(|(name, _)| name == "to_software")?
+            .1;
+        Some(SoftwareAccounting::of(to_software, baseline, w))
+    });
+    st.xdp_attach = crate::xdp_watch::read(run_dir);
 }
 
 /// Reads status from the pins in `pin_dir`.
@@ -454,6 +527,13 @@ fn render_cluster(o: &mut String, c: &weir_cluster::view::ClusterView) {
 /// The human table.
 pub fn render(s: &Status) -> String {
     let mut o = String::new();
+    for a in s.xdp_attach.iter().flatten() {
+        let _ = if a.attached {
+            writeln!(o, "xdp on {}: attached", a.interface)
+        } else {
+            writeln!(o, "xdp on {}: NOT ATTACHED: {}", a.interface, a.warning())
+        };
+    }
     let _ = writeln!(
         o,
         "connections: {} (half-open: {})",
@@ -493,6 +573,14 @@ pub fn render(s: &Status) -> String {
     }
     if let Some(c) = &s.controller {
         render_controller(&mut o, c);
+    }
+    if let Some(a) = &s.software_accounting {
+        let _ = writeln!(
+            o,
+            "\nsoftware tier: XDP steered {} since start: received {}, dropped by the kernel {}, \
+             unaccounted {} (in flight while traffic runs)",
+            a.steered, a.received, a.kernel_dropped, a.unaccounted
+        );
     }
     if let Some(w) = &s.workers {
         render_workers(&mut o, w);
@@ -584,6 +672,8 @@ mod tests {
                             "demoted_idle": 1, "demoted_closed": 0, "demoted_light": 0}
             }])),
             cluster: None,
+            software_accounting: None,
+            xdp_attach: None,
         };
         let text = render(&st);
         // 50% busy, bursts of 16 of 32: HNLB's utilization reads 25%.
@@ -736,6 +826,44 @@ mod tests {
             controller: None,
             workers: None,
             cluster: None,
+            software_accounting: None,
+            xdp_attach: None,
         }
+    }
+
+    #[test]
+    fn accounting_adds_every_socket_of_every_worker_since_the_baseline() {
+        let workers = serde_json::json!([
+            {"sockets": [{"rx_packets": 10, "rx_dropped": 1, "rx_ring_full": 2,
+                          "rx_invalid_descs": 0},
+                         {"rx_packets": 5, "rx_dropped": 0, "rx_ring_full": 0}]},
+            {"sockets": [{"rx_packets": 7, "rx_dropped": 0, "rx_ring_full": 3,
+                          "rx_invalid_descs": 1}]}
+        ]);
+        let base = crate::tier::Baseline {
+            to_software_at_start: 100,
+        };
+        let a = SoftwareAccounting::of(129, base, &workers);
+        assert_eq!((a.steered, a.received, a.kernel_dropped), (29, 22, 7));
+        assert_eq!(a.unaccounted, 0);
+        let a = SoftwareAccounting::of(131, base, &workers);
+        assert_eq!(a.unaccounted, 2);
+    }
+
+    #[test]
+    fn a_detached_interface_is_a_line_of_its_own() {
+        let mut st = collect_empty();
+        st.xdp_attach = Some(vec![
+            crate::xdp_watch::IfaceAttach::of("wc0", 5, Some(5), |_| None),
+            crate::xdp_watch::IfaceAttach::of("wb1", 5, None, |_| None),
+        ]);
+        let text = render(&st);
+        assert!(text.contains("xdp on wc0: attached\n"), "{text}");
+        assert!(
+            text.contains(
+                "xdp on wb1: NOT ATTACHED: wb1: weir's XDP program is no longer attached"
+            ),
+            "{text}"
+        );
     }
 }

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
 use weir_core::distribution::Mode;
 use weir_core::offload::OffloadConfig;
 use weir_core::slb;
@@ -42,12 +43,34 @@ pub fn read_worker_stats(run_dir: &Path) -> Vec<WorkerStats> {
         .unwrap_or_default()
 }
 
+/// Where XDP's `to_software` at the tier's start is, for `weir status`.
+pub fn baseline_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("tier.json")
+}
+
+/// XDP's counters live in pinned maps and outlive a daemon; its sockets'
+/// counters start at zero with it. What this tier's sockets account for is
+/// what XDP steered since they were registered: `to_software` read before
+/// that, when no socket of this tier could take a packet yet (a
+/// predecessor's have closed, so its program steered nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Baseline {
+    pub to_software_at_start: u64,
+}
+
+/// The baseline `weir serve` wrote, if it runs a tier.
+pub fn read_baseline(run_dir: &Path) -> Option<Baseline> {
+    let text = fs::read_to_string(baseline_file(run_dir)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
 /// The running tier and the thread that writes its reports.
 pub struct RunningTier {
     tier: Option<SoftwareTier>,
     stop: Arc<AtomicBool>,
     writer: Option<JoinHandle<()>>,
     file: PathBuf,
+    baseline: PathBuf,
 }
 
 impl Drop for RunningTier {
@@ -57,8 +80,10 @@ impl Drop for RunningTier {
             let _ = t.join();
         }
         // Sockets first: the report's removal tells a successor the queues
-        // are free (release_predecessor).
+        // are free (release_predecessor), and it writes its own baseline
+        // then, so ours goes before.
         drop(self.tier.take());
+        let _ = fs::remove_file(&self.baseline);
         let _ = fs::remove_file(&self.file);
     }
 }
@@ -121,9 +146,30 @@ pub fn start(
         reorder: dp.reorders().then(|| dp.reorder_config()),
         cost_cycles: dp.cost_cycles.as_ref().map_or(0, |c| *c.get_ref()),
     };
-    let tier = SoftwareTier::start(&tc, maps, &dp.pin_dir)?;
+    let to_software = maps.stats()?[weir_abi::WEIR_STAT_TO_SOFTWARE as usize];
+    let baseline = baseline_file(run_dir);
+    let text = serde_json::to_vec(&Baseline {
+        to_software_at_start: to_software,
+    })?;
+    fs::create_dir_all(run_dir)
+        .and_then(|()| fs::write(&baseline, text))
+        .with_context(|| format!("writing {}", baseline.display()))?;
+    let tier = match SoftwareTier::start(&tc, maps, &dp.pin_dir) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = fs::remove_file(&baseline);
+            return Err(e);
+        }
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let file = workers_file(run_dir);
+    let mut running = RunningTier {
+        tier: None,
+        stop: stop.clone(),
+        writer: None,
+        file: file.clone(),
+        baseline,
+    };
     let writer = {
         let (stop, shared, file) = (stop.clone(), tier.shared.clone(), file.clone());
         std::thread::Builder::new()
@@ -145,12 +191,9 @@ pub fn start(
                 }
             })?
     };
-    Ok(Some(RunningTier {
-        tier: Some(tier),
-        stop,
-        writer: Some(writer),
-        file,
-    }))
+    running.tier = Some(tier);
+    running.writer = Some(writer);
+    Ok(Some(running))
 }
 
 /// The workers as the XDP program's loader takes them: one socket per

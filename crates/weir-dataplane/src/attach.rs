@@ -106,6 +106,12 @@ pub fn held(iface: &str, ifindex: u32) -> Result<Option<Held>> {
     }))
 }
 
+/// The name of the program with this id as the kernel keeps it (its first
+/// 15 bytes), if it still exists.
+pub fn prog_name(id: u32) -> Option<String> {
+    prog_info(id).ok().map(|(name, _)| name)
+}
+
 /// A program's name and the ids of the maps it uses.
 fn prog_info(id: u32) -> Result<(String, Vec<u32>)> {
     let fd = Program::fd_from_id(id)?;
@@ -263,6 +269,11 @@ impl<'a> Attachment<'a> {
 
     pub fn interfaces(&self) -> &[(String, u32)] {
         &self.ifaces
+    }
+
+    /// The kernel id of the program this attached.
+    pub fn prog_id(&self) -> Result<u32> {
+        crate::runstats::RunStats::of(self.fd).map(|s| s.id)
     }
 
     /// Leaves the programs attached when this is dropped: for handing the

@@ -40,7 +40,11 @@ pub struct SocketStats {
     pub rx_dropped: u64,
     /// Kernel: the RX ring was full.
     pub rx_ring_full: u64,
-    /// Kernel: the fill ring was empty when a packet came.
+    /// Kernel: invalid descriptors on the RX ring (dropped).
+    #[serde(default)]
+    pub rx_invalid_descs: u64,
+    /// Kernel: the fill ring was empty when a packet came (in copy mode
+    /// such a packet is in `rx_dropped` too: not a drop of its own).
     pub fill_ring_empty: u64,
 }
 

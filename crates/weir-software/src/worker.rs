@@ -449,6 +449,7 @@ impl Worker {
                     tx_ring_full: c.tx_ring_full,
                     rx_dropped: k.rx_dropped,
                     rx_ring_full: k.rx_ring_full,
+                    rx_invalid_descs: k.rx_invalid_descs,
                     fill_ring_empty: k.rx_fill_ring_empty_descs,
                 }
             })

@@ -201,9 +201,9 @@ fn run(cli: Cli) -> Result<()> {
             st.controller = record
                 .as_ref()
                 .and_then(|_| status::read_controller(&run_dir));
-            st.workers = record
-                .as_ref()
-                .and_then(|_| weir_control::tier::read_workers(&run_dir));
+            if record.is_some() {
+                status::add_running(&mut st, &run_dir);
+            }
             st.cluster = record.as_ref().and_then(|_| status::read_cluster(&run_dir));
             if json {
                 println!(

@@ -141,6 +141,9 @@ impl Api {
     fn status(&self) -> Result<StatusView, ApiError> {
         let maps = self.maps()?;
         let snap = self.live.shared().snapshot();
+        let run_dir = self.live.run_dir();
+        let counters = view::counters(maps).map_err(failed)?;
+        let workers = crate::tier::read_workers(run_dir);
         Ok(StatusView {
             at_unix_ms: view::unix_ms(),
             connections: self.counts.get(maps),
@@ -153,9 +156,17 @@ impl Api {
                 self.live.run_dir(),
             )
             .map_err(failed)?,
-            counters: view::counters(maps).map_err(failed)?,
-            workers: crate::tier::read_workers(self.live.run_dir()),
+            software_accounting: workers
+                .as_ref()
+                .zip(crate::tier::read_baseline(run_dir))
+                .map(|(w, b)| {
+                    let to_software = counters.get("to_software").copied().unwrap_or(0);
+                    crate::status::SoftwareAccounting::of(to_software, b, w)
+                }),
+            counters,
+            workers,
             cluster: self.live.shared().cluster.get().map(|c| c.view()),
+            xdp_attach: crate::xdp_watch::read(run_dir).unwrap_or_default(),
         })
     }
 

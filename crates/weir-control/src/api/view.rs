@@ -127,6 +127,13 @@ pub struct StatusView {
     /// none for a single node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<weir_cluster::view::ClusterView>,
+    /// What XDP steered to the software tier's sockets since they were
+    /// registered, and where it went; none with `tier = "xdp"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub software_accounting: Option<crate::status::SoftwareAccounting>,
+    /// Whether weir's program still runs on each configured interface.
+    #[serde(default)]
+    pub xdp_attach: Vec<crate::xdp_watch::IfaceAttach>,
 }
 
 pub fn unix_ms() -> u64 {
