@@ -186,7 +186,7 @@ fn phase(lab: &Lab, name: &'static str, during: impl FnOnce(Instant)) -> Phase {
 
 /// Baseline, (a) reloads that change weights every 200 ms, (b) the
 /// controller every 100 ms; asserts as the file says.
-fn weights_change_under_load(dataplane: &str) {
+fn weights_change_under_load(tier: &str, dataplane: &str) {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let lab = Lab::build(3).expect("building the lab");
     let _backends: Vec<Backend> = lab
@@ -255,7 +255,7 @@ fn weights_change_under_load(dataplane: &str) {
 
     for p in [&baseline, &reloading, &controlled] {
         eprintln!(
-            "{dataplane}: {:<24} {:>6} requests in {:.1} s ({:.0}/s, {:.2} of no change), {} failed",
+            "{tier}: {:<24} {:>6} requests in {:.1} s ({:.0}/s, {:.2} of no change), {} failed",
             p.name,
             p.served,
             p.secs,
@@ -265,7 +265,7 @@ fn weights_change_under_load(dataplane: &str) {
         );
     }
     eprintln!(
-        "{dataplane}: {reloads} reloads, {tables} controller tables; drop_no_route: workers {}, XDP {}",
+        "{tier}: {reloads} reloads, {tables} controller tables; drop_no_route: workers {}, XDP {}",
         no_route_after - no_route_before,
         xdp_no_route_after - xdp_no_route_before
     );
@@ -309,12 +309,15 @@ fn weights_change_under_load(dataplane: &str) {
 
 #[test]
 fn software_tier_weight_changes_lose_nothing() {
-    weights_change_under_load("tier = \"software\"");
+    weights_change_under_load("software", "tier = \"software\"");
 }
 
 #[test]
 fn hybrid_tier_weight_changes_lose_nothing() {
     // A fast table far smaller than the connections, so most of them stay
     // in the software tier.
-    weights_change_under_load("tier = \"hybrid\"\nfast_table_size = 4\noffload = \"first\"");
+    weights_change_under_load(
+        "hybrid",
+        "tier = \"hybrid\"\nfast_table_size = 4\noffload = \"first\"",
+    );
 }
