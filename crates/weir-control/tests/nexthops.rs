@@ -12,6 +12,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use weir_abi::*;
+use weir_control::apply::apply;
+use weir_control::config::Config;
 use weir_control::nexthops::refresh;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
 use weir_dataplane::iface::Iface;
@@ -85,9 +87,8 @@ struct Lab {
 
 const VIP: &str = "10.0.7.100";
 
-/// weir_lb with the FIB on, one dsr VIP whose one DIP (slot 0) is DIP, with
-/// a configured MAC; nxa is an interface weir sends by.
-fn lab() -> Lab {
+/// weir_lb with the FIB on and empty maps.
+fn load_lb() -> (loader::LoadedLb, Maps) {
     let lb = loader::load(&LoadOptions {
         conn_capacity: 1024,
         half_open_capacity: 1024,
@@ -99,6 +100,13 @@ fn lab() -> Lab {
     })
     .expect("loading weir_lb (needs root)");
     let maps = Maps::of(&lb.skel).unwrap();
+    (lb, maps)
+}
+
+/// weir_lb with the FIB on, one dsr VIP whose one DIP (slot 0) is DIP, with
+/// a configured MAC; nxa is an interface weir sends by.
+fn lab() -> Lab {
+    let (lb, maps) = load_lb();
     let out = Iface::by_name("nxa").unwrap();
     maps.put_iface(out.ifindex, out.mac).unwrap();
     let (addr, family) = addr_words(DIP.parse().unwrap());
@@ -259,5 +267,73 @@ fn a_route_by_an_interface_weir_does_not_hold_resolves_to_nothing() {
         l.held.clear();
         assert_eq!(l.refresh(), 0);
         assert_eq!(l.nh().ifindex, 0);
+    });
+}
+
+/// `apply` rewrites every live DIP's slot on each reload; a slot whose DIP
+/// keeps its address keeps the next hop the resolver wrote (a weight change
+/// must not send its packets back to the FIB, or, in the software tier,
+/// drop them), and only a DIP at a new address starts unresolved.
+#[test]
+fn a_weight_change_keeps_the_slots_next_hop_a_new_address_starts_unresolved() {
+    in_netns(|| {
+        let (_lb, maps) = load_lb();
+        let out = Iface::by_name("nxa").unwrap();
+        maps.put_iface(out.ifindex, out.mac).unwrap();
+        let held = HashMap::from([("nxa".to_string(), (out.ifindex, out.mac))]);
+        let lock = Mutex::new(());
+        let config = |address: &str, weight: u32| {
+            Config::parse(
+                "t.toml",
+                &format!(
+                    "[dataplane]\ninterfaces = [\"nxa\"]\n\n[[vip]]\nname = \"web\"\n\
+                     address = \"{VIP}\"\nport = 80\nprotocol = \"tcp\"\nmode = \"nat\"\n\
+                     [[vip.dip]]\naddress = \"{address}\"\nport = 8080\nweight = {weight}\n"
+                ),
+            )
+            .unwrap()
+        };
+        let live_slot = |address: &str| {
+            let (addr, _) = addr_words(address.parse().unwrap());
+            (0..maps.dip_slots())
+                .find_map(|id| {
+                    let d = maps.dip(id).unwrap()?;
+                    (d.flags & WEIR_DIP_F_LIVE != 0 && d.addr == addr).then_some((id, d))
+                })
+                .unwrap_or_else(|| panic!("no live slot holds {address}"))
+        };
+
+        apply(&maps, &config(DIP, 1)).unwrap();
+        assert_eq!(refresh(&maps, &held, &lock).unwrap(), 1);
+        let (slot, d) = live_slot(DIP);
+        let want = weir_next_hop {
+            ifindex: out.ifindex,
+            dmac: GW_MAC,
+            smac: out.mac,
+        };
+        assert_eq!(d.nh, want);
+
+        for weight in [5, 1, 3] {
+            apply(&maps, &config(DIP, weight)).unwrap();
+            let (same, d) = live_slot(DIP);
+            assert_eq!((same, d.weight), (slot, weight));
+            assert_eq!(d.nh, want, "weight {weight}: the next hop went");
+            assert_eq!(
+                refresh(&maps, &held, &lock).unwrap(),
+                0,
+                "nothing to resolve again"
+            );
+        }
+
+        // The DIP moves to another address: a new slot, unresolved until
+        // the resolver's next round; the old slot is retired.
+        let moved = "10.1.7.9";
+        apply(&maps, &config(moved, 3)).unwrap();
+        let (new_slot, d) = live_slot(moved);
+        assert_ne!(new_slot, slot);
+        assert_eq!(d.nh, weir_next_hop::default());
+        assert_eq!(maps.dip(slot).unwrap().unwrap().flags & WEIR_DIP_F_LIVE, 0);
+        assert_eq!(refresh(&maps, &held, &lock).unwrap(), 1);
+        assert_eq!(live_slot(moved).1.nh, want);
     });
 }

@@ -1,6 +1,7 @@
 //! Lab clients: long-lived HTTP/1.1 keep-alive connections that record which
 //! backend served every request (a connection served by two backends, or
-//! broken, is a per-connection-consistency violation), and UDP requests.
+//! broken, is a per-connection-consistency violation), a bounded load of
+//! keep-alive connections that counts what it was served, and UDP requests.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -72,30 +73,45 @@ fn http_session(
     interval: Duration,
     rec: &mut ConnRecord,
 ) -> Result<()> {
-    let s = TcpStream::connect_timeout(&vip, Duration::from_secs(3)).context("connect")?;
+    let s = TcpStream::connect_timeout(&vip, CONNECT_TIMEOUT).context("connect")?;
     http_requests(s, requests, interval, rec)
 }
 
-fn http_requests(
-    s: TcpStream,
-    requests: usize,
-    interval: Duration,
-    rec: &mut ConnRecord,
-) -> Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut w = s.try_clone()?;
-    let mut r = BufReader::new(s);
-    for i in 0..requests {
-        if i > 0 {
-            std::thread::sleep(interval);
-        }
-        write!(w, "GET / HTTP/1.1\r\nHost: weir-lab\r\n\r\n")
+/// How long a lab client waits for a connection, and for each response.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A keep-alive connection's two halves.
+struct Session {
+    w: TcpStream,
+    r: BufReader<TcpStream>,
+}
+
+impl Session {
+    fn open(vip: SocketAddr) -> Result<Session> {
+        let s = TcpStream::connect_timeout(&vip, CONNECT_TIMEOUT).context("connect")?;
+        Session::on(s)
+    }
+
+    fn on(s: TcpStream) -> Result<Session> {
+        s.set_read_timeout(Some(READ_TIMEOUT))?;
+        Ok(Session {
+            w: s.try_clone()?,
+            r: BufReader::new(s),
+        })
+    }
+
+    /// Request `i` of the connection; the backend that answered.
+    fn get(&mut self, i: usize) -> Result<String> {
+        write!(self.w, "GET / HTTP/1.1\r\nHost: weir-lab\r\n\r\n")
             .with_context(|| format!("request {i}"))?;
         let mut len = None;
         let mut backend = None;
         loop {
             let mut line = String::new();
-            if r.read_line(&mut line)
+            if self
+                .r
+                .read_line(&mut line)
                 .with_context(|| format!("response {i}"))?
                 == 0
             {
@@ -113,11 +129,84 @@ fn http_requests(
             }
         }
         let mut body = vec![0u8; len.context("response without Content-Length")?];
-        r.read_exact(&mut body)?;
-        rec.served_by
-            .push(backend.context("response without X-Backend")?);
+        self.r.read_exact(&mut body)?;
+        backend.context("response without X-Backend")
+    }
+}
+
+fn http_requests(
+    s: TcpStream,
+    requests: usize,
+    interval: Duration,
+    rec: &mut ConnRecord,
+) -> Result<()> {
+    let mut session = Session::on(s)?;
+    for i in 0..requests {
+        if i > 0 {
+            std::thread::sleep(interval);
+        }
+        rec.served_by.push(session.get(i)?);
     }
     Ok(())
+}
+
+/// What one thread of [`http_load`] did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LoadRecord {
+    /// Requests answered.
+    pub served: u64,
+    /// Connections that could not be opened or broke before their last
+    /// request, each with why.
+    pub failed: Vec<String>,
+}
+
+/// A bounded HTTP load from namespace `ns` to `vip`: `threads` threads,
+/// each sending requests `pause` apart on keep-alive connections of
+/// `per_conn` requests (then a new connection, so connections are set up
+/// all along) until `duration` has passed. A connection that fails is
+/// recorded and replaced. Each thread ends by `duration` plus one
+/// connect and one response timeout at most. Join the handles for the
+/// records.
+pub fn http_load(
+    ns: &str,
+    vip: SocketAddr,
+    threads: usize,
+    per_conn: usize,
+    pause: Duration,
+    duration: Duration,
+) -> Vec<JoinHandle<LoadRecord>> {
+    (0..threads)
+        .map(|_| {
+            let ns = ns.to_string();
+            std::thread::spawn(move || {
+                let mut rec = LoadRecord::default();
+                if let Err(e) = enter(&ns) {
+                    rec.failed.push(format!("{e:#}"));
+                    return rec;
+                }
+                let deadline = Instant::now() + duration;
+                while Instant::now() < deadline {
+                    let done = Session::open(vip).and_then(|mut s| {
+                        for i in 0..per_conn.max(1) {
+                            if Instant::now() >= deadline {
+                                break;
+                            }
+                            s.get(i)?;
+                            rec.served += 1;
+                            std::thread::sleep(pause);
+                        }
+                        Ok(())
+                    });
+                    if let Err(e) = done {
+                        rec.failed.push(format!("{e:#}"));
+                        // A refused connect returns at once: do not spin.
+                        std::thread::sleep(pause);
+                    }
+                }
+                rec
+            })
+        })
+        .collect()
 }
 
 /// One HTTP request on a fresh connection; returns the backend's name.
@@ -149,7 +238,7 @@ pub fn http_from_port(ns: &str, vip: SocketAddr, port: u16) -> Result<String> {
         };
         sock.bind(&local.into())
             .with_context(|| format!("binding local port {port}"))?;
-        sock.connect_timeout(&vip.into(), Duration::from_secs(3))
+        sock.connect_timeout(&vip.into(), CONNECT_TIMEOUT)
             .with_context(|| format!("connect from port {port}"))?;
         let mut rec = ConnRecord {
             served_by: Vec::new(),

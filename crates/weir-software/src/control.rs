@@ -4,6 +4,13 @@
 //! DIPs' next hops, in the hybrid tier applies the workers' fast-table
 //! decisions and reads the fast table back for the `heavy` policy, and in
 //! adaptive distribution decides which buckets to spread.
+//!
+//! Next hops: every live DIP's is resolved again on each full read (routes
+//! and neighbours change), and a DIP at an address not resolved before
+//! (a new DIP, a slot given to another address) is resolved at once, with
+//! the snapshot that brings it. A slot whose address stays keeps its next
+//! hop in the workers (`Services::set_dip`), so weight changes, which come
+//! with every reload and every controller interval, cost nothing here.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -23,7 +30,7 @@ use crate::nexthop::resolve;
 use crate::spread::Spreader;
 use crate::stats::WorkerStats;
 use crate::tables::Snapshot;
-use crate::worker::{ToControl, ToWorker};
+use crate::worker::{Services, ToControl, ToWorker};
 
 const VERSION_POLL: Duration = Duration::from_millis(5);
 const FULL_READ: Duration = Duration::from_secs(1);
@@ -50,9 +57,9 @@ pub struct Readiness {
     /// The first services snapshot (VIPs, DIPs, tables) is applied. Until
     /// then no worker polls: a VIP's packet would look like no VIP's.
     pub services: AtomicBool,
-    /// Every live DIP had a next hop in the last set applied.
+    /// Every live DIP has a next hop after the last update applied.
     pub next_hops: AtomicBool,
-    /// Live DIPs without a next hop in the last set applied.
+    /// Live DIPs without a next hop after the last update applied.
     pub unresolved: AtomicUsize,
 }
 
@@ -69,9 +76,20 @@ pub struct Control {
     pub stop: Arc<AtomicBool>,
 }
 
+/// Which live DIPs a services update resolves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Resolve {
+    /// All of them (a full read).
+    All,
+    /// Those at an address this thread has not resolved for their slot.
+    New,
+}
+
 impl Control {
     pub fn run(mut self) {
         let mut snapshot: Option<Snapshot> = None;
+        // The address each slot's next hop was last resolved for.
+        let mut resolved_for: HashMap<u32, IpAddr> = HashMap::new();
         let mut versions = Vec::new();
         let mut next_full = Instant::now();
         let mut next_prime = Instant::now();
@@ -86,23 +104,28 @@ impl Control {
                 match Snapshot::read(&self.maps) {
                     Ok(s) => {
                         versions = Snapshot::versions(&self.maps, &s.vips).unwrap_or_default();
-                        let _ = self
-                            .to_worker
-                            .send(ToWorker::Services(Box::new(s.clone()), local_addrs()));
-                        if now >= next_full {
-                            // Until every live DIP resolves, ask again soon:
-                            // a DIP without a next hop drops its packets.
-                            let prime_now = now >= next_prime;
-                            if prime_now {
-                                next_prime = now + FULL_READ;
-                            }
-                            let resolved = self.send_next_hops(&s, prime_now);
-                            next_full = now
-                                + if resolved {
-                                    FULL_READ
-                                } else {
-                                    UNRESOLVED_RETRY
-                                };
+                        let full = now >= next_full;
+                        // A new address is primed at once; the others at
+                        // most once a full-read interval.
+                        let prime_now = !full || now >= next_prime;
+                        if full && prime_now {
+                            next_prime = now + FULL_READ;
+                        }
+                        let which = if full { Resolve::All } else { Resolve::New };
+                        let (next_hops, resolved) =
+                            self.next_hops(&s, which, prime_now, &mut resolved_for);
+                        let _ = self.to_worker.send(ToWorker::Services(Box::new(Services {
+                            snapshot: s.clone(),
+                            local: local_addrs(),
+                            next_hops,
+                        })));
+                        // Until every live DIP resolves, ask again soon:
+                        // a DIP without a next hop drops its packets.
+                        if full {
+                            next_full = now + FULL_READ;
+                        }
+                        if !resolved {
+                            next_full = next_full.min(now + UNRESOLVED_RETRY);
                         }
                         snapshot = Some(s);
                     }
@@ -136,28 +159,39 @@ impl Control {
         self.serve_worker();
     }
 
-    /// Resolves and sends every live DIP's next hop; whether all resolved.
+    /// Resolves the next hops of the live DIPs `which` names, noting the
+    /// address each was resolved for; whether all of them resolved.
     /// (`prime`: also make the kernel resolve the unresolved ones.)
-    fn send_next_hops(&self, s: &Snapshot, prime_unresolved: bool) -> bool {
-        let hops: Vec<(u32, Option<NextHop>)> = s
-            .dips
-            .iter()
-            .filter(|(_, d)| d.flags & WEIR_DIP_F_LIVE != 0)
-            .filter_map(|(id, d)| Some((id, weir_core::flow::words_addr(&d.addr, d.family)?)))
-            .map(|(id, addr)| {
-                let hop = resolve(addr, &self.ifaces).ok().flatten().map(|h| NextHop {
-                    ifindex: h.ifindex,
-                    mac: h.dst_mac,
-                });
-                if hop.is_none() && prime_unresolved {
-                    prime(addr);
-                }
-                (*id, hop)
-            })
-            .collect();
+    fn next_hops(
+        &self,
+        s: &Snapshot,
+        which: Resolve,
+        prime_unresolved: bool,
+        resolved_for: &mut HashMap<u32, IpAddr>,
+    ) -> (Vec<(u32, Option<NextHop>)>, bool) {
+        let mut hops = Vec::new();
+        for (id, d) in &s.dips {
+            if d.flags & WEIR_DIP_F_LIVE == 0 {
+                continue;
+            }
+            let Some(addr) = weir_core::flow::words_addr(&d.addr, d.family) else {
+                continue;
+            };
+            if which == Resolve::New && resolved_for.get(id) == Some(&addr) {
+                continue;
+            }
+            let hop = resolve(addr, &self.ifaces).ok().flatten().map(|h| NextHop {
+                ifindex: h.ifindex,
+                mac: h.dst_mac,
+            });
+            if hop.is_none() && prime_unresolved {
+                prime(addr);
+            }
+            resolved_for.insert(*id, addr);
+            hops.push((*id, hop));
+        }
         let resolved = hops.iter().all(|(_, h)| h.is_some());
-        let _ = self.to_worker.send(ToWorker::NextHops(hops));
-        resolved
+        (hops, resolved)
     }
 
     fn serve_worker(&mut self) {

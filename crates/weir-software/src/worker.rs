@@ -26,7 +26,7 @@ use weir_abi::*;
 use weir_afxdp::{pin_current_thread, Frame, Socket};
 use weir_core::offload::FastEntry;
 use weir_core::reorder::Seq;
-use weir_core::slb::{Connection, Outcome};
+use weir_core::slb::{Connection, NextHop, Outcome};
 use weir_core::utilization::UtilizationMeter;
 
 use crate::balancer::{self, Balancer};
@@ -43,13 +43,21 @@ const MAX_FRAME: usize = 4096;
 
 /// What the control thread tells the first worker.
 pub enum ToWorker {
-    /// The maps' VIPs, DIPs, tables and nat endpoints, and this host's
-    /// addresses.
-    Services(Box<Snapshot>, Vec<std::net::IpAddr>),
-    /// Resolved next hops by DIP slot (None: not resolved).
-    NextHops(Vec<(u32, Option<weir_core::slb::NextHop>)>),
+    /// The maps' VIPs, DIPs, tables and nat endpoints, this host's
+    /// addresses, and the next hops resolved with them.
+    Services(Box<Services>),
     /// Hybrid: the fast table as read now, for a plan.
     FastView(Vec<FastEntry<weir_flow_key>>),
+}
+
+/// One services update, applied under one lock.
+pub struct Services {
+    pub snapshot: Snapshot,
+    pub local: Vec<std::net::IpAddr>,
+    /// Resolved next hops by DIP slot (None: not resolved): every live
+    /// DIP's on the control thread's full reads, otherwise those of DIPs
+    /// at addresses it had not resolved yet.
+    pub next_hops: Vec<(u32, Option<NextHop>)>,
 }
 
 /// What a worker asks of the control thread.
@@ -400,20 +408,20 @@ impl Worker {
             while let Ok(msg) = rx.try_recv() {
                 let mut lb = balancer::lock(&self.balancer);
                 match msg {
-                    ToWorker::Services(snapshot, local) => {
-                        if let Err(e) = lb.apply_snapshot(&snapshot, local) {
+                    ToWorker::Services(update) => {
+                        let Services {
+                            snapshot,
+                            local,
+                            next_hops,
+                        } = *update;
+                        if let Err(e) = lb.apply_snapshot(&snapshot, local, &next_hops) {
                             stats.error = Some(e);
                         }
-                        self.shared.ready.services.store(true, Ordering::Release);
-                    }
-                    ToWorker::NextHops(hops) => {
-                        let unresolved = hops.iter().filter(|(_, h)| h.is_none()).count();
-                        for (id, hop) in hops {
-                            let _ = lb.slb.services_mut().set_next_hop(id, hop);
-                        }
+                        let unresolved = lb.slb.services().unresolved_dips();
                         let ready = &self.shared.ready;
                         ready.unresolved.store(unresolved, Ordering::Relaxed);
                         ready.next_hops.store(unresolved == 0, Ordering::Release);
+                        ready.services.store(true, Ordering::Release);
                     }
                     ToWorker::FastView(view) => lb.plan(now_ns, &view),
                 }

@@ -31,6 +31,15 @@ pub struct NextHop {
     pub mac: [u8; 6],
 }
 
+/// Whether two DIP entries route alike: the kernel's route and neighbour
+/// lookup that gives a [`NextHop`] takes the DIP's address (and family)
+/// and nothing else of the entry. weir_lb's own resolved next hop
+/// (`weir_dip.nh`) is not part of it either: it is the XDP tier's copy of
+/// the same answer.
+fn same_route(a: &weir_dip, b: &weir_dip) -> bool {
+    a.family == b.family && a.addr == b.addr
+}
+
 /// A DIP slot.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DipSlot {
@@ -176,7 +185,13 @@ impl Services {
     /// live before a table names it; a removed one loses `WEIR_DIP_F_LIVE`
     /// after the tables dropped it, and a reassigned slot gets a new
     /// generation, so the connections of the old one are redispatched.
-    /// Clears the slot's next hop.
+    ///
+    /// The slot keeps its resolved next hop as long as it routes to the
+    /// same place (see [`same_route`]): weights, flags, generation, port
+    /// and configured MAC change what is dispatched, not where a packet
+    /// goes, and clearing the next hop on them would blackhole the DIP
+    /// until it is resolved again. A new address clears it: its owner
+    /// must resolve the slot again.
     pub fn set_dip(&mut self, id: DipId, dip: weir_dip) -> Result<(), ServiceError> {
         check_family("DIP", dip.family)?;
         let max_dips = self.dips.len() as u32;
@@ -184,10 +199,8 @@ impl Services {
             .dips
             .get_mut(id as usize)
             .ok_or(ServiceError::DipId { id, max_dips })?;
-        *slot = DipSlot {
-            dip,
-            next_hop: None,
-        };
+        let next_hop = slot.next_hop.filter(|_| same_route(&slot.dip, &dip));
+        *slot = DipSlot { dip, next_hop };
         Ok(())
     }
 
@@ -208,6 +221,14 @@ impl Services {
 
     pub fn dip(&self, id: DipId) -> Option<&DipSlot> {
         self.dips.get(id as usize)
+    }
+
+    /// Live DIP slots without a resolved next hop.
+    pub fn unresolved_dips(&self) -> usize {
+        self.dips
+            .iter()
+            .filter(|d| d.is_live() && d.next_hop.is_none())
+            .count()
     }
 
     /// The slot if it still holds the DIP a connection was dispatched to
@@ -393,21 +414,74 @@ mod tests {
         .unwrap();
         assert!(s.dip_of(2, 2).is_none());
         assert!(s.dip_of(9, 1).is_none());
-        s.set_next_hop(
+    }
+
+    #[test]
+    fn a_slot_keeps_its_next_hop_until_its_address_changes() {
+        let mut s = Services::new(1, 4);
+        let (addr, family) = addr_words("10.1.0.2".parse().unwrap());
+        let dip = weir_dip {
+            addr,
+            family,
+            flags: WEIR_DIP_F_LIVE,
+            gen: 1,
+            weight: 1,
+            ..Default::default()
+        };
+        let hop = NextHop {
+            ifindex: 3,
+            mac: [1; 6],
+        };
+        s.set_dip(2, dip).unwrap();
+        assert_eq!(s.unresolved_dips(), 1);
+        s.set_next_hop(2, Some(hop)).unwrap();
+        assert_eq!(s.unresolved_dips(), 0);
+
+        // What dispatch needs changes; where the DIP is does not.
+        let mut changed = dip;
+        for change in [
+            (|d: &mut weir_dip| d.weight = 4) as fn(&mut weir_dip),
+            |d| d.weight = 0,
+            |d| d.flags = 0,
+            |d| d.flags = WEIR_DIP_F_LIVE,
+            |d| d.gen = 2,
+            |d| d.port = 8080u16.to_be(),
+            |d| (d.mac_set, d.mac) = (1, [7; 6]),
+            |d| d.vip_id = 1,
+            // weir_lb's copy of the next hop, written by its resolver.
+            |d| d.nh.ifindex = 9,
+        ] {
+            change(&mut changed);
+            s.set_dip(2, changed).unwrap();
+            assert_eq!(s.dip(2).unwrap().dip, changed);
+            assert_eq!(s.dip(2).unwrap().next_hop, Some(hop), "{changed:?}");
+        }
+
+        // Another address routes elsewhere: resolve it anew.
+        let (other, _) = addr_words("10.1.0.3".parse().unwrap());
+        s.set_dip(
             2,
-            Some(NextHop {
-                ifindex: 3,
-                mac: [1; 6],
-            }),
+            weir_dip {
+                addr: other,
+                ..changed
+            },
         )
         .unwrap();
-        assert_eq!(s.dip(2).unwrap().next_hop.unwrap().ifindex, 3);
-        s.set_dip(2, live(3)).unwrap();
-        assert_eq!(
-            s.dip(2).unwrap().next_hop,
-            None,
-            "a rewritten slot forgets it"
-        );
+        assert_eq!(s.dip(2).unwrap().next_hop, None);
+        assert_eq!(s.unresolved_dips(), 1);
+
+        // So does the same words in the other family.
+        s.set_next_hop(2, Some(hop)).unwrap();
+        s.set_dip(
+            2,
+            weir_dip {
+                addr: other,
+                family: WEIR_AF_INET6 as u8,
+                ..changed
+            },
+        )
+        .unwrap();
+        assert_eq!(s.dip(2).unwrap().next_hop, None);
     }
 
     #[test]
