@@ -5,6 +5,8 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
 WEIR := target/release/weir
+# The labs, benchmarks and simulator (lab/): never installed.
+WEIR_LAB := target/release/weir-lab
 
 .PHONY: deps build demo test lint bench install clean
 
@@ -15,7 +17,7 @@ build: deps
 	$(CARGO) build --release --workspace --all-targets
 
 demo: build
-	$(WEIR) lab demo
+	$(WEIR_LAB) demo
 
 # Unit, BPF (BPF_PROG_TEST_RUN), fuzz and end-to-end (network namespace)
 # suites, plus formatting and lints. Needs root.
@@ -30,14 +32,16 @@ lint: deps
 
 bench: build
 	@mkdir -p out
-	$(WEIR) bench xdp --json out/bench-xdp.json
-	$(WEIR) bench sim --json out/bench-sim.json
+	$(WEIR_LAB) bench xdp --json out/bench-xdp.json
+	$(WEIR_LAB) bench sim --json out/bench-sim.json
 
 # For operators: the binary, systemd units, man pages and shell completions
 # (both generated from the CLI definition), example configurations and the
-# Grafana dashboard. `make install PREFIX=/usr DESTDIR=pkgroot` stages a
-# package; the units then run $(PREFIX)/bin/weir. Installs no configuration:
-# copy one from $(DOCDIR)/examples to $(SYSCONFDIR)/weir/weir.toml (kv.toml).
+# Grafana dashboard. The binary is installed stripped (install -s) and holds
+# no lab, benchmark or simulator (those are weir-lab's, never installed).
+# `make install PREFIX=/usr DESTDIR=pkgroot` stages a package; the units then
+# run $(PREFIX)/bin/weir. Installs no configuration: copy one from
+# $(DOCDIR)/examples to $(SYSCONFDIR)/weir/weir.toml (kv.toml).
 PREFIX ?= /usr/local
 BINDIR ?= $(PREFIX)/bin
 DATADIR ?= $(PREFIX)/share
@@ -48,7 +52,7 @@ SYSCONFDIR ?= /etc
 
 install:
 	$(CARGO) build --release -p weir
-	install -Dm755 $(WEIR) $(DESTDIR)$(BINDIR)/weir
+	install -Dm755 -s $(WEIR) $(DESTDIR)$(BINDIR)/weir
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(SYSCONFDIR)/weir \
 		$(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions \
 		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d

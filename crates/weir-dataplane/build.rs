@@ -4,15 +4,8 @@ use std::{env, path::PathBuf};
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: &[&str] = &[
-    "weir_lb",
-    "minimal",
-    "weir_kv",
-    "weir_xsk_redirect",
-    "weir_gen",
-    "weir_sink",
-    "weir_decap",
-];
+// The lab's programs (generator, sink, floor) are built by lab/weir-traffic.
+const PROGRAMS: &[&str] = &["weir_lb", "weir_kv", "weir_decap"];
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");

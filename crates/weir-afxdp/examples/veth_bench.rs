@@ -25,7 +25,7 @@ use anyhow::{bail, Context, Result};
 use common::{attach_redirect, in_netns, udp, VethPair, IF_A, IF_B, IP_A, IP_B, MAC_A, MAC_B};
 use weir_afxdp::{pin_current_thread, BusyPoll, Config, Counters, KernelStats, Mode, Socket};
 use weir_afxdp::{Verdict, Verdict::Drop};
-use weir_dataplane::xsk_redirect;
+use weir_traffic::xsk_redirect;
 
 struct Options {
     seconds: f64,

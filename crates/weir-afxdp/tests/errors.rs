@@ -198,7 +198,7 @@ fn registering_in_a_map_that_cannot_hold_the_socket_is_refused() -> Result<()> {
     in_netns(&pair.ns_a, || {
         let socket = Socket::new(IF_A, 1, &Config::default())?;
 
-        let one_slot = weir_dataplane::xsk_redirect::load(1)?;
+        let one_slot = weir_traffic::xsk_redirect::load(1)?;
         let err = socket.register(&one_slot.maps.xsks).err().unwrap();
         assert!(matches!(err, Error::XskMap { queue: 1, .. }), "{err}");
         assert!(
@@ -224,7 +224,7 @@ fn registering_in_a_map_that_cannot_hold_the_socket_is_refused() -> Result<()> {
             "{msg}"
         );
 
-        let two_slots = weir_dataplane::xsk_redirect::load(2)?;
+        let two_slots = weir_traffic::xsk_redirect::load(2)?;
         socket.register(&two_slots.maps.xsks)?;
         Ok(())
     })

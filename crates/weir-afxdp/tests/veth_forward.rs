@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context, Result};
 use common::{attach_redirect, dotted, in_netns, udp, VethPair, IF_A, IP_A, IP_B};
 use weir_afxdp::{BusyPoll, Config, Counters, KernelStats, Mode, Socket, Verdict};
-use weir_dataplane::xsk_redirect;
+use weir_traffic::xsk_redirect;
 
 const ECHO_PORT: u16 = 7;
 const CLIENT_PORT: u16 = 40_000;

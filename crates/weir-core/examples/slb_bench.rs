@@ -11,7 +11,7 @@
 //! The configuration is the default one (`slb::Config::default()`: 1M
 //! established and 256k half-open entries, events on) with a nat and a dsr
 //! VIP of four DIPs; "1M flows" spreads packets at random over a million
-//! connections, far more than the CPU caches hold (`weir bench xdp`'s
+//! connections, far more than the CPU caches hold (`weir-lab bench xdp`'s
 //! "spread"); its setup sends 2M packets first.
 
 use std::hint::black_box;

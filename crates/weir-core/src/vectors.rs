@@ -3,7 +3,7 @@
 //! one file (`tests/vectors/awfd.json` at the repository root).
 //!
 //! [`generate`] builds the vectors deterministically (no I/O here);
-//! `weir sim vectors` writes them. The format is described in [`FORMAT`], which is also stored in the file itself.
+//! `weir-lab sim vectors` writes them. The format is described in [`FORMAT`], which is also stored in the file itself.
 
 use std::net::IpAddr;
 
@@ -203,7 +203,7 @@ mod tests {
 
     fn load() -> VectorFile {
         let text = std::fs::read_to_string(PATH)
-            .unwrap_or_else(|e| panic!("{PATH}: {e}; run `weir sim vectors`"));
+            .unwrap_or_else(|e| panic!("{PATH}: {e}; run `weir-lab sim vectors`"));
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{PATH}: {e}"))
     }
 
@@ -230,7 +230,7 @@ mod tests {
 
     #[test]
     fn vector_file_is_what_the_generator_writes() {
-        assert_eq!(load(), generate(), "regenerate with `weir sim vectors`");
+        assert_eq!(load(), generate(), "regenerate with `weir-lab sim vectors`");
     }
 
     #[test]

@@ -12,8 +12,6 @@
 //! - [`testrun`] runs a program on a packet through BPF_PROG_TEST_RUN.
 //! - [`kv`] loads the memcached switch `weir_kv` and manages its tables,
 //!   cache and counters.
-//! - [`gen`] and [`sink`]: the labs' packet generator (live BPF_PROG_TEST_RUN)
-//!   and the XDP sink that counts what arrives.
 //! - [`decap`] loads the backends' decapsulation program `weir_decap` (for
 //!   the ipip and gue modes) and reads its counters.
 //! - [`runstats`] reads a program's BPF run-time statistics.
@@ -24,18 +22,14 @@ pub mod attach;
 pub mod conntrack;
 pub mod decap;
 pub mod flow_table;
-pub mod gen;
 pub mod iface;
 pub mod kv;
 pub mod loader;
 pub mod maps;
-pub mod minimal;
 pub mod nexthop;
 pub mod runstats;
-pub mod sink;
 pub mod sync_events;
 pub mod testrun;
-pub mod xsk_redirect;
 
 pub mod skel {
     //! Generated libbpf-rs skeletons of the programs under `bpf/`.
@@ -43,17 +37,8 @@ pub mod skel {
     pub mod lb {
         include!(concat!(env!("OUT_DIR"), "/weir_lb.skel.rs"));
     }
-    pub mod minimal {
-        include!(concat!(env!("OUT_DIR"), "/minimal.skel.rs"));
-    }
     pub mod kv {
         include!(concat!(env!("OUT_DIR"), "/weir_kv.skel.rs"));
-    }
-    pub mod gen {
-        include!(concat!(env!("OUT_DIR"), "/weir_gen.skel.rs"));
-    }
-    pub mod sink {
-        include!(concat!(env!("OUT_DIR"), "/weir_sink.skel.rs"));
     }
     pub mod decap {
         include!(concat!(env!("OUT_DIR"), "/weir_decap.skel.rs"));

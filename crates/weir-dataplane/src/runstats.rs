@@ -86,7 +86,7 @@ mod tests {
 
     #[test]
     fn a_program_counts_its_runs_while_statistics_are_on() {
-        let skel = crate::minimal::load().expect("loading the minimal program");
+        let skel = weir_traffic::minimal::load().expect("loading the minimal program");
         let before = RunStats::of(skel.progs.xdp_pass.as_fd()).unwrap();
         let _on = StatsEnabled::new().unwrap();
         let frame = [0u8; 64];

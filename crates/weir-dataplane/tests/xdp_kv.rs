@@ -1675,7 +1675,7 @@ fn verified_insns(kv: &Kv) -> u32 {
 
 /// Both pool hashes verify far below the 1M-instruction limit and forward a
 /// get of every md5 block count (10 B 1 block, 60 B 2, 120 B 3, 250 B 5).
-/// Their run time is `weir bench kv-bpf`'s business, not a test's.
+/// Their run time is `weir-lab bench kv-bpf`'s business, not a test's.
 #[test]
 fn md5_pool_verifies_within_budget_and_forwards_every_key_length() {
     let pools = [HashKind::Fnv1a_64, HashKind::Md5].map(|hash| {

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use weir_core::kv::{DistKind, HashKind};
 use weir_kv::config::parse_nutcracker;
-use weir_kv::testbed::{free_port, memcached, nutcracker, McClient};
+use weir_lab::kv::testbed::{free_port, memcached, nutcracker, McClient};
 
 fn have(bin: &str) -> bool {
     std::process::Command::new("sh")

@@ -11,7 +11,7 @@ use std::time::Duration;
 use weir_kv::config::{parse_nutcracker, KvConfig};
 use weir_kv::invalidate::{Invalidated, Invalidation, Recorder};
 use weir_kv::proxy::Proxy;
-use weir_kv::testbed::{free_port, memcached, McClient, Proc};
+use weir_lab::kv::testbed::{free_port, memcached, McClient, Proc};
 
 struct Lab {
     mc: Vec<Option<Proc>>,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use weir_kv::cli::{self, KvArgs, Running, Status};
-use weir_kv::testbed::free_port;
+use weir_lab::kv::testbed::free_port;
 
 #[derive(Parser)]
 struct Cli {

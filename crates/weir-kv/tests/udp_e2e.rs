@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use weir_dataplane::attach::attached_prog_id;
 use weir_dataplane::iface::Iface;
 use weir_kv::invalidate::Invalidation;
-use weir_kv::lab::{in_ns, server_ip, KvLab, UdpMc, MC_PORT, PROXY_PORT, SWITCH_IP, VIP};
 use weir_kv::proxy::Proxy;
-use weir_kv::testbed::McClient;
 use weir_kv::udp::{UdpSwitch, XdpInvalidator};
+use weir_lab::kv::lab::{in_ns, server_ip, KvLab, UdpMc, MC_PORT, PROXY_PORT, SWITCH_IP, VIP};
+use weir_lab::kv::testbed::McClient;
 
 fn vip() -> SocketAddr {
     SocketAddr::new(IpAddr::V4(VIP), MC_PORT)

@@ -1,4 +1,5 @@
-//! `weir`: the load balancer's one binary.
+//! `weir`: the load balancer's one binary (its labs and benchmarks are
+//! `weir-lab`'s).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -94,15 +95,6 @@ enum Command {
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
         run_dir: PathBuf,
     },
-    /// Flow-level simulation of the dispatch policies (Spotlight V-A).
-    #[command(subcommand)]
-    Sim(weir_sim::cli::SimCommand),
-    /// Labs in network namespaces that weir builds and removes itself.
-    #[command(subcommand)]
-    Lab(LabCommand),
-    /// Benchmarks: print a table, write JSON with --json.
-    #[command(subcommand)]
-    Bench(BenchCommand),
     /// The memcached switch: `weir kv --nutcracker nc.yml`, `weir kv --config kv.toml`, `weir kv status`.
     Kv(weir_kv::cli::KvArgs),
     /// Shell completions on stdout, generated from this CLI (`make install`).
@@ -111,44 +103,6 @@ enum Command {
     /// Man pages, weir.1 and one per subcommand, into DIR (`make install`).
     #[command(hide = true)]
     Man { dir: PathBuf },
-}
-
-#[derive(Subcommand)]
-enum LabCommand {
-    /// Client, weir and 3 HTTP backends; real requests through the VIP.
-    Demo(weir_lab::demo::DemoArgs),
-    /// Spotlight V-B testbed: 8 file servers, ECMP/LCF/AWFD, FCT and throughput.
-    Spotlight(weir_lab::spotlight::SpotlightArgs),
-    /// The packet generator across one veth pair into an XDP sink: offered vs received pps.
-    Gen(weir_lab::traffic::lab::GenArgs),
-    /// Spoofed SYN floods at rising rates against a small connection table: established
-    /// connections broken, new connections served, replies leaked.
-    Synflood(weir_lab::synflood::SynFloodArgs),
-    /// HNLB's experiments (Fig. 4, 5, 7): software vs hybrid tier (xdp for reference),
-    /// loss-free rates and the workers' utilization metric.
-    Hnlb(weir_lab::hnlb::HnlbArgs),
-    /// Spreading packets over the software tier's workers (seeds 001 and 003): flow, spray
-    /// and adaptive against the cost per packet, one TCP flow with and without reordering.
-    Cores(weir_lab::cores::CoresArgs),
-    /// Several weir nodes behind ECMP with etcd: node loss and addition, leader loss,
-    /// connection sync on and off: PCC violations, failures, recovery, sync window.
-    Scale(weir_lab::scale::ScaleArgs),
-}
-
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// Cost per packet of the XDP program against the floor (BPF_PROG_TEST_RUN).
-    Xdp(weir_lab::bench::xdp::XdpBenchArgs),
-    /// Real forwarding in namespaces: weir (nat, dsr, ipip) next to nftables DNAT, received
-    /// Mpps and the load balancer's CPU per packet; one long TCP flow (iperf3) through each
-    /// and HAProxy, with its retransmissions.
-    Forward(weir_lab::bench::forward::ForwardBenchArgs),
-    /// Simulator speed: 10k, 100k and 1M flows.
-    Sim(weir_sim::cli::BenchArgs),
-    /// memcached GETs (Zipf): direct, nutcracker and weir's TCP proxy.
-    Kv(weir_kv::bench::KvBenchArgs),
-    /// BPF run time of the XDP memcached switch per path (fnv1a_64 and md5 gets, set, cache hit).
-    KvBpf(weir_kv::bench_bpf::KvBpfBenchArgs),
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -215,28 +169,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Lab(LabCommand::Demo(args)) => weir_lab::demo::run(&args),
-        Command::Lab(LabCommand::Spotlight(args)) => weir_lab::spotlight::run(&args),
-        Command::Lab(LabCommand::Gen(args)) => weir_lab::traffic::lab::run(&args),
-        Command::Lab(LabCommand::Synflood(args)) => {
-            weir_lab::synflood::run(&std::env::current_exe()?, &args).map(|_| ())
-        }
-        Command::Lab(LabCommand::Scale(args)) => {
-            weir_lab::scale::run(&std::env::current_exe()?, &args).map(|_| ())
-        }
-        Command::Lab(LabCommand::Hnlb(args)) => {
-            weir_lab::hnlb::run(&std::env::current_exe()?, &args).map(|_| ())
-        }
-        Command::Lab(LabCommand::Cores(args)) => {
-            weir_lab::cores::run(&std::env::current_exe()?, &args).map(|_| ())
-        }
-        Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
-        Command::Bench(BenchCommand::Forward(args)) => weir_lab::bench::forward::run(&args),
-        Command::Bench(BenchCommand::Sim(args)) => weir_sim::cli::run_bench(&args),
-        Command::Bench(BenchCommand::Kv(args)) => weir_kv::bench::run(&args),
-        Command::Bench(BenchCommand::KvBpf(args)) => weir_kv::bench_bpf::run(&args),
         Command::Kv(args) => weir_kv::cli::run(&args),
-        Command::Sim(cmd) => weir_sim::cli::run(cmd),
         Command::Agent {
             listen,
             stats_file,

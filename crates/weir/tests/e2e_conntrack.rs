@@ -10,7 +10,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use weir_dataplane::gen::GenSpec;
 use weir_dataplane::maps::Maps;
 use weir_lab::backend::Backend;
 use weir_lab::client::{http_from_port, spawn_http};
@@ -18,6 +17,7 @@ use weir_lab::daemon::Daemon;
 use weir_lab::leaks::LeakWatch;
 use weir_lab::topology::Lab;
 use weir_lab::traffic::{mac_in, offer, OfferSpec};
+use weir_traffic::gen::GenSpec;
 
 const NAT_VIP: &str = "10.77.100.1:80";
 const DSR_VIP: &str = "10.77.100.2:80";

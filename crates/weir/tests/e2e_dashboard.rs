@@ -41,12 +41,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use weir_control::http::client::{Call, Method, Reply};
-use weir_kv::lab::{in_ns, KvLab, UdpMc, MC_PORT, PROXY_PORT, SWITCH_IP, VIP};
-use weir_kv::testbed::McClient;
 use weir_lab::backend::Backend;
 use weir_lab::browser::Browser;
 use weir_lab::client::http_once;
 use weir_lab::daemon::Daemon;
+use weir_lab::kv::lab::{in_ns, KvLab, UdpMc, MC_PORT, PROXY_PORT, SWITCH_IP, VIP};
+use weir_lab::kv::testbed::McClient;
 use weir_lab::netns::enter;
 use weir_lab::topology::Lab;
 

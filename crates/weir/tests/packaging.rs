@@ -82,9 +82,14 @@ fn completions_and_man_pages_come_from_the_cli() {
         let out = weir(&["completions", shell]);
         let script = text(&out.stdout);
         assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
-        for word in ["serve", "takeover", "spotlight", "kv"] {
+        for word in ["serve", "takeover", "decap", "kv"] {
             assert!(script.contains(word), "{shell} completion lacks {word}");
         }
+        // The labs, benchmarks and simulator are weir-lab's, not the product's.
+        assert!(
+            !script.contains("spotlight"),
+            "{shell} completion offers a lab"
+        );
     }
     let bad = weir(&["completions", "cmd.exe"]);
     assert!(!bad.status.success());
@@ -102,7 +107,7 @@ fn completions_and_man_pages_come_from_the_cli() {
         "weir-serve.1",
         "weir-kv.1",
         "weir-agent.1",
-        "weir-lab-spotlight.1",
+        "weir-kv-status.1",
     ] {
         let roff =
             std::fs::read_to_string(dir.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
@@ -110,7 +115,13 @@ fn completions_and_man_pages_come_from_the_cli() {
     }
     let serve = std::fs::read_to_string(dir.join("weir-serve.1")).unwrap();
     assert!(serve.contains("takeover") && serve.contains("config"));
-    for hidden in ["weir-completions.1", "weir-man.1"] {
+    for hidden in [
+        "weir-completions.1",
+        "weir-man.1",
+        "weir-lab.1",
+        "weir-bench.1",
+        "weir-sim.1",
+    ] {
         assert!(!dir.join(hidden).exists(), "{hidden} was generated");
     }
     std::fs::remove_dir_all(&dir).unwrap();

@@ -188,7 +188,7 @@ pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Resu
 /// thread's namespace, until the attachment is dropped.
 pub fn attach_redirect<'a>(
     iface: &str,
-    skel: &'a weir_dataplane::xsk_redirect::WeirXskRedirectSkel<'static>,
+    skel: &'a weir_traffic::xsk_redirect::WeirXskRedirectSkel<'static>,
 ) -> Result<weir_dataplane::attach::Attachment<'a>> {
     use std::os::fd::AsFd;
     let ifindex = weir_dataplane::iface::Iface::by_name(iface)?.ifindex;

@@ -1,0 +1,223 @@
+//! `weir-lab bench forward`: real forwarding in network namespaces, weir next to
+//! the kernel's stateful NAT on the same topology and the same packets.
+//!
+//! What is measured, and how (also in the JSON as `method`):
+//! - The lab: a client namespace with the generator (weir_gen on live
+//!   frames, 64-byte UDP to a VIP, as fast as it goes on its CPU), the load
+//!   balancer's namespace, and `--dips` backends whose XDP sinks count and
+//!   drop what reaches them. Received is what the sinks counted.
+//! - The load balancer's receive path (the NAPI context of its client-side
+//!   veth: weir's XDP, or the kernel's forwarding and netfilter) runs in a
+//!   kernel thread pinned to a CPU of its own; the generator and the sinks
+//!   share the other CPU (see rig.rs). The load balancer's CPU time per
+//!   received packet comes from that CPU's /proc/stat busy time, and for
+//!   weir also from its program's BPF run time (BPF_ENABLE_STATS).
+//! - The balancers: weir serve with the default configuration (next hops
+//!   resolved by the control plane) and a nat, dsr or ipip VIP over the
+//!   DIPs (the sinks count an IPIP frame by its inner datagram), and
+//!   nftables DNAT (`numgen inc mod N` over the same DIPs, conntrack keeping
+//!   each flow on its DIP). Each trial's flows are warmed first (two packets
+//!   each), so trials measure established flows.
+//! - The single long TCP flow (tcp.rs): iperf3 through each balancer and
+//!   HAProxy (tcp mode) to a real TCP stack at one backend, in a lab of its
+//!   own, with the sender's retransmissions and the drops on the path.
+//! - Every run starts every balancer once per kind of trial, in an order
+//!   that rotates from run to run. Rows report medians over the runs;
+//!   ratios are the medians of the per-run ratios.
+
+mod balancer;
+mod child;
+mod report;
+mod rig;
+mod tcp;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use weir_dataplane::runstats::StatsEnabled;
+use weir_progress::Progress;
+
+pub use balancer::Balancer;
+pub use report::{render, Report, Row, TcpRow};
+pub use rig::Trial;
+pub use tcp::TcpTrial;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ForwardBenchArgs {
+    /// The load balancers to compare (HAProxy carries only the TCP flow).
+    #[arg(long, value_enum, value_delimiter = ',',
+          default_values = ["weir-nat", "weir-dsr", "weir-ipip", "nftables", "haproxy"])]
+    pub balancers: Vec<Balancer>,
+    /// Concurrent flows (round robin), one row each.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 1000, 100_000])]
+    pub flows: Vec<u32>,
+    /// Backends behind the VIP.
+    #[arg(long, default_value_t = 4)]
+    pub dips: usize,
+    /// Seconds of traffic per trial.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Seconds of the single long TCP flow (iperf3) per balancer and run;
+    /// 0 leaves the TCP trials out.
+    #[arg(long, default_value_t = 10)]
+    pub tcp_seconds: u64,
+    /// The TCP flow's socket buffers in KiB (iperf3 -w), which bound its
+    /// window; default: the kernel's autotuning.
+    #[arg(long)]
+    pub tcp_window: Option<u32>,
+    /// Runs; every run measures every balancer and flow count once.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Write the rows and every trial as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write bar charts: received Mpps, CPU per packet, and the TCP flow.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+}
+
+pub fn run(args: &ForwardBenchArgs) -> Result<()> {
+    ensure!(!args.balancers.is_empty(), "--balancers: name at least one");
+    ensure!(
+        !args.flows.is_empty() && args.flows.iter().all(|&f| (1..=1 << 22).contains(&f)),
+        "--flows {:?}: give 1 to {} flows per row",
+        args.flows,
+        1 << 22
+    );
+    ensure!(
+        (1..=16).contains(&args.dips),
+        "--dips {}: give 1 to 16",
+        args.dips
+    );
+    ensure!(
+        (0.5..=60.0).contains(&args.duration),
+        "--duration {}: give 0.5 to 60 seconds",
+        args.duration
+    );
+    ensure!(
+        (1..=20).contains(&args.runs),
+        "--runs {}: give 1 to 20",
+        args.runs
+    );
+    ensure!(
+        args.tcp_seconds <= 60,
+        "--tcp-seconds {}: give 0 (no TCP trials) to 60",
+        args.tcp_seconds
+    );
+    ensure!(
+        args.tcp_window.is_none_or(|w| (4..=65536).contains(&w)),
+        "--tcp-window {:?}: give 4 to 65536 KiB",
+        args.tcp_window
+    );
+    let udp: Vec<Balancer> = args
+        .balancers
+        .iter()
+        .copied()
+        .filter(|b| b.carries_udp())
+        .collect();
+    crate::netns::install_signal_teardown();
+    let exe = crate::weir_binary::locate()?;
+    let _stats = StatsEnabled::new()?;
+    let tcp_runs = if args.tcp_seconds > 0 { args.runs } else { 0 };
+    let progress = Progress::bar(
+        "weir-lab bench forward",
+        (args.runs * udp.len() * args.flows.len() + tcp_runs * args.balancers.len()) as u64,
+    );
+    let (trials, generator_cpu, lb_cpu) = udp_trials(args, &exe, &udp, &progress)?;
+    let mut tcp_trials = Vec::new();
+    for run in 0..tcp_runs {
+        // A fresh lab per run: no state of one run's balancers in the next.
+        let bed = tcp::TcpTestbed::build(&exe, generator_cpu, lb_cpu)?;
+        for balancer in rotated(&args.balancers, run) {
+            progress.set_message(format!("run {}: TCP flow, {}", run + 1, balancer.label()));
+            let running = bed.start(balancer)?;
+            let t = bed
+                .trial(args.tcp_seconds, args.tcp_window)
+                .with_context(|| format!("the TCP flow through {}", balancer.label()))?;
+            running.stop()?;
+            progress.note(format!(
+                "run {} {:<14} TCP flow: {:.2} Gbit/s, {} retransmits, {} redirects into a \
+                 full ring, {} kernel transmits dropped at a full ring",
+                run + 1,
+                balancer.label(),
+                t.gbps,
+                t.retransmits,
+                t.redirect_ring_full(),
+                t.other_drops()
+            ));
+            tcp_trials.push((run, balancer, t));
+            progress.inc(1);
+        }
+    }
+    let report = Report::new(args, generator_cpu, lb_cpu, trials, tcp_trials);
+    let took = weir_progress::duration(progress.elapsed());
+    progress.finish(format!(
+        "{} trials in {took}",
+        report.trials.len() + report.tcp_trials.len()
+    ));
+    print!("{}", render(&report));
+    if let Some(p) = &args.json {
+        std::fs::write(p, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &args.svg {
+        std::fs::write(p, report::figure(&report).svg()?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// `balancers` starting at the one run `run` starts with.
+fn rotated(balancers: &[Balancer], run: usize) -> Vec<Balancer> {
+    let mut order = balancers.to_vec();
+    if !order.is_empty() {
+        order.rotate_left(run % balancers.len());
+    }
+    order
+}
+
+type UdpTrials = (Vec<(usize, Balancer, u32, Trial)>, usize, usize);
+
+/// Every run's packet-rate trials of the `udp` balancers; also the
+/// generator's and the load balancer's CPUs.
+fn udp_trials(
+    args: &ForwardBenchArgs,
+    exe: &std::path::Path,
+    udp: &[Balancer],
+    progress: &Progress,
+) -> Result<UdpTrials> {
+    let bed = rig::Testbed::build(exe, args.dips)?;
+    let duration = Duration::from_secs_f64(args.duration);
+    let mut trials = Vec::new();
+    for run in 0..args.runs {
+        for balancer in rotated(udp, run) {
+            progress.set_message(format!("run {}: starting {}", run + 1, balancer.label()));
+            let running = bed.start(balancer)?;
+            for &flows in &args.flows {
+                progress.set_message(format!(
+                    "run {}: {}, {flows} flows",
+                    run + 1,
+                    balancer.label()
+                ));
+                bed.warm(flows)?;
+                let t = bed
+                    .trial(&running, flows, duration)
+                    .with_context(|| format!("{} with {flows} flows", balancer.label()))?;
+                progress.note(format!(
+                    "run {} {:<14} {:>7} flows: {:.3} Mpps offered, {:.3} received, LB CPU {:.0}% busy",
+                    run + 1,
+                    balancer.label(),
+                    flows,
+                    t.offered_pps / 1e6,
+                    t.received_pps / 1e6,
+                    t.lb_cpu_busy * 100.0
+                ));
+                trials.push((run, balancer, flows, t));
+                progress.inc(1);
+            }
+            running.stop()?;
+        }
+    }
+    Ok((trials, bed.generator_cpu, bed.lb_cpu))
+}

@@ -1,0 +1,518 @@
+//! The report of `weir-lab bench forward`: rows (medians over runs, ratios to
+//! nftables and HAProxy from the same runs), the JSON shape, the text
+//! tables and the figure.
+
+use serde::Serialize;
+use weir_plot::{Axis, Bar, Bars, Figure, Panel, Style};
+
+use super::{Balancer, ForwardBenchArgs, TcpTrial, Trial};
+
+/// One balancer at one flow count, over the runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub balancer: Balancer,
+    pub flows: u32,
+    /// Received Mpps: median, min, max.
+    pub received_mpps: f64,
+    pub received_mpps_min: f64,
+    pub received_mpps_max: f64,
+    /// Offered Mpps, median.
+    pub offered_mpps: f64,
+    /// Busy share of the load balancer's CPU, median.
+    pub lb_cpu_busy: f64,
+    /// Load balancer's CPU time per received packet (ns), median.
+    pub lb_cpu_ns_per_packet: Option<f64>,
+    /// weir's program, BPF run time per packet (ns), median.
+    pub bpf_ns_per_packet: Option<f64>,
+    /// Median of the per-run ratios to nftables at the same flow count.
+    pub received_vs_nftables: Option<f64>,
+    pub cpu_per_packet_vs_nftables: Option<f64>,
+}
+
+/// One balancer's single long TCP flow, over the runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpRow {
+    pub balancer: Balancer,
+    /// Received Gbit/s: median, min, max.
+    pub gbps: f64,
+    pub gbps_min: f64,
+    pub gbps_max: f64,
+    /// The sender's retransmissions, median.
+    pub retransmits: f64,
+    /// Frames XDP_REDIRECT found a full veth ring for, median.
+    pub redirect_ring_full: f64,
+    /// Packets of the kernel's own transmits (skbs) a veth dropped at a
+    /// full ring, median.
+    pub other_drops: f64,
+    /// Medians of the per-run ratios.
+    pub gbps_vs_nftables: Option<f64>,
+    pub gbps_vs_haproxy: Option<f64>,
+    pub retransmits_vs_nftables: Option<f64>,
+    pub retransmits_vs_haproxy: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub method: &'static str,
+    pub dips: usize,
+    pub duration_s: f64,
+    pub runs: usize,
+    pub generator_cpu: usize,
+    pub lb_cpu: usize,
+    pub rows: Vec<Row>,
+    pub trials: Vec<TrialRecord>,
+    pub tcp_seconds: u64,
+    /// iperf3 -w in KiB; None: the kernel's autotuning.
+    pub tcp_window_kib: Option<u32>,
+    pub tcp_rows: Vec<TcpRow>,
+    pub tcp_trials: Vec<TcpTrialRecord>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TrialRecord {
+    pub run: usize,
+    pub balancer: Balancer,
+    pub flows: u32,
+    #[serde(flatten)]
+    pub trial: Trial,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TcpTrialRecord {
+    pub run: usize,
+    pub balancer: Balancer,
+    #[serde(flatten)]
+    pub trial: TcpTrial,
+}
+
+const METHOD: &str = "64-byte UDP from weir_gen (live BPF_PROG_TEST_RUN, one CPU, full speed) \
+    through the load balancer's namespace to XDP sinks at the backends; the load balancer's \
+    receive NAPI in a kernel thread pinned to its own CPU; CPU per packet = that CPU's \
+    /proc/stat busy time / received; BPF ns = run_time_ns / run_cnt of weir's program; \
+    flows warmed before each trial; TCP: one iperf3 flow per balancer and run from the \
+    client to iperf3 -s at one backend running weir decap, receiver's Gbit/s and \
+    sum_sent.retransmits, the path's veth drop counters; medians over runs, ratios per run";
+
+impl Report {
+    pub fn new(
+        args: &ForwardBenchArgs,
+        generator_cpu: usize,
+        lb_cpu: usize,
+        trials: Vec<(usize, Balancer, u32, Trial)>,
+        tcp_trials: Vec<(usize, Balancer, TcpTrial)>,
+    ) -> Report {
+        let trials: Vec<TrialRecord> = trials
+            .into_iter()
+            .map(|(run, balancer, flows, trial)| TrialRecord {
+                run,
+                balancer,
+                flows,
+                trial,
+            })
+            .collect();
+        let mut rows = Vec::new();
+        for &flows in &args.flows {
+            for &balancer in &args.balancers {
+                let mine: Vec<&TrialRecord> = trials
+                    .iter()
+                    .filter(|t| t.balancer == balancer && t.flows == flows)
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let mpps: Vec<f64> = mine.iter().map(|t| t.trial.received_pps / 1e6).collect();
+                let ratio = |get: fn(&Trial) -> Option<f64>| {
+                    let per_run: Vec<f64> = mine
+                        .iter()
+                        .filter_map(|t| {
+                            let peer = trials.iter().find(|p| {
+                                p.run == t.run
+                                    && p.flows == flows
+                                    && p.balancer == Balancer::Nftables
+                            })?;
+                            Some(get(&t.trial)? / get(&peer.trial).filter(|&x| x > 0.0)?)
+                        })
+                        .collect();
+                    (balancer != Balancer::Nftables && !per_run.is_empty())
+                        .then(|| median(&per_run))
+                };
+                rows.push(Row {
+                    balancer,
+                    flows,
+                    received_mpps: median(&mpps),
+                    received_mpps_min: mpps.iter().copied().fold(f64::INFINITY, f64::min),
+                    received_mpps_max: mpps.iter().copied().fold(0.0, f64::max),
+                    offered_mpps: median(
+                        &mine
+                            .iter()
+                            .map(|t| t.trial.offered_pps / 1e6)
+                            .collect::<Vec<_>>(),
+                    ),
+                    lb_cpu_busy: median(
+                        &mine.iter().map(|t| t.trial.lb_cpu_busy).collect::<Vec<_>>(),
+                    ),
+                    lb_cpu_ns_per_packet: median_of(
+                        mine.iter().map(|t| t.trial.lb_cpu_ns_per_packet),
+                    ),
+                    bpf_ns_per_packet: median_of(mine.iter().map(|t| t.trial.bpf_ns_per_packet)),
+                    received_vs_nftables: ratio(|t| Some(t.received_pps)),
+                    cpu_per_packet_vs_nftables: ratio(|t| t.lb_cpu_ns_per_packet),
+                });
+            }
+        }
+        let tcp_trials: Vec<TcpTrialRecord> = tcp_trials
+            .into_iter()
+            .map(|(run, balancer, trial)| TcpTrialRecord {
+                run,
+                balancer,
+                trial,
+            })
+            .collect();
+        Report {
+            method: METHOD,
+            dips: args.dips,
+            duration_s: args.duration,
+            runs: args.runs,
+            generator_cpu,
+            lb_cpu,
+            rows,
+            trials,
+            tcp_seconds: args.tcp_seconds,
+            tcp_window_kib: args.tcp_window,
+            tcp_rows: tcp_rows(&args.balancers, &tcp_trials),
+            tcp_trials,
+        }
+    }
+}
+
+/// A TCP row per balancer that has trials.
+fn tcp_rows(balancers: &[Balancer], trials: &[TcpTrialRecord]) -> Vec<TcpRow> {
+    let mut rows = Vec::new();
+    for &balancer in balancers {
+        let mine: Vec<&TcpTrialRecord> = trials.iter().filter(|t| t.balancer == balancer).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let of = |get: fn(&TcpTrial) -> f64| -> Vec<f64> {
+            mine.iter().map(|t| get(&t.trial)).collect()
+        };
+        // The median of this balancer's per-run ratios to `peer`; a run
+        // where the peer retransmitted nothing gives no retransmission ratio.
+        let ratio = |peer: Balancer, get: fn(&TcpTrial) -> f64| -> Option<f64> {
+            let per_run: Vec<f64> = mine
+                .iter()
+                .filter_map(|t| {
+                    let p = trials
+                        .iter()
+                        .find(|p| p.run == t.run && p.balancer == peer)?;
+                    let base = get(&p.trial);
+                    (base > 0.0).then(|| get(&t.trial) / base)
+                })
+                .collect();
+            (balancer != peer && !per_run.is_empty()).then(|| median(&per_run))
+        };
+        let gbps = of(|t| t.gbps);
+        rows.push(TcpRow {
+            balancer,
+            gbps: median(&gbps),
+            gbps_min: gbps.iter().copied().fold(f64::INFINITY, f64::min),
+            gbps_max: gbps.iter().copied().fold(0.0, f64::max),
+            retransmits: median(&of(|t| t.retransmits as f64)),
+            redirect_ring_full: median(&of(|t| t.redirect_ring_full() as f64)),
+            other_drops: median(&of(|t| t.other_drops() as f64)),
+            gbps_vs_nftables: ratio(Balancer::Nftables, |t| t.gbps),
+            gbps_vs_haproxy: ratio(Balancer::Haproxy, |t| t.gbps),
+            retransmits_vs_nftables: ratio(Balancer::Nftables, |t| t.retransmits as f64),
+            retransmits_vs_haproxy: ratio(Balancer::Haproxy, |t| t.retransmits as f64),
+        });
+    }
+    rows
+}
+
+/// The median; NaN for none.
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The median of the values there are; None if none.
+fn median_of(v: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let v: Vec<f64> = v.flatten().collect();
+    (!v.is_empty()).then(|| median(&v))
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |x| format!("{x:.digits$}"))
+}
+
+pub fn render(r: &Report) -> String {
+    let mut out = format!(
+        "\nweir bench forward: 64-byte UDP, {} DIPs, {} s trials, median of {} runs; \
+         generator on CPU {}, load balancer's receive path on CPU {}\n",
+        r.dips, r.duration_s, r.runs, r.generator_cpu, r.lb_cpu
+    );
+    out += &format!(
+        "{:<14} {:>7} {:>9} {:>17} {:>9} {:>8} {:>12} {:>10} {:>11} {:>13}\n",
+        "balancer",
+        "flows",
+        "offered",
+        "received Mpps",
+        "LB CPU",
+        "ns/pkt",
+        "BPF ns/pkt",
+        "vs nft rx",
+        "vs nft CPU",
+        ""
+    );
+    for row in &r.rows {
+        out += &format!(
+            "{:<14} {:>7} {:>9.3} {:>6.3} ({:.3}..{:.3}) {:>8.0}% {:>8} {:>12} {:>10} {:>11}\n",
+            row.balancer.label(),
+            row.flows,
+            row.offered_mpps,
+            row.received_mpps,
+            row.received_mpps_min,
+            row.received_mpps_max,
+            row.lb_cpu_busy * 100.0,
+            opt(row.lb_cpu_ns_per_packet, 0),
+            opt(row.bpf_ns_per_packet, 0),
+            ratio(row.received_vs_nftables),
+            ratio(row.cpu_per_packet_vs_nftables),
+        );
+    }
+    if !r.tcp_rows.is_empty() {
+        out += &render_tcp(r);
+    }
+    out
+}
+
+fn ratio(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| format!("{x:.2}x"))
+}
+
+fn render_tcp(r: &Report) -> String {
+    let mut out = format!(
+        "\nOne long TCP flow (iperf3, {} s, {}), median of {} runs; drops at full veth rings: \
+         frames XDP_REDIRECT sent (ring full) and the kernel's own transmits (other)\n",
+        r.tcp_seconds,
+        r.tcp_window_kib
+            .map_or("autotuned buffers".into(), |w| format!("-w {w}K")),
+        r.runs
+    );
+    out += &format!(
+        "{:<14} {:>20} {:>8} {:>10} {:>8} {:>9} {:>9} {:>10} {:>10}\n",
+        "balancer",
+        "Gbit/s",
+        "retrans",
+        "ring full",
+        "other",
+        "vs nft",
+        "vs HAP",
+        "retr/nft",
+        "retr/HAP"
+    );
+    for row in &r.tcp_rows {
+        out += &format!(
+            "{:<14} {:>5.2} ({:.2}..{:.2}) {:>8.0} {:>10.0} {:>8.0} {:>9} {:>9} {:>10} {:>10}\n",
+            row.balancer.label(),
+            row.gbps,
+            row.gbps_min,
+            row.gbps_max,
+            row.retransmits,
+            row.redirect_ring_full,
+            row.other_drops,
+            ratio(row.gbps_vs_nftables),
+            ratio(row.gbps_vs_haproxy),
+            ratio(row.retransmits_vs_nftables),
+            ratio(row.retransmits_vs_haproxy),
+        );
+    }
+    out
+}
+
+/// Received Mpps and CPU per packet, a panel each, a bar per balancer and
+/// flow count.
+pub fn figure(r: &Report) -> Figure {
+    let color = |b: Balancer| match b {
+        Balancer::WeirNat => 0,
+        Balancer::WeirDsr => 1,
+        Balancer::WeirIpip => 2,
+        Balancer::Nftables => 3,
+        Balancer::Haproxy => 4,
+    };
+    let bars = |value: fn(&Row) -> Option<f64>| -> Vec<Bar> {
+        r.rows
+            .iter()
+            .filter_map(|row| {
+                Some(Bar {
+                    label: format!("{}, {} flows", row.balancer.label(), row.flows),
+                    value: value(row)?,
+                    err: None,
+                    style: Style::solid(color(row.balancer)),
+                })
+            })
+            .collect()
+    };
+    let mut panels = vec![
+        Panel::Bars(Bars {
+            title: "64-byte UDP received at the backends".into(),
+            y: Axis::new("Mpps"),
+            bars: bars(|row| Some(row.received_mpps)),
+        }),
+        Panel::Bars(Bars {
+            title: "load balancer CPU per packet".into(),
+            y: Axis::new("ns per packet"),
+            bars: bars(|row| row.lb_cpu_ns_per_packet),
+        }),
+    ];
+    if !r.tcp_rows.is_empty() {
+        let tcp_bars = |value: fn(&TcpRow) -> f64| -> Vec<Bar> {
+            r.tcp_rows
+                .iter()
+                .map(|row| Bar {
+                    label: row.balancer.label().into(),
+                    value: value(row),
+                    err: None,
+                    style: Style::solid(color(row.balancer)),
+                })
+                .collect()
+        };
+        panels.push(Panel::Bars(Bars {
+            title: format!("one long TCP flow ({} s)", r.tcp_seconds),
+            y: Axis::new("Gbit/s"),
+            bars: tcp_bars(|row| row.gbps),
+        }));
+        panels.push(Panel::Bars(Bars {
+            title: "its retransmissions".into(),
+            y: Axis::new("segments"),
+            bars: tcp_bars(|row| row.retransmits),
+        }));
+    }
+    let height = 450 * panels.len() as u32;
+    Figure {
+        title: "weir-lab bench forward: real forwarding through the load balancer".into(),
+        subtitle: Some(format!(
+            "{} DIPs, {} s trials, median of {} runs; the load balancer's receive path alone \
+             on CPU {}",
+            r.dips, r.duration_s, r.runs, r.lb_cpu
+        )),
+        panels,
+        columns: 1,
+        size: (1100, height),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trial(rx_pps: f64, cpu_ns: f64) -> Trial {
+        Trial {
+            offered: 1000,
+            offered_pps: 2e6,
+            received: 1000,
+            received_pps: rx_pps,
+            lb_cpu_busy: 1.0,
+            lb_cpu_ns_per_packet: Some(cpu_ns),
+            bpf_ns_per_packet: None,
+            elapsed_s: 1.0,
+        }
+    }
+
+    #[test]
+    fn ratios_pair_trials_of_the_same_run_and_flow_count() {
+        let args = ForwardBenchArgs {
+            balancers: vec![Balancer::WeirNat, Balancer::Nftables],
+            flows: vec![1, 1000],
+            dips: 2,
+            duration: 1.0,
+            tcp_seconds: 0,
+            tcp_window: None,
+            runs: 2,
+            json: None,
+            svg: None,
+        };
+        let trials = vec![
+            (0, Balancer::WeirNat, 1000, trial(4e6, 100.0)),
+            (0, Balancer::Nftables, 1000, trial(1e6, 500.0)),
+            (1, Balancer::WeirNat, 1000, trial(2e6, 300.0)),
+            (1, Balancer::Nftables, 1000, trial(2e6, 300.0)),
+            // Run 1 measured no nftables at 1 flow: no ratio from it.
+            (0, Balancer::WeirNat, 1, trial(3e6, 100.0)),
+        ];
+        let r = Report::new(&args, 0, 1, trials, Vec::new());
+        let row = |b, f| {
+            r.rows
+                .iter()
+                .find(|x| x.balancer == b && x.flows == f)
+                .unwrap()
+        };
+        let weir = row(Balancer::WeirNat, 1000);
+        assert_eq!(weir.received_mpps, 3.0);
+        // Per run 4x and 1x: the median is 2.5x, not 3/1.5.
+        assert_eq!(weir.received_vs_nftables, Some(2.5));
+        assert_eq!(weir.cpu_per_packet_vs_nftables, Some((0.2 + 1.0) / 2.0));
+        assert_eq!(row(Balancer::Nftables, 1000).received_vs_nftables, None);
+        assert_eq!(row(Balancer::WeirNat, 1).received_vs_nftables, None);
+        assert!(render(&r).contains("2.50x"), "{}", render(&r));
+        assert!(figure(&r).svg().is_ok());
+    }
+
+    fn tcp(gbps: f64, retransmits: u64, ring_full: u64) -> TcpTrial {
+        TcpTrial {
+            gbps,
+            retransmits,
+            drops: [
+                ("lb wb1 tx_queue_0_xdp_xmit_errors".to_string(), ring_full),
+                ("lb wb1 tx_dropped".to_string(), ring_full),
+                ("client eth0 tx_dropped".to_string(), 3),
+            ]
+            .into_iter()
+            .collect(),
+        }
+    }
+
+    #[test]
+    fn tcp_rows_take_per_run_ratios_and_split_the_drops() {
+        let args = ForwardBenchArgs {
+            balancers: vec![Balancer::WeirNat, Balancer::Nftables, Balancer::Haproxy],
+            flows: vec![1],
+            dips: 1,
+            duration: 1.0,
+            tcp_seconds: 2,
+            tcp_window: None,
+            runs: 2,
+            json: None,
+            svg: None,
+        };
+        let tcp_trials = vec![
+            (0, Balancer::WeirNat, tcp(3.0, 100, 40)),
+            (0, Balancer::Nftables, tcp(2.0, 10, 0)),
+            (0, Balancer::Haproxy, tcp(3.0, 50, 0)),
+            (1, Balancer::WeirNat, tcp(2.0, 30, 20)),
+            // No retransmission in run 1: no retransmission ratio from it.
+            (1, Balancer::Nftables, tcp(2.0, 0, 0)),
+            (1, Balancer::Haproxy, tcp(1.0, 30, 0)),
+        ];
+        let r = Report::new(&args, 0, 1, Vec::new(), tcp_trials);
+        let row = |b| r.tcp_rows.iter().find(|x| x.balancer == b).unwrap();
+        let weir = row(Balancer::WeirNat);
+        assert_eq!(weir.gbps, 2.5);
+        assert_eq!(weir.retransmits, 65.0);
+        assert_eq!(weir.redirect_ring_full, 30.0);
+        assert_eq!(weir.other_drops, 3.0);
+        // Per run 1.5x and 1x.
+        assert_eq!(weir.gbps_vs_nftables, Some(1.25));
+        assert_eq!(weir.retransmits_vs_nftables, Some(10.0));
+        // Per run 2x and 1x.
+        assert_eq!(weir.retransmits_vs_haproxy, Some(1.5));
+        assert_eq!(row(Balancer::Haproxy).gbps_vs_haproxy, None);
+        assert!(render(&r).contains("10.00x"), "{}", render(&r));
+        assert!(figure(&r).svg().is_ok());
+    }
+}

@@ -1,0 +1,307 @@
+//! The report of `weir-lab bench xdp`: rows, verdicts against the targets, the
+//! JSON shape and the text table.
+
+use super::*;
+
+/// One measured row.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub family: Family,
+    /// "hit" or "miss".
+    pub path: &'static str,
+    pub mode: Mode,
+    /// Connections installed when measured.
+    pub conns: u64,
+    /// "hot" (one packet repeated), "hot1" (one connection, one repetition
+    /// per call) or "spread" (one repetition per call, random connections).
+    pub measure: &'static str,
+    /// weir_lb, ns per packet: median, min and max over runs.
+    pub ns_median: f64,
+    pub ns_min: f64,
+    pub ns_max: f64,
+    /// xdp_floor measured next to it, ns per packet, median over runs.
+    pub floor_ns_median: f64,
+    /// Per-run ratio weir_lb / floor: median, min and max.
+    pub ratio_median: f64,
+    pub ratio_min: f64,
+    pub ratio_max: f64,
+    /// ns_median of this row / ns_median of the hit row with the fewest
+    /// connections (same mode and measure).
+    pub over_hit_min: Option<f64>,
+    pub runs: u32,
+    /// Repetitions per test_run call.
+    pub repeat: u32,
+    /// test_run calls per run.
+    pub calls_per_run: u32,
+    /// Distinct connections the measurement cycled over.
+    pub distinct_keys: u32,
+}
+
+/// Figures checked against the targets of issue 2.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub family: Family,
+    pub mode: Mode,
+    pub measure: &'static str,
+    pub hit_min_conns: u64,
+    pub hit_max_conns: u64,
+    /// hit path with the fewest connections / floor (target <= 2.0).
+    pub hit_min_over_floor: f64,
+    pub hit_min_over_floor_ok: bool,
+    /// hit path with the most connections / with the fewest (target <= 1.5).
+    pub hit_max_over_hit_min: f64,
+    pub hit_max_over_hit_min_ok: bool,
+}
+
+/// An encapsulating mode's hit path against dsr's (issue 12's target),
+/// measured interleaved with it on the smallest table.
+#[derive(Debug, Clone, Serialize)]
+pub struct EncapVerdict {
+    pub family: Family,
+    pub mode: Mode,
+    pub measure: &'static str,
+    pub conns: u64,
+    /// Median over runs of the mode's ns, and of dsr's.
+    pub ns: f64,
+    pub dsr_ns: f64,
+    /// Median over runs of the per-run ratio to dsr (target <= 1.1).
+    pub over_dsr: f64,
+    pub over_dsr_ok: bool,
+}
+
+/// One row of `--compare-lru`: the same measure on the largest table with
+/// shared and with per-CPU LRU lists, at equal capacity, interleaved.
+#[derive(Debug, Clone, Serialize)]
+pub struct LruRow {
+    pub family: Family,
+    /// "hit" or "miss".
+    pub path: &'static str,
+    pub mode: Mode,
+    pub conns: u64,
+    /// "hot", "spread" or "allcpus".
+    pub measure: &'static str,
+    /// Median over runs, ns per packet, of each layout.
+    pub shared_ns: f64,
+    pub per_cpu_ns: f64,
+    /// Per-run ratio per-cpu / shared: median, min and max.
+    pub per_cpu_over_shared: f64,
+    pub ratio_min: f64,
+    pub ratio_max: f64,
+    pub runs: u32,
+}
+
+/// Everything `--json` writes.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub bench: &'static str,
+    pub kernel: String,
+    pub cpus: usize,
+    pub method: Vec<&'static str>,
+    pub config: Config,
+    pub targets: Targets,
+    pub rows: Vec<Row>,
+    pub verdicts: Vec<Verdict>,
+    pub encap_verdicts: Vec<EncapVerdict>,
+    /// Empty unless `--compare-lru`.
+    pub lru_comparison: Vec<LruRow>,
+    pub fill_seconds: f64,
+    pub total_seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    pub repeat: u32,
+    pub runs: u32,
+    pub keys: u32,
+    pub spread: u32,
+    pub sizes: Vec<u32>,
+    pub families: Vec<Family>,
+    pub modes: Vec<Mode>,
+    pub next_hop: NextHopSource,
+    pub lru: Lru,
+    pub compare_lru: bool,
+    pub seed: u64,
+    pub conn_capacity: u32,
+    pub half_open_capacity: u32,
+    /// Frame length of the IPv4 packets, and of the IPv6 ones.
+    pub frame_bytes: usize,
+    pub frame_bytes_v6: usize,
+    pub packet: &'static str,
+    /// The ingress ifindex test_run gave the program (read back from a reverse-NAT entry).
+    pub test_run_ingress_ifindex: u32,
+    pub loopback_ifindex: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Targets {
+    pub hit1_over_floor_max: f64,
+    pub hit1m_over_hit1_max: f64,
+    pub encap_hit_over_dsr_max: f64,
+}
+
+/// (min, median, max).
+pub(super) fn stats(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let med = if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    };
+    (s[0], med, s[n - 1])
+}
+
+/// The text table.
+pub fn render(report: &Report) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "weir-lab bench xdp: BPF_PROG_TEST_RUN, {}-byte IPv4/TCP (v4) and {}-byte IPv6/TCP (v6) \
+         frames, kernel {}, {} CPUs",
+        report.config.frame_bytes, report.config.frame_bytes_v6, report.kernel, report.cpus
+    );
+    let _ = writeln!(
+        s,
+        "FIB on, the DIP's next hop {}",
+        match report.config.next_hop {
+            NextHopSource::Resolved => "resolved into its slot (weir serve's default)",
+            NextHopSource::Fib => "not resolved: a FIB lookup per packet",
+        }
+    );
+    let _ = writeln!(
+        s,
+        "connection tables' LRU: {}",
+        match report.config.lru {
+            Lru::Shared => "shared (one list for all CPUs, weir serve's default)",
+            Lru::PerCpu => "per-cpu (one list per CPU, BPF_F_NO_COMMON_LRU)",
+        }
+    );
+    let _ = writeln!(
+        s,
+        "hot = one packet x{} per call (runs cycle over {} random installed connections); \
+         spread = {} calls x1 repetition, each a random connection; hot1 = {} calls x1 \
+         repetition on one connection (ipip and gue have no hot: test_run does not restore \
+         the packet they grow)",
+        report.config.repeat, report.config.keys, report.config.spread, report.config.spread
+    );
+    let _ = writeln!(
+        s,
+        "medians over {} runs; every table size has its own weir_lb, run in rotating order with the floor xdp_floor (swap MACs, XDP_TX);\n\
+         ns are the kernel's (hot: whole ns, truncated); test_run does not carry out XDP_TX or XDP_REDIRECT; x hit(1) = median per-run ns / ns with the fewest connections",
+        report.config.runs
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<3} {:<5} {:<4} {:>9} {:<7} {:>9} {:>17} {:>9} {:>8} {:>15} {:>8}",
+        "fam",
+        "path",
+        "mode",
+        "conns",
+        "measure",
+        "ns/pkt",
+        "min..max",
+        "floor ns",
+        "x floor",
+        "x floor range",
+        "x hit(1)"
+    );
+    let mut rows: Vec<&Row> = report.rows.iter().collect();
+    rows.sort_by_key(|r| (r.measure, r.mode.name(), r.path, r.family, r.conns));
+    let mut last = ("", "");
+    for r in rows {
+        if (r.measure, r.mode.name()) != last && last != ("", "") {
+            let _ = writeln!(s);
+        }
+        last = (r.measure, r.mode.name());
+        let _ = writeln!(
+            s,
+            "{:<3} {:<5} {:<4} {:>9} {:<7} {:>9.1} {:>17} {:>9.1} {:>7.2}x {:>15} {:>8}",
+            r.family.name(),
+            r.path,
+            r.mode.name(),
+            r.conns,
+            r.measure,
+            r.ns_median,
+            format!("{:.1}..{:.1}", r.ns_min, r.ns_max),
+            r.floor_ns_median,
+            r.ratio_median,
+            format!("{:.2}..{:.2}", r.ratio_min, r.ratio_max),
+            r.over_hit_min
+                .filter(|_| r.path == "hit")
+                .map_or("-".to_string(), |x| format!("{x:.2}x")),
+        );
+    }
+    let _ = writeln!(s);
+    for v in &report.verdicts {
+        let _ = writeln!(
+            s,
+            "target {} {} {:<6}: hit({}) = {:.2}x floor (<= {:.1}: {}), hit({})/hit({}) = {:.2} (<= {:.1}: {})",
+            v.family.name(),
+            v.mode.name(),
+            v.measure,
+            v.hit_min_conns,
+            v.hit_min_over_floor,
+            report.targets.hit1_over_floor_max,
+            if v.hit_min_over_floor_ok { "met" } else { "MISSED" },
+            v.hit_max_conns,
+            v.hit_min_conns,
+            v.hit_max_over_hit_min,
+            report.targets.hit1m_over_hit1_max,
+            if v.hit_max_over_hit_min_ok { "met" } else { "MISSED" },
+        );
+    }
+    for v in &report.encap_verdicts {
+        let _ = writeln!(
+            s,
+            "target {} {} {:<6}: hit({}) = {:.1} ns, {:.3}x dsr's {:.1} ns in the same runs (<= {:.1}: {})",
+            v.family.name(),
+            v.mode.name(),
+            v.measure,
+            v.conns,
+            v.ns,
+            v.over_dsr,
+            v.dsr_ns,
+            report.targets.encap_hit_over_dsr_max,
+            if v.over_dsr_ok { "met" } else { "MISSED" },
+        );
+    }
+    if !report.lru_comparison.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nLRU layouts at equal capacity ({} entries, filled evenly from every CPU), interleaved in the same runs:",
+            report.config.conn_capacity
+        );
+        let _ = writeln!(
+            s,
+            "{:<3} {:<5} {:<4} {:>9} {:<7} {:>10} {:>11} {:>17} {:>13}",
+            "fam",
+            "path",
+            "mode",
+            "conns",
+            "measure",
+            "shared ns",
+            "per-cpu ns",
+            "per-cpu/shared",
+            "range"
+        );
+        for r in &report.lru_comparison {
+            let _ = writeln!(
+                s,
+                "{:<3} {:<5} {:<4} {:>9} {:<7} {:>10.1} {:>11.1} {:>16.2}x {:>13}",
+                r.family.name(),
+                r.path,
+                r.mode.name(),
+                r.conns,
+                r.measure,
+                r.shared_ns,
+                r.per_cpu_ns,
+                r.per_cpu_over_shared,
+                format!("{:.2}..{:.2}", r.ratio_min, r.ratio_max),
+            );
+        }
+    }
+    s
+}
