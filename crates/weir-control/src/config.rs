@@ -120,6 +120,12 @@ fn one() -> Spanned<u32> {
 fn encap_mtu() -> Spanned<u32> {
     Spanned::new(0..0, weir_dataplane::loader::Encap::default().mtu)
 }
+fn syn_rate() -> Spanned<u32> {
+    Spanned::new(0..0, weir_dataplane::loader::SynBudget::default().rate)
+}
+fn syn_burst() -> Spanned<u32> {
+    Spanned::new(0..0, weir_dataplane::loader::SynBudget::default().burst)
+}
 fn gue_port() -> Spanned<u16> {
     Spanned::new(0..0, weir_abi::WEIR_GUE_PORT as u16)
 }
@@ -222,6 +228,14 @@ pub struct Dataplane {
     /// How long a released packet may wait for a missing earlier one, in
     /// microseconds (the reorder stage's hold time).
     pub reorder_hold_us: Option<Spanned<u64>>,
+    /// Software and hybrid: SYNs a second each receiving CPU hands to the
+    /// workers; XDP drops the rest (`drop_syn_budget`), so a flood cannot
+    /// crowd established packets out of the workers' rings. 0: no budget.
+    #[serde(default = "syn_rate")]
+    pub syn_rate: Spanned<u32>,
+    /// Software and hybrid: SYNs that pass at once after a quiet spell.
+    #[serde(default = "syn_burst")]
+    pub syn_burst: Spanned<u32>,
     /// Experiments: TSC cycles of busy work added per packet in each worker.
     pub cost_cycles: Option<Spanned<u64>>,
     /// ipip and gue: the largest outer IP datagram weir sends (the smallest
@@ -304,6 +318,14 @@ impl Dataplane {
     pub fn half_open_size(&self) -> u32 {
         self.half_open_table_size
             .unwrap_or((self.conn_table_size / 4).max(1))
+    }
+
+    /// The SYN budget as the loader takes it.
+    pub fn syn_budget(&self) -> weir_dataplane::loader::SynBudget {
+        weir_dataplane::loader::SynBudget {
+            rate: *self.syn_rate.get_ref(),
+            burst: *self.syn_burst.get_ref(),
+        }
     }
 
     /// The workers' distribution as weir-core and the loader take it.
@@ -1219,7 +1241,47 @@ impl Config {
                 )));
             }
         }
-        self.validate_distribution(ck, warnings)
+        self.validate_distribution(ck, warnings)?;
+        self.validate_syn_budget(ck, warnings)
+    }
+
+    /// `syn_rate` and `syn_burst`.
+    fn validate_syn_budget(
+        &self,
+        ck: &Checker<'_>,
+        warnings: &mut Vec<ConfigWarning>,
+    ) -> Result<(), ConfigError> {
+        let dp = &self.dataplane;
+        let keys = [("syn_rate", &dp.syn_rate), ("syn_burst", &dp.syn_burst)];
+        let given_keys = keys.iter().filter(|(_, v)| given(v));
+        if dp.tier == Tier::Xdp {
+            for (key, v) in given_keys {
+                warnings.push(ck.err(
+                    Some(v.span()),
+                    format!("dataplane.{key}"),
+                    "tier = \"xdp\" runs no workers and keeps its SYNs in the half-open \
+                     table; this is ignored",
+                ));
+            }
+            return Ok(());
+        }
+        dp.syn_budget().validate().map_err(|e| {
+            // The message names the key at fault; point at it if given.
+            let (key, v) = if e.starts_with("syn_burst") { keys[1] } else { keys[0] };
+            ck.err(
+                Some(v.span()).filter(|_| given(v)),
+                format!("dataplane.{key}"),
+                e,
+            )
+        })?;
+        if *dp.syn_rate.get_ref() == 0 && given(&dp.syn_burst) {
+            warnings.push(ck.err(
+                Some(dp.syn_burst.span()),
+                "dataplane.syn_burst",
+                "syn_rate = 0 admits every SYN; this is ignored",
+            ));
+        }
+        Ok(())
     }
 
     /// `distribution`, `spray_scope`, `reorder` and `cost_cycles`.
