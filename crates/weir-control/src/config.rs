@@ -1267,7 +1267,11 @@ impl Config {
         }
         dp.syn_budget().validate().map_err(|e| {
             // The message names the key at fault; point at it if given.
-            let (key, v) = if e.starts_with("syn_burst") { keys[1] } else { keys[0] };
+            let (key, v) = if e.starts_with("syn_burst") {
+                keys[1]
+            } else {
+                keys[0]
+            };
             ck.err(
                 Some(v.span()).filter(|_| given(v)),
                 format!("dataplane.{key}"),
@@ -2105,6 +2109,80 @@ mode = "nat"
         assert_eq!(
             warned("tier = \"software\"\noffload = \"heavy\""),
             [field("dataplane.offload", 5)]
+        );
+    }
+
+    #[test]
+    fn the_syn_budget_is_checked_with_the_field_and_the_line() {
+        let dp = Config::parse("t.toml", GOOD).unwrap().dataplane;
+        assert_eq!(
+            dp.syn_budget(),
+            weir_dataplane::loader::SynBudget {
+                rate: 20_000,
+                burst: 2_000
+            }
+        );
+        let sw = "tier = \"software\"";
+        let c = Config::parse(
+            "t.toml",
+            &dataplane_with(&format!("{sw}\nsyn_rate = 5000\nsyn_burst = 50")),
+        )
+        .unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(
+            (
+                c.dataplane.syn_budget().rate,
+                c.dataplane.syn_budget().burst
+            ),
+            (5000, 50)
+        );
+        let cases = [
+            (
+                "syn_rate = 100000001",
+                "dataplane.syn_rate",
+                5,
+                "beyond 100000000",
+            ),
+            ("syn_rate = -1", "dataplane.syn_rate", 5, "invalid value"),
+            ("syn_burst = 0", "dataplane.syn_burst", 5, "admit no SYN"),
+            (
+                "syn_rate = 10\nsyn_burst = 101",
+                "dataplane.syn_burst",
+                6,
+                "more than 10 s",
+            ),
+            // The default rate, a burst beyond 10 s of it.
+            (
+                "syn_burst = 200001",
+                "dataplane.syn_burst",
+                5,
+                "at most 200000",
+            ),
+        ];
+        for (keys, field, line, what) in cases {
+            let e = err_of(&dataplane_with(&format!("{sw}\n{keys}")));
+            assert_eq!(
+                (e.field.as_str(), e.line),
+                (field, Some(line)),
+                "{keys}: {e}"
+            );
+            assert!(e.message.contains(what), "{keys}: {e}");
+        }
+        let warned = |keys: &str| {
+            Config::parse("t.toml", &dataplane_with(keys))
+                .unwrap()
+                .warnings
+                .iter()
+                .map(|w| (w.field.clone(), w.line.unwrap()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            warned("syn_rate = 100"),
+            [("dataplane.syn_rate".to_string(), 4)]
+        );
+        assert_eq!(
+            warned(&format!("{sw}\nsyn_rate = 0\nsyn_burst = 5")),
+            [("dataplane.syn_burst".to_string(), 6)]
         );
     }
 

@@ -809,11 +809,20 @@ fn stay_on_this_cpu() {
     // changes only the calling thread.
     unsafe {
         let cpu = libc::sched_getcpu();
-        assert!(cpu >= 0, "sched_getcpu: {}", std::io::Error::last_os_error());
+        assert!(
+            cpu >= 0,
+            "sched_getcpu: {}",
+            std::io::Error::last_os_error()
+        );
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu as usize, &mut set);
         let rc = libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
-        assert_eq!(rc, 0, "sched_setaffinity: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            rc,
+            0,
+            "sched_setaffinity: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
@@ -885,10 +894,15 @@ fn hybrid_tier_admits_syns_within_the_budget_and_forwards_hits_beyond_it() {
             over_budget("a SYN on a fast entry's tuple beyond the budget", &reused)
                 .before(install(&hit, &d1, Some(0), fresh))
                 .after(fast_is(&hit, 0, 0)),
-            Case::new("its connection's packets still forwarded", hit.bytes(), Tx, WEIR_STAT_TX)
-                .output(nat_out(&hit, &d1).bytes())
-                .events(&[WEIR_STAT_CONN_HIT])
-                .after(fast_is(&hit, 1, 0)),
+            Case::new(
+                "its connection's packets still forwarded",
+                hit.bytes(),
+                Tx,
+                WEIR_STAT_TX,
+            )
+            .output(nat_out(&hit, &d1).bytes())
+            .events(&[WEIR_STAT_CONN_HIT])
+            .after(fast_is(&hit, 1, 0)),
             steered("a miss that is no SYN beyond the budget", &miss, miss_ev),
             steered("a nat reply with no fast entry", &reply(&miss, &d1), &[]),
             over_budget("still no room for a SYN", &syn(44005)),
