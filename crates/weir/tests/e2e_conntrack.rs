@@ -225,10 +225,12 @@ fn a_syn_flood_through_the_workers_breaks_no_established_connection(tier: &str) 
 
     let live = spawn_http(&lab.client, vip, 100, 30, Duration::from_millis(400));
     std::thread::sleep(Duration::from_millis(500));
+    // As fast as the generator goes (8 s, bounded): at 100k SYNs a second
+    // the rings overflow too, but TCP's retransmissions still save the
+    // connections.
     let mut flood = GenSpec::syn_flood(IpAddr::from([10, 200, 0, 0]), 16, vip, 11);
     flood.dst_mac = mac_in(&lab.lb, "wc0").unwrap();
-    let mut spec = OfferSpec::new(flood, Duration::from_secs(8));
-    spec.rate = Some(100_000.0);
+    let spec = OfferSpec::new(flood, Duration::from_secs(8));
     let sent = offer(&lab.client, "eth0", &spec).expect("SYN flood");
 
     let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
