@@ -2118,8 +2118,8 @@ mode = "nat"
         assert_eq!(
             dp.syn_budget(),
             weir_dataplane::loader::SynBudget {
-                rate: 20_000,
-                burst: 2_000
+                rate: 10_000,
+                burst: 1_000
             }
         );
         let sw = "tier = \"software\"";
@@ -2153,10 +2153,10 @@ mode = "nat"
             ),
             // The default rate, a burst beyond 10 s of it.
             (
-                "syn_burst = 200001",
+                "syn_burst = 100001",
                 "dataplane.syn_burst",
                 5,
-                "at most 200000",
+                "at most 100000",
             ),
         ];
         for (keys, field, line, what) in cases {

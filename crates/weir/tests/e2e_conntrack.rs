@@ -206,7 +206,7 @@ fn a_syn_flood_breaks_no_established_connection() {
 /// SYN budget, a flood on a small table breaks none of 100 established
 /// connections; what it sheds, XDP drops and counts. (With `syn_rate = 0`,
 /// no budget, the rings overflow and most of them break: `weir lab
-/// synflood --tiers software,hybrid --syn-rates 20000,0` shows both.)
+/// synflood --tiers software,hybrid --syn-rates 10000,0` shows both.)
 fn a_syn_flood_through_the_workers_breaks_no_established_connection(tier: &str) {
     let lab = Lab::build(2).expect("building the lab");
     let _backends: Vec<Backend> = lab
