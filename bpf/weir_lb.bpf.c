@@ -15,6 +15,8 @@
  * the connection table, dispatch and rewrite. In the hybrid tier (HNLB) the
  * connection table is the bounded fast table the workers fill: a hit is
  * forwarded here as in the xdp tier, anything else goes to the workers.
+ * In both, SYNs reach the workers within a budget (admission.h), so a flood
+ * of them cannot crowd out the packets of established connections.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -30,6 +32,7 @@
 #include "lib/encap.h"
 #include "lib/telemetry.h"
 #include "lib/software.h"
+#include "lib/admission.h"
 #include "lib/sync.h"
 #include "lib/vip_match.h"
 
@@ -285,7 +288,8 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
  * the full table, dispatches and installs fast entries: a miss, and every
  * SYN (a new connection on the tuple, or one the workers have not confirmed;
  * its fast entry goes, as in the xdp tier). An expired entry, or one whose
- * DIP was removed, goes too. */
+ * DIP was removed, goes too. A SYN beyond the workers' budget is dropped
+ * first (admission.h). */
 static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 				     const struct weir_vip *vip)
 {
@@ -296,6 +300,10 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 	struct weir_conn *conn;
 	struct weir_dip *dip;
 
+	/* Before the lookup: a SYN beyond the budget leaves the fast entry of
+	 * its tuple as it was. */
+	if (syn && !syn_admitted())
+		return XDP_DROP;
 	conn = conn_lookup(&pkt->key);
 	if (!conn)
 		goto miss;
@@ -426,8 +434,11 @@ int weir_lb(struct xdp_md *ctx)
 	vkey.family = pkt.key.family;
 	vip = vip_match(&vkey);
 	if (vip) {
-		if (cfg_tier == WEIR_TIER_SOFTWARE)
+		if (cfg_tier == WEIR_TIER_SOFTWARE) {
+			if (opens_connection(&pkt) && !syn_admitted())
+				return XDP_DROP;
 			return to_software(ctx, &pkt, cfg_hash_seed);
+		}
 		if (cfg_tier == WEIR_TIER_HYBRID)
 			return fast_path(ctx, &pkt, vip);
 		return balance(ctx, &pkt, vip);

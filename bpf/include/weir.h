@@ -335,7 +335,9 @@ enum weir_stat {
 	WEIR_STAT_DROP_NO_WORKER,   /* for the software tier, but no socket on its queue */
 	WEIR_STAT_DROP_TOO_BIG,     /* ipip/gue: the encapsulated packet exceeds encap_mtu,
 				     * or the frame cannot grow */
-	WEIR_STAT_LAST_OUTCOME = WEIR_STAT_DROP_TOO_BIG, /* outcomes are contiguous */
+	WEIR_STAT_DROP_SYN_BUDGET,  /* software, hybrid: a SYN beyond the workers' budget
+				     * of new connections (admission.h) */
+	WEIR_STAT_LAST_OUTCOME = WEIR_STAT_DROP_SYN_BUDGET, /* outcomes are contiguous */
 	/* events */
 	WEIR_STAT_CONN_HIT,
 	WEIR_STAT_CONN_MISS,

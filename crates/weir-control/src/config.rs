@@ -120,6 +120,12 @@ fn one() -> Spanned<u32> {
 fn encap_mtu() -> Spanned<u32> {
     Spanned::new(0..0, weir_dataplane::loader::Encap::default().mtu)
 }
+fn syn_rate() -> Spanned<u32> {
+    Spanned::new(0..0, weir_dataplane::loader::SynBudget::default().rate)
+}
+fn syn_burst() -> Spanned<u32> {
+    Spanned::new(0..0, weir_dataplane::loader::SynBudget::default().burst)
+}
 fn gue_port() -> Spanned<u16> {
     Spanned::new(0..0, weir_abi::WEIR_GUE_PORT as u16)
 }
@@ -222,6 +228,14 @@ pub struct Dataplane {
     /// How long a released packet may wait for a missing earlier one, in
     /// microseconds (the reorder stage's hold time).
     pub reorder_hold_us: Option<Spanned<u64>>,
+    /// Software and hybrid: SYNs a second each receiving CPU hands to the
+    /// workers; XDP drops the rest (`drop_syn_budget`), so a flood cannot
+    /// crowd established packets out of the workers' rings. 0: no budget.
+    #[serde(default = "syn_rate")]
+    pub syn_rate: Spanned<u32>,
+    /// Software and hybrid: SYNs that pass at once after a quiet spell.
+    #[serde(default = "syn_burst")]
+    pub syn_burst: Spanned<u32>,
     /// Experiments: TSC cycles of busy work added per packet in each worker.
     pub cost_cycles: Option<Spanned<u64>>,
     /// ipip and gue: the largest outer IP datagram weir sends (the smallest
@@ -304,6 +318,14 @@ impl Dataplane {
     pub fn half_open_size(&self) -> u32 {
         self.half_open_table_size
             .unwrap_or((self.conn_table_size / 4).max(1))
+    }
+
+    /// The SYN budget as the loader takes it.
+    pub fn syn_budget(&self) -> weir_dataplane::loader::SynBudget {
+        weir_dataplane::loader::SynBudget {
+            rate: *self.syn_rate.get_ref(),
+            burst: *self.syn_burst.get_ref(),
+        }
     }
 
     /// The workers' distribution as weir-core and the loader take it.
@@ -1219,7 +1241,51 @@ impl Config {
                 )));
             }
         }
-        self.validate_distribution(ck, warnings)
+        self.validate_distribution(ck, warnings)?;
+        self.validate_syn_budget(ck, warnings)
+    }
+
+    /// `syn_rate` and `syn_burst`.
+    fn validate_syn_budget(
+        &self,
+        ck: &Checker<'_>,
+        warnings: &mut Vec<ConfigWarning>,
+    ) -> Result<(), ConfigError> {
+        let dp = &self.dataplane;
+        let keys = [("syn_rate", &dp.syn_rate), ("syn_burst", &dp.syn_burst)];
+        let given_keys = keys.iter().filter(|(_, v)| given(v));
+        if dp.tier == Tier::Xdp {
+            for (key, v) in given_keys {
+                warnings.push(ck.err(
+                    Some(v.span()),
+                    format!("dataplane.{key}"),
+                    "tier = \"xdp\" runs no workers and keeps its SYNs in the half-open \
+                     table; this is ignored",
+                ));
+            }
+            return Ok(());
+        }
+        dp.syn_budget().validate().map_err(|e| {
+            // The message names the key at fault; point at it if given.
+            let (key, v) = if e.starts_with("syn_burst") {
+                keys[1]
+            } else {
+                keys[0]
+            };
+            ck.err(
+                Some(v.span()).filter(|_| given(v)),
+                format!("dataplane.{key}"),
+                e,
+            )
+        })?;
+        if *dp.syn_rate.get_ref() == 0 && given(&dp.syn_burst) {
+            warnings.push(ck.err(
+                Some(dp.syn_burst.span()),
+                "dataplane.syn_burst",
+                "syn_rate = 0 admits every SYN; this is ignored",
+            ));
+        }
+        Ok(())
     }
 
     /// `distribution`, `spray_scope`, `reorder` and `cost_cycles`.
@@ -2043,6 +2109,80 @@ mode = "nat"
         assert_eq!(
             warned("tier = \"software\"\noffload = \"heavy\""),
             [field("dataplane.offload", 5)]
+        );
+    }
+
+    #[test]
+    fn the_syn_budget_is_checked_with_the_field_and_the_line() {
+        let dp = Config::parse("t.toml", GOOD).unwrap().dataplane;
+        assert_eq!(
+            dp.syn_budget(),
+            weir_dataplane::loader::SynBudget {
+                rate: 10_000,
+                burst: 1_000
+            }
+        );
+        let sw = "tier = \"software\"";
+        let c = Config::parse(
+            "t.toml",
+            &dataplane_with(&format!("{sw}\nsyn_rate = 5000\nsyn_burst = 50")),
+        )
+        .unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(
+            (
+                c.dataplane.syn_budget().rate,
+                c.dataplane.syn_budget().burst
+            ),
+            (5000, 50)
+        );
+        let cases = [
+            (
+                "syn_rate = 100000001",
+                "dataplane.syn_rate",
+                5,
+                "beyond 100000000",
+            ),
+            ("syn_rate = -1", "dataplane.syn_rate", 5, "invalid value"),
+            ("syn_burst = 0", "dataplane.syn_burst", 5, "admit no SYN"),
+            (
+                "syn_rate = 10\nsyn_burst = 101",
+                "dataplane.syn_burst",
+                6,
+                "more than 10 s",
+            ),
+            // The default rate, a burst beyond 10 s of it.
+            (
+                "syn_burst = 100001",
+                "dataplane.syn_burst",
+                5,
+                "at most 100000",
+            ),
+        ];
+        for (keys, field, line, what) in cases {
+            let e = err_of(&dataplane_with(&format!("{sw}\n{keys}")));
+            assert_eq!(
+                (e.field.as_str(), e.line),
+                (field, Some(line)),
+                "{keys}: {e}"
+            );
+            assert!(e.message.contains(what), "{keys}: {e}");
+        }
+        let warned = |keys: &str| {
+            Config::parse("t.toml", &dataplane_with(keys))
+                .unwrap()
+                .warnings
+                .iter()
+                .map(|w| (w.field.clone(), w.line.unwrap()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            warned("syn_rate = 100"),
+            [("dataplane.syn_rate".to_string(), 4)]
+        );
+        assert_eq!(
+            warned(&format!("{sw}\nsyn_rate = 0\nsyn_burst = 5")),
+            [("dataplane.syn_burst".to_string(), 6)]
         );
     }
 

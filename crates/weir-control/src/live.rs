@@ -283,6 +283,9 @@ fn warn_restart_only(running: &Config, next: &Config) {
     if src(a) != src(b) {
         log("reload: [dataplane] encap_mtu, encap_source_v4/v6 and gue_port take effect only on restart");
     }
+    if a.syn_budget() != b.syn_budget() {
+        log("reload: [dataplane] syn_rate and syn_burst take effect only on restart");
+    }
 }
 
 /// Starts the controller thread when the configuration wants one.

@@ -209,6 +209,7 @@ fn load_options(cfg: &Config) -> LoadOptions {
             source_v6: dp.encap_source_v6.as_ref().map(|a| *a.get_ref()),
             gue_port: *dp.gue_port.get_ref(),
         },
+        syn_budget: dp.syn_budget(),
     }
 }
 

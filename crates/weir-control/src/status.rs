@@ -35,6 +35,7 @@ pub const STAT_NAMES: [&str; WEIR_STAT_MAX as usize] = [
     "to_software",
     "drop_no_worker",
     "drop_too_big",
+    "drop_syn_budget",
     "conn_hit",
     "conn_miss",
     "conn_new",

@@ -32,7 +32,7 @@ use weir_core::flow::addr_words;
 use weir_dataplane::attach::{attach_all, XdpMode};
 use weir_dataplane::conntrack::{self, now_ticks};
 use weir_dataplane::iface::Iface;
-use weir_dataplane::loader::{LoadOptions, Tier};
+use weir_dataplane::loader::{LoadOptions, SynBudget, Tier};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Pass, Redirect, Tx};
 
 /// This host's address (on wda): replies to it are local.
@@ -798,5 +798,155 @@ fn a_vip_datagram_reaches_the_workers_socket() {
         );
         assert!(h.stats()[WEIR_STAT_TO_SOFTWARE as usize] >= 1);
         h.assert_balanced("live");
+    });
+}
+
+/// Keeps the calling thread on the CPU it runs on: the SYN budget is per
+/// CPU, and BPF_PROG_TEST_RUN runs the program on the caller's CPU.
+fn stay_on_this_cpu() {
+    // SAFETY: sched_getcpu reads the calling thread's CPU; cpu_set_t is
+    // plain data, CPU_SET writes within it, and sched_setaffinity(0, ..)
+    // changes only the calling thread.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        assert!(
+            cpu >= 0,
+            "sched_getcpu: {}",
+            std::io::Error::last_os_error()
+        );
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        let rc = libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+        assert_eq!(
+            rc,
+            0,
+            "sched_setaffinity: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// A budget of 3 SYNs at once and 1 a second: the cases run within
+/// milliseconds, so the fourth SYN finds the bucket empty.
+fn budget_opts(tier: Tier) -> LoadOptions {
+    LoadOptions {
+        syn_budget: SynBudget { rate: 1, burst: 3 },
+        ..opts(tier)
+    }
+}
+
+fn over_budget(name: &str, f: &Frame) -> Case {
+    Case::new(name, f.bytes(), Drop, WEIR_STAT_DROP_SYN_BUDGET)
+}
+
+/// Software tier: SYNs reach the worker within the budget and are dropped
+/// and counted beyond it; nothing else is held to it.
+#[test]
+fn software_tier_admits_syns_within_the_budget_and_never_holds_back_the_rest() {
+    in_netns(|| {
+        stay_on_this_cpu();
+        let h = Harness::new(&budget_opts(Tier::Software));
+        let _worker = worker(&h, 0, 0);
+        let d1 = h.fx.dip(1).clone();
+        let syn = |port| tcp("192.0.2.1", port, "10.0.0.100", 80, TcpFlags::SYN);
+        let syn6 = tcp("2001:db8:c::1", 43005, "2001:db8::100", 80, TcpFlags::SYN);
+        let ack = tcp("192.0.2.1", 43001, "10.0.0.100", 80, TcpFlags::ACK);
+        let synack = tcp("192.0.2.1", 43006, "10.0.0.100", 80, TcpFlags::SYN_ACK);
+        let fin = tcp("192.0.2.1", 43007, "10.0.0.100", 80, TcpFlags::FIN_ACK);
+        let dns = udp("192.0.2.1", 43008, "10.0.0.100", 53);
+        let cases = vec![
+            steered("SYN 1 of the burst", &syn(43001), &[]),
+            steered("SYN 2 of the burst", &syn(43002), &[]),
+            steered("v6 SYN 3 of the burst", &syn6, &[]),
+            over_budget("SYN 4: beyond the burst", &syn(43003)),
+            over_budget("a retransmitted SYN beyond the budget", &syn(43001)),
+            steered("an established packet beyond the budget", &ack, &[]),
+            steered("a SYN-ACK is no new connection", &synack, &[]),
+            steered("a FIN beyond the budget", &fin, &[]),
+            steered("udp is not held to the budget", &dns, &[]),
+            steered("a nat reply beyond the budget", &reply(&ack, &d1), &[]),
+            over_budget("still no room for a SYN", &syn(43004)),
+        ];
+        run_cases(&h, cases);
+    });
+}
+
+/// Hybrid tier: the same budget for SYNs, which go to the workers; a SYN
+/// beyond it leaves the fast entry of its tuple alone, and fast-table hits
+/// and misses that are no SYN are never held to it.
+#[test]
+fn hybrid_tier_admits_syns_within_the_budget_and_forwards_hits_beyond_it() {
+    in_netns(|| {
+        stay_on_this_cpu();
+        let h = Harness::new(&budget_opts(Tier::Hybrid));
+        let _worker = worker(&h, 0, 0);
+        let d1 = h.fx.dip(1).clone();
+        let syn = |port| tcp("192.0.2.1", port, "10.0.0.100", 80, TcpFlags::SYN);
+        let hit = tcp("192.0.2.1", 44010, "10.0.0.100", 80, TcpFlags::ACK);
+        let reused = tcp("192.0.2.1", 44010, "10.0.0.100", 80, TcpFlags::SYN);
+        let miss = tcp("192.0.2.1", 44011, "10.0.0.100", 80, TcpFlags::ACK);
+        let miss_ev = &[WEIR_STAT_CONN_MISS][..];
+        let cases = vec![
+            steered("SYN 1 of the burst", &syn(44001), miss_ev),
+            steered("SYN 2 of the burst", &syn(44002), miss_ev),
+            steered("SYN 3 of the burst", &syn(44003), miss_ev),
+            over_budget("SYN 4: beyond the burst", &syn(44004)),
+            over_budget("a SYN on a fast entry's tuple beyond the budget", &reused)
+                .before(install(&hit, &d1, Some(0), fresh))
+                .after(fast_is(&hit, 0, 0)),
+            Case::new(
+                "its connection's packets still forwarded",
+                hit.bytes(),
+                Tx,
+                WEIR_STAT_TX,
+            )
+            .output(nat_out(&hit, &d1).bytes())
+            .events(&[WEIR_STAT_CONN_HIT])
+            .after(fast_is(&hit, 1, 0)),
+            steered("a miss that is no SYN beyond the budget", &miss, miss_ev),
+            steered("a nat reply with no fast entry", &reply(&miss, &d1), &[]),
+            over_budget("still no room for a SYN", &syn(44005)),
+        ];
+        run_cases(&h, cases);
+    });
+}
+
+/// The bucket refills at its rate: with 1000 SYNs a second and no burst,
+/// a second SYN at once is dropped, one after a few milliseconds passes;
+/// and a rate of 0 holds back nothing.
+#[test]
+fn the_syn_budget_refills_at_its_rate_and_zero_means_none() {
+    in_netns(|| {
+        stay_on_this_cpu();
+        let syn = |port| tcp("192.0.2.1", port, "10.0.0.100", 80, TcpFlags::SYN);
+        let h = Harness::new(&LoadOptions {
+            syn_budget: SynBudget {
+                rate: 1000,
+                burst: 1,
+            },
+            ..opts(Tier::Software)
+        });
+        let w = worker(&h, 0, 0);
+        run_cases(
+            &h,
+            vec![
+                steered("the first SYN", &syn(45001), &[]),
+                over_budget("a second one at once", &syn(45002)),
+            ],
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        run_cases(&h, vec![steered("one 5 ms later", &syn(45003), &[])]);
+        // The queue takes one socket at a time.
+        drop((w, h));
+
+        let h = Harness::new(&LoadOptions {
+            syn_budget: SynBudget { rate: 0, burst: 1 },
+            ..opts(Tier::Software)
+        });
+        let _worker = worker(&h, 0, 0);
+        let cases = (0..50)
+            .map(|i| steered("no budget: every SYN", &syn(45100 + i), &[]))
+            .collect();
+        run_cases(&h, cases);
     });
 }

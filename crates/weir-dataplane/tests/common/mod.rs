@@ -59,6 +59,7 @@ pub fn stat_name(i: u32) -> &'static str {
         "TO_SOFTWARE",
         "DROP_NO_WORKER",
         "DROP_TOO_BIG",
+        "DROP_SYN_BUDGET",
         "CONN_HIT",
         "CONN_MISS",
         "CONN_NEW",

@@ -252,7 +252,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 
 pub fn render(r: &Report) -> String {
     let mut out = format!(
-        "\nweir bench forward: 64-byte UDP, {} DIPs, {} s trials, median of {} runs; \
+        "\nweir-lab bench forward: 64-byte UDP, {} DIPs, {} s trials, median of {} runs; \
          generator on CPU {}, load balancer's receive path on CPU {}\n",
         r.dips, r.duration_s, r.runs, r.generator_cpu, r.lb_cpu
     );
