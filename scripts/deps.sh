@@ -3,7 +3,7 @@
 # Idempotent and quiet when everything is already there.
 set -euo pipefail
 
-PACKAGES=(clang llvm m4 libclang-dev libelf-dev zlib1g-dev pkg-config make iproute2 bpftool ethtool procps linux-libc-dev memcached nutcracker libmemcached-tools systemd man-db etcd-server etcd-client chromium nftables iperf3 haproxy)
+PACKAGES=(clang llvm m4 libclang-dev libelf-dev zlib1g-dev pkg-config make iproute2 bpftool ethtool procps linux-libc-dev memcached nutcracker libmemcached-tools systemd man-db etcd-server etcd-client chromium nftables iperf3 haproxy go-md2man)
 # The Rust toolchain the workspace needs (rust-version in Cargo.toml).
 MIN_RUST=1.85
 
