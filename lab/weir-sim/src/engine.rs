@@ -11,7 +11,7 @@
 //! dispatcher is updated with the exact state right before every decision;
 //! ECMP ignores updates. At t = 0 every dispatcher is updated with A = C.
 //!
-//! Omega over the window W = [w0, w1] (see `docs/policies.md`):
+//! Omega over the window W = [w0, w1] (see `docs/src/simulator.md`):
 //! Omega_j = integral over W of sum_i min(D_i, C_i) dt / (C_j |W|), and the
 //! overall Omega is the same ratio summed over all VIPs.
 //!

@@ -56,7 +56,7 @@ pub struct Point {
     pub busy_fraction: Option<f64>,
     /// The busiest queue's mean burst over the maximum burst.
     pub burst_fill: Option<f64>,
-    /// weir's cost-model load (docs/software-tier.md), when the worker
+    /// weir's cost-model load (docs/src/software-tier.md), when the worker
     /// could fit its poll cost.
     pub load: Option<f64>,
     /// Worker windows summed into this point.
