@@ -378,6 +378,13 @@ pub const PINNED_MAPS: &[&str] = &[
 /// retransmit their SYN).
 const REPLACEABLE_MAPS: &[&str] = &["half_open", "nat_endpoints", "vip_slots"];
 
+/// Pinned counter maps indexed by `enum weir_stat`: a pin with another
+/// number of counters is an older weir's, whose counters sit at other
+/// indices (a new outcome goes before the event counters), so it is
+/// replaced rather than refused. The counters start again from zero, which
+/// Prometheus' `rate()` takes as a reset; no connection is lost.
+const COUNTER_MAPS: &[&str] = &["stats"];
+
 /// Pins older weir versions made that this one no longer uses.
 const RETIRED_PINS: &[&str] = &["half_open_rev"];
 
@@ -664,7 +671,8 @@ struct Pins {
 /// Points every pinned map at its pin: an existing pin is reused (after a
 /// compatibility check that names the problem), a missing one is created at
 /// load, and one of another layout is unlinked if its map is replaceable
-/// (REPLACEABLE_MAPS). On an error, what was unlinked is pinned again.
+/// (REPLACEABLE_MAPS), or a counter map of another size (COUNTER_MAPS). On
+/// an error, what was unlinked is pinned again.
 fn prepare_pins(open: &mut OpenWeirLbSkel<'static>, dir: &Path) -> Result<Pins> {
     fs::create_dir_all(dir).with_context(|| {
         format!(
@@ -709,7 +717,12 @@ fn point_at_pins(
             let same_layout = pinned.key_size() == key_size && pinned.value_size() == value_size;
             let migrated =
                 merged_families && same_layout && MERGED_FAMILY_TABLES.contains(&name.as_str());
-            if migrated || (!same_layout && REPLACEABLE_MAPS.contains(&name.as_str())) {
+            let other_counters =
+                COUNTER_MAPS.contains(&name.as_str()) && pinned.max_entries() != map.max_entries();
+            if migrated
+                || other_counters
+                || (!same_layout && REPLACEABLE_MAPS.contains(&name.as_str()))
+            {
                 fs::remove_file(&path)
                     .with_context(|| format!("unpinning the older map {}", path.display()))?;
                 pins.superseded.push((path.clone(), pinned));

@@ -1,6 +1,7 @@
 //! Saved state across weir versions: a pinned table of another layout is
-//! replaced when it only holds handshakes or configuration (`half_open`,
-//! `nat_endpoints`), and refused when it holds established connections.
+//! replaced when it only holds handshakes, configuration or counters
+//! (`half_open`, `nat_endpoints`, `stats`), and refused when it holds
+//! established connections.
 //! A failed start puts back what it moved; a successful one drops it, and
 //! the pins of tables this version no longer has. The connections of an
 //! older weir's tables that held both families are moved, not dropped.
@@ -116,6 +117,36 @@ fn an_older_half_open_table_is_replaced_and_put_back_if_the_start_fails() {
     let lb = loader::load(&opts).unwrap();
     assert!(lb.created_pins.is_empty(), "{:?}", lb.created_pins);
     assert!(lb.drop_superseded_pins().is_empty());
+}
+
+#[test]
+fn counters_of_an_older_weir_are_replaced_and_its_connections_kept() {
+    let dir = PinDir::new("stats");
+    let opts = options(&dir);
+    let lb = loader::load(&opts).unwrap();
+    let key = tuple(WEIR_AF_INET, 7);
+    let conn = weir_conn {
+        dip_id: 3,
+        dip_gen: 1,
+        ..Default::default()
+    };
+    Maps::of(&lb.skel).unwrap().put_conn(&key, &conn).unwrap();
+    drop(lb);
+    // An older weir had one outcome fewer: its `stats` had one slot less.
+    let stats = dir.path("stats");
+    let slots = MapHandle::from_pinned_path(&stats).unwrap().max_entries();
+    fs::remove_file(&stats).unwrap();
+    pin_old_table(&stats, MapType::PercpuArray, 4, 8, slots - 1);
+
+    let lb = loader::load(&opts).expect("older counters must not stop a start");
+    let replaced = MapHandle::from_pinned_path(&stats).unwrap();
+    assert_eq!(replaced.max_entries(), slots, "this version's counters");
+    assert_eq!(
+        Maps::of(&lb.skel).unwrap().conn(&key).unwrap(),
+        Some(conn),
+        "the established connection is kept"
+    );
+    assert_eq!(lb.drop_superseded_pins(), vec![stats.display().to_string()]);
 }
 
 #[test]
