@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use weir_dataplane::maps::Maps;
@@ -22,6 +23,14 @@ use weir_traffic::gen::GenSpec;
 
 const NAT_VIP: &str = "10.77.100.1:80";
 const DSR_VIP: &str = "10.77.100.2:80";
+
+/// One flood at a time: each is sized against the whole machine (two at once
+/// starve each other's keep-alive clients of CPU, which is not what they test).
+static FLOODS: Mutex<()> = Mutex::new(());
+
+fn one_flood_at_a_time() -> MutexGuard<'static, ()> {
+    FLOODS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// A nat and a dsr VIP over the given (backend, weight) DIPs.
 fn config(dips: &[(usize, u32)], extra: &str) -> String {
@@ -127,6 +136,7 @@ fn clients_reusing_ports_follow_the_current_table() {
 
 #[test]
 fn a_syn_flood_breaks_no_established_connection() {
+    let _turn = one_flood_at_a_time();
     let lab = Lab::build(2).expect("building the lab");
     let _backends: Vec<Backend> = lab
         .backends
@@ -205,9 +215,10 @@ fn a_syn_flood_breaks_no_established_connection() {
 /// connections share the workers' AF_XDP receive rings. With weir's default
 /// SYN budget, a flood on a small table breaks none of 100 established
 /// connections; what it sheds, XDP drops and counts. (With `syn_rate = 0`,
-/// no budget, the rings overflow and most of them break: `weir lab
+/// no budget, the rings overflow and most of them break: `weir-lab
 /// synflood --tiers software,hybrid --syn-rates 10000,0` shows both.)
 fn a_syn_flood_through_the_workers_breaks_no_established_connection(tier: &str) {
+    let _turn = one_flood_at_a_time();
     let lab = Lab::build(2).expect("building the lab");
     let _backends: Vec<Backend> = lab
         .backends
