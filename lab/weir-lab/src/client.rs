@@ -95,6 +95,8 @@ impl Session {
 
     fn on(s: TcpStream) -> Result<Session> {
         s.set_read_timeout(Some(READ_TIMEOUT))?;
+        // A request is complete when written: send it now, not after an ACK.
+        s.set_nodelay(true)?;
         Ok(Session {
             w: s.try_clone()?,
             r: BufReader::new(s),
@@ -103,7 +105,8 @@ impl Session {
 
     /// Request `i` of the connection; the backend that answered.
     fn get(&mut self, i: usize) -> Result<String> {
-        write!(self.w, "GET / HTTP/1.1\r\nHost: weir-lab\r\n\r\n")
+        self.w
+            .write_all(b"GET / HTTP/1.1\r\nHost: weir-lab\r\n\r\n")
             .with_context(|| format!("request {i}"))?;
         let mut len = None;
         let mut backend = None;
