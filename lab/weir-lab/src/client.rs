@@ -95,6 +95,8 @@ impl Session {
 
     fn on(s: TcpStream) -> Result<Session> {
         s.set_read_timeout(Some(READ_TIMEOUT))?;
+        // A request is complete when written: send it now, not after an ACK.
+        s.set_nodelay(true)?;
         Ok(Session {
             w: s.try_clone()?,
             r: BufReader::new(s),
@@ -103,7 +105,8 @@ impl Session {
 
     /// Request `i` of the connection; the backend that answered.
     fn get(&mut self, i: usize) -> Result<String> {
-        write!(self.w, "GET / HTTP/1.1\r\nHost: weir-lab\r\n\r\n")
+        self.w
+            .write_all(b"GET / HTTP/1.1\r\nHost: weir-lab\r\n\r\n")
             .with_context(|| format!("request {i}"))?;
         let mut len = None;
         let mut backend = None;
@@ -161,9 +164,13 @@ pub struct LoadRecord {
 }
 
 /// A bounded HTTP load from namespace `ns` to `vip`: `threads` threads,
-/// each sending requests `pause` apart on keep-alive connections of
-/// `per_conn` requests (then a new connection, so connections are set up
-/// all along) until `duration` has passed. A connection that fails is
+/// each starting a request every `pause` (or at once when the previous
+/// response came later; missed starts are not made up) on keep-alive
+/// connections of `per_conn` requests (then a new connection, so
+/// connections are set up all along) until `duration` has passed. Starting
+/// on a schedule, not `pause` after each response, keeps the rate the same
+/// when a busy machine delays responses by less than `pause`, while a
+/// stall longer than that still costs requests. A connection that fails is
 /// recorded and replaced. Each thread ends by `duration` plus one
 /// connect and one response timeout at most. Join the handles for the
 /// records.
@@ -185,6 +192,7 @@ pub fn http_load(
                     return rec;
                 }
                 let deadline = Instant::now() + duration;
+                let mut next = Instant::now();
                 while Instant::now() < deadline {
                     let done = Session::open(vip).and_then(|mut s| {
                         for i in 0..per_conn.max(1) {
@@ -193,7 +201,8 @@ pub fn http_load(
                             }
                             s.get(i)?;
                             rec.served += 1;
-                            std::thread::sleep(pause);
+                            next = (next + pause).max(Instant::now());
+                            std::thread::sleep(next.saturating_duration_since(Instant::now()));
                         }
                         Ok(())
                     });
