@@ -14,7 +14,7 @@ use super::edit::{DipRef, NewDip};
 use super::{reachable, Changed};
 use crate::config::Config;
 use crate::http::client::Call;
-use crate::runtime::{is_alive, RunRecord, DEFAULT_RUN_DIR};
+use crate::run_record::{is_alive, RunRecord, DEFAULT_RUN_DIR};
 
 #[derive(Args, Debug)]
 pub struct DipArgs {
