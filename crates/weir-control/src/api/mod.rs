@@ -13,7 +13,7 @@
 //! (`[api] token` or `token_file`; required off loopback) every write needs
 //! `Authorization: Bearer <token>`, compared in constant time.
 //!
-//! The same listener serves the live dashboard ([`crate::dashboard`]) at
+//! The same listener serves the live dashboard ([`weir_http::dashboard`]) at
 //! `/` and `/dashboard`, which reads `/api/v1/status`.
 //!
 //! Errors are `{"error": "..."}`: 400 bad JSON or a bad DIP name, 401 no or
@@ -43,10 +43,10 @@ use subtle::ConstantTimeEq;
 use weir_dataplane::maps::Maps;
 
 use crate::config::{ApiCfg, Config};
-use crate::http::{error, Server};
 use crate::live::{ChangeError, Live};
 use edit::{DipRef, NewDip, SetWeight};
 use view::{Counts, Slots, StatusView, VipView};
+use weir_http::{error, Server};
 
 /// The answer to a write.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -415,7 +415,7 @@ pub fn router(live: Arc<Live>, maps: Option<Maps>, token: Option<String>) -> Rou
             )
         })
         .with_state(api)
-        .merge(crate::dashboard::routes())
+        .merge(weir_http::dashboard::routes())
 }
 
 /// Starts the API as `[api]` says, on the maps pinned in `pin_dir`. A
