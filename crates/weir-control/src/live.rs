@@ -380,6 +380,13 @@ impl Drop for Staged {
     }
 }
 
+/// What the file has that is legal but odd (a VIP with no DIPs, ...).
+pub(crate) fn log_warnings(cfg: &Config) {
+    for w in &cfg.warnings {
+        log::warn!("warning: {w}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -492,12 +499,5 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
         assert_eq!(fs::read_to_string(&f).unwrap(), "old\n");
         assert_eq!(d.names(), vec!["weir.toml".to_string()]);
-    }
-}
-
-/// What the file has that is legal but odd (a VIP with no DIPs, ...).
-pub(crate) fn log_warnings(cfg: &Config) {
-    for w in &cfg.warnings {
-        log::warn!("warning: {w}");
     }
 }
