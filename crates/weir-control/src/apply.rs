@@ -8,6 +8,8 @@
 //! connections move: they have nowhere to go).
 
 use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use weir_abi::*;
@@ -234,4 +236,27 @@ fn retire(maps: &Maps, slots: &mut BTreeMap<u32, weir_dip>, id: u32) -> Result<(
     maps.put_dip(id, &d)?;
     slots.insert(id, d);
     Ok(())
+}
+
+/// DSR rewrites only L2 (and ipip and gue keep the client's datagram), so the
+/// DIP's neighbour entry must exist before the first packet: a short TCP
+/// connect makes the kernel resolve it.
+pub(crate) fn prime_neighbours(cfg: &Config) {
+    let targets: Vec<SocketAddr> = cfg
+        .vips
+        .iter()
+        .filter(|v| v.mode != Mode::Nat)
+        .flat_map(|v| {
+            let port = *v.port.get_ref();
+            v.dips
+                .iter()
+                .filter(|d| d.mac.is_none())
+                .map(move |d| SocketAddr::new(*d.address.get_ref(), port))
+        })
+        .collect();
+    for t in targets {
+        std::thread::spawn(move || {
+            let _ = TcpStream::connect_timeout(&t, Duration::from_millis(500));
+        });
+    }
 }

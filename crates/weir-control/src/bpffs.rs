@@ -17,8 +17,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 
-use crate::runtime::log;
-
 /// The conventional mount point of the BPF filesystem.
 pub const BPFFS: &str = "/sys/fs/bpf";
 
@@ -39,11 +37,11 @@ pub fn prepare(pin_dir: &Path, allow_ephemeral: bool) -> Result<Persistence> {
     let parent = pin_dir.parent().unwrap_or(Path::new("/"));
     let ns = MountNs::compare();
     if let MountNs::Unknown(why) = &ns {
-        log(format!(
+        log::info!(
             "cannot tell whether this is the host's mount namespace ({why}); if it is a private \
              one (ip netns exec), the state pinned in {} goes away when weir exits",
             pin_dir.display()
-        ));
+        );
     }
     let private = matches!(ns, MountNs::Other { .. });
     if !is_bpffs(parent) && parent == Path::new(BPFFS) {
@@ -60,7 +58,7 @@ pub fn prepare(pin_dir: &Path, allow_ephemeral: bool) -> Result<Persistence> {
         }
         // What systemd does at boot; some minimal systems skip it.
         mount_bpffs()?;
-        log(format!("mounted a BPF filesystem on {BPFFS}"));
+        log::info!("mounted a BPF filesystem on {BPFFS}");
     }
     if !is_bpffs(parent) {
         bail!(

@@ -28,7 +28,6 @@ use weir_dataplane::sync_events::SyncMaps;
 
 use crate::config::Config;
 use crate::controller::Shared;
-use crate::runtime::log;
 
 /// How long a node waits for etcd's first read of the cluster's tables.
 const TABLES_WAIT: Duration = Duration::from_secs(5);
@@ -77,10 +76,12 @@ impl Plan {
     /// not answer or the name is taken).
     pub fn join(&self) -> Result<Agent> {
         let agent = Agent::join(self.agent.clone())?;
-        log(format!(
+        log::info!(
             "cluster: joined {} as {} (etcd {:?})",
-            self.agent.prefix, self.agent.node, self.agent.endpoints
-        ));
+            self.agent.prefix,
+            self.agent.node,
+            self.agent.endpoints
+        );
         Ok(agent)
     }
 
@@ -136,7 +137,7 @@ impl Member {
                 )?;
                 let node = Arc::new(node);
                 cluster.attach_sync(node.clone());
-                log(format!("cluster: connection sync on {addr}"));
+                log::info!("cluster: connection sync on {addr}");
                 Some(node)
             }
         };
@@ -145,19 +146,19 @@ impl Member {
             let timeout = Duration::from_millis(*plan.cfg.join_timeout_ms.get_ref());
             let r = s.join(timeout);
             match &r.from {
-                Some(peer) => log(format!(
+                Some(peer) => log::info!(
                     "cluster: {} established connections from {peer} ({} received) in {} ms",
                     r.total,
                     r.received,
                     r.took.as_millis()
-                )),
+                ),
                 None if s.peers().get().is_empty() => {
-                    log("cluster: no peer to learn connections from: the first node")
+                    log::info!("cluster: no peer to learn connections from: the first node")
                 }
-                None => log(format!(
+                None => log::warn!(
                     "cluster: no peer answered the join within {timeout:?}; starting without \
                      their connections"
-                )),
+                ),
             }
             joined = Some(r);
         }

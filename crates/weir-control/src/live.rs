@@ -25,10 +25,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use toml_edit::DocumentMut;
 use weir_dataplane::maps::Maps;
 
-use crate::apply::{apply, ApplyReport};
+use crate::apply::{apply, prime_neighbours, ApplyReport};
 use crate::config::Config;
 use crate::controller::{Controller, Params, Shared};
-use crate::runtime::{log, log_warnings, prime_neighbours};
 
 /// Why a change was refused (nothing changed) or failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,9 +122,7 @@ impl Live {
     pub fn reload(&self) -> Result<ApplyReport, ChangeError> {
         let mut st = self.lock();
         let next = Config::load(&self.config_path).map_err(|e| {
-            log(format!(
-                "reload refused, keeping the running configuration: {e}"
-            ));
+            log::info!("reload refused, keeping the running configuration: {e}");
             ChangeError::Invalid(e.to_string())
         })?;
         log_warnings(&next);
@@ -133,7 +130,7 @@ impl Live {
         let report = match self.apply(&st.maps, &next) {
             Ok(r) => r,
             Err(e) => {
-                log(format!("reload failed while applying ({e}); the tables may be partly updated, fix the file and reload again"));
+                log::warn!("reload failed while applying ({e}); the tables may be partly updated, fix the file and reload again");
                 // The controller goes on with the configuration in force.
                 self.sync_controller(&mut st);
                 return Err(ChangeError::Failed(format!(
@@ -141,10 +138,13 @@ impl Live {
                 )));
             }
         };
-        log(format!(
+        log::info!(
             "reloaded: +{} -{} VIPs, +{} -{} DIPs",
-            report.vips_added, report.vips_removed, report.dips_added, report.dips_removed
-        ));
+            report.vips_added,
+            report.vips_removed,
+            report.dips_added,
+            report.dips_removed
+        );
         self.take(&mut st, next);
         Ok(report)
     }
@@ -194,7 +194,7 @@ impl Live {
         if let Err(e) = staged.commit() {
             return Err(self.restore(&mut st, format!("replacing {name} failed: {e}")));
         }
-        log(format!("api: {done}; {name} rewritten"));
+        log::info!("api: {done}; {name} rewritten");
         log_warnings(&next);
         warn_restart_only(&st.running, &next);
         self.take(&mut st, next);
@@ -228,7 +228,7 @@ impl Live {
             Err(e) => format!("restoring the previous configuration failed too ({e}); reload"),
         };
         self.sync_controller(st);
-        log(format!("api: {why}; {back}"));
+        log::info!("api: {why}; {back}");
         ChangeError::Failed(format!("{why}; the file is unchanged and {back}"))
     }
 
@@ -262,7 +262,7 @@ fn warn_restart_only(running: &Config, next: &Config) {
         || a.max_dips != b.max_dips
         || a.pin_dir != b.pin_dir
     {
-        log("reload: [dataplane] interfaces, sizes and pin_dir take effect only on restart; applying the VIPs");
+        log::info!("reload: [dataplane] interfaces, sizes and pin_dir take effect only on restart; applying the VIPs");
     }
     if running.api.listen.get_ref() != next.api.listen.get_ref()
         || running.api.token.as_ref().map(|t| t.get_ref())
@@ -270,7 +270,7 @@ fn warn_restart_only(running: &Config, next: &Config) {
         || running.api.token_file.as_ref().map(|t| t.get_ref())
             != next.api.token_file.as_ref().map(|t| t.get_ref())
     {
-        log("reload: [api] takes effect only on restart");
+        log::info!("reload: [api] takes effect only on restart");
     }
     let src = |c: &crate::config::Dataplane| {
         (
@@ -281,10 +281,10 @@ fn warn_restart_only(running: &Config, next: &Config) {
         )
     };
     if src(a) != src(b) {
-        log("reload: [dataplane] encap_mtu, encap_source_v4/v6 and gue_port take effect only on restart");
+        log::info!("reload: [dataplane] encap_mtu, encap_source_v4/v6 and gue_port take effect only on restart");
     }
     if a.syn_budget() != b.syn_budget() {
-        log("reload: [dataplane] syn_rate and syn_burst take effect only on restart");
+        log::info!("reload: [dataplane] syn_rate and syn_burst take effect only on restart");
     }
 }
 
@@ -296,18 +296,16 @@ fn start_controller(cfg: &Config, shared: &Arc<Shared>, run_dir: &Path) -> Optio
     match Controller::start(cfg, shared.clone(), Some(run_dir.to_path_buf())) {
         Ok(c) => {
             let p = Params::of(cfg);
-            log(format!(
+            log::info!(
                 "controller: policy {:?} (m = {}), every {} ms",
                 p.policy,
                 p.effective_m(),
                 p.interval.as_millis()
-            ));
+            );
             Some(c)
         }
         Err(e) => {
-            log(format!(
-                "controller not started, static weights stay: {e:#}"
-            ));
+            log::warn!("controller not started, static weights stay: {e:#}");
             None
         }
     }
@@ -379,6 +377,13 @@ impl Drop for Staged {
         if !self.committed {
             let _ = fs::remove_file(&self.tmp);
         }
+    }
+}
+
+/// What the file has that is legal but odd (a VIP with no DIPs, ...).
+pub(crate) fn log_warnings(cfg: &Config) {
+    for w in &cfg.warnings {
+        log::warn!("warning: {w}");
     }
 }
 

@@ -27,9 +27,9 @@ use prometheus_client::registry::Registry;
 use weir_dataplane::maps::Maps;
 
 use crate::controller::{DipSnapshot, Shared, Snapshot};
-use crate::http::Server;
 use crate::status::STAT_NAMES;
 use crate::telemetry::agent::AgentError;
+use weir_http::Server;
 use weir_software::WorkerStats;
 
 /// The media type of the exposition.

@@ -25,7 +25,7 @@ use weir_core::flow::words_addr;
 use weir_dataplane::maps::Maps;
 use weir_dataplane::nexthop::{resolve, Watch};
 
-use crate::runtime::log;
+use crate::log_line::log;
 
 /// Resolve everything at least this often, changes or not.
 pub const REFRESH: Duration = Duration::from_secs(5);

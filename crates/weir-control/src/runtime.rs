@@ -6,58 +6,24 @@
 //! failed start leaves nothing attached or pinned.
 
 use std::fs;
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
 use weir_dataplane::attach::{attach_all, take_over, XdpMode};
 use weir_dataplane::iface::Iface;
-use weir_dataplane::loader::{self, Action, LoadOptions};
+use weir_dataplane::loader::{self, Action, LoadOptions, LoadedLb};
 use weir_dataplane::maps::Maps;
 
-use crate::apply::apply;
+use crate::apply::{apply, prime_neighbours};
 use crate::bpffs::{self, Persistence};
-use crate::config::{Config, ConnLru, Mode, NonSynMiss, Tier, Verdict, XdpModeCfg};
+use crate::config::{Config, ConnLru, NonSynMiss, Tier, Verdict, XdpModeCfg};
 use crate::controller::Shared;
-use crate::live::Live;
+use crate::live::{log_warnings, Live};
+use crate::run_record::{is_alive, RunRecord};
 use crate::signals::SignalSet;
 use crate::takeover::{self, Predecessor, Takeover};
-
-/// Where `weir serve` records itself for `weir status` and `weir reload`.
-pub const DEFAULT_RUN_DIR: &str = "/run/weir";
-
-/// The record of a running daemon (`<run dir>/serve.json`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub pid: u32,
-    pub config: PathBuf,
-    pub pin_dir: PathBuf,
-    pub interfaces: Vec<String>,
-    /// Where the management API answers (none: off, or it did not start).
-    #[serde(default)]
-    pub api: Option<SocketAddr>,
-}
-
-impl RunRecord {
-    pub fn path(run_dir: &Path) -> PathBuf {
-        run_dir.join("serve.json")
-    }
-
-    pub fn read(run_dir: &Path) -> Result<RunRecord> {
-        let p = Self::path(run_dir);
-        let text = fs::read_to_string(&p).with_context(|| {
-            format!(
-                "no running weir recorded in {} (start `weir serve`)",
-                p.display()
-            )
-        })?;
-        serde_json::from_str(&text)
-            .with_context(|| format!("{} is corrupt; remove it", p.display()))
-    }
-}
 
 /// Options of `weir serve` beyond the configuration file.
 #[derive(Debug, Clone)]
@@ -79,11 +45,6 @@ fn verdict(v: Verdict) -> Action {
         Verdict::Pass => Action::Pass,
         Verdict::Drop => Action::Drop,
     }
-}
-
-pub(crate) fn is_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    unsafe { libc::kill(pid as i32, 0) == 0 }
 }
 
 /// What preflight found: everything `serve` needs before loading.
@@ -213,46 +174,52 @@ fn load_options(cfg: &Config) -> LoadOptions {
     }
 }
 
-/// DSR rewrites only L2 (and ipip and gue keep the client's datagram), so the
-/// DIP's neighbour entry must exist before the first packet: a short TCP
-/// connect makes the kernel resolve it.
-pub(crate) fn prime_neighbours(cfg: &Config) {
-    let targets: Vec<SocketAddr> = cfg
-        .vips
-        .iter()
-        .filter(|v| v.mode != Mode::Nat)
-        .flat_map(|v| {
-            let port = *v.port.get_ref();
-            v.dips
-                .iter()
-                .filter(|d| d.mac.is_none())
-                .map(move |d| SocketAddr::new(*d.address.get_ref(), port))
-        })
-        .collect();
-    for t in targets {
-        std::thread::spawn(move || {
-            let _ = TcpStream::connect_timeout(&t, Duration::from_millis(500));
-        });
-    }
-}
-
-pub(crate) fn log(msg: impl AsRef<str>) {
-    eprintln!("weir: {}", msg.as_ref());
-}
-
-/// What the file has that is legal but odd (a VIP with no DIPs, ...).
 fn log_migrated(entries: usize) {
     if entries > 0 {
-        log(format!(
+        log::info!(
             "moved {entries} connection and reverse-NAT entries from an older weir's tables"
-        ));
+        );
     }
 }
 
-pub(crate) fn log_warnings(cfg: &Config) {
-    for w in &cfg.warnings {
-        log(format!("warning: {w}"));
+/// Removes the pins a start created when it fails before attaching; a start
+/// that got as far as attaching keeps them.
+struct PinsOfFailedStart<'a> {
+    lb: &'a LoadedLb,
+    armed: bool,
+}
+
+impl PinsOfFailedStart<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
     }
+}
+
+impl Drop for PinsOfFailedStart<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.lb.remove_created_pins();
+        }
+    }
+}
+
+/// Fills the freshly loaded maps: the interfaces' slots, the configuration,
+/// and the connections an older weir's tables held.
+fn fill_tables(lb: &LoadedLb, ifaces: &[Iface], cfg: &Config) -> Result<Maps> {
+    let maps = Maps::of(&lb.skel)?;
+    // An interface's slot in the workers' socket map is its position.
+    for (slot, i) in ifaces.iter().enumerate() {
+        maps.put_iface_in_slot(i.ifindex, i.mac, slot as u32)?;
+    }
+    let report = apply(&maps, cfg)?;
+    log::info!(
+        "configuration applied: {} VIPs, {} new DIPs, {} tables published",
+        cfg.vips.len(),
+        report.dips_added,
+        report.tables_published
+    );
+    log_migrated(lb.migrate_connections(&maps)?);
+    Ok(maps)
 }
 
 /// Runs the daemon until SIGINT or SIGTERM.
@@ -278,32 +245,16 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     if opts.reset_state && pin_dir.exists() {
         fs::remove_dir_all(&pin_dir)
             .with_context(|| format!("removing saved state {}", pin_dir.display()))?;
-        log(format!("dropped saved state in {}", pin_dir.display()));
+        log::info!("dropped saved state in {}", pin_dir.display());
     }
     let lb = loader::load(&load_options(&cfg))?;
-    let started = (|| -> Result<_> {
-        let maps = Maps::of(&lb.skel)?;
-        // An interface's slot in the workers' socket map is its position.
-        for (slot, i) in ifaces.iter().enumerate() {
-            maps.put_iface_in_slot(i.ifindex, i.mac, slot as u32)?;
-        }
-        let report = apply(&maps, &cfg)?;
-        log(format!(
-            "configuration applied: {} VIPs, {} new DIPs, {} tables published",
-            cfg.vips.len(),
-            report.dips_added,
-            report.tables_published
-        ));
-        log_migrated(lb.migrate_connections(&maps)?);
-        Ok(maps)
-    })();
-    let maps = match started {
-        Ok(m) => m,
-        Err(e) => {
-            lb.remove_created_pins();
-            return Err(e);
-        }
+    // Until the program is attached, any failure removes what this start
+    // pinned: a failed start leaves nothing pinned.
+    let start_guard = PinsOfFailedStart {
+        lb: &lb,
+        armed: true,
     };
+    let maps = fill_tables(&lb, &ifaces, &cfg)?;
     // In a cluster, its tables and its established connections come first.
     let shared = Arc::new(Shared::default());
     let (plan, agent) = cluster.map_or((None, None), |(p, a)| (Some(p), a));
@@ -314,15 +265,9 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     };
     let mut member = match (&plan, agent) {
         (Some(p), Some(agent)) => {
-            match sync_maps(p)
-                .and_then(|m| crate::cluster::Member::start(p, agent, m, &shared, &cfg, true))
-            {
-                Ok(m) => Some(m),
-                Err(e) => {
-                    lb.remove_created_pins();
-                    return Err(e.context("joining the cluster"));
-                }
-            }
+            let joined = sync_maps(p)
+                .and_then(|m| crate::cluster::Member::start(p, agent, m, &shared, &cfg, true));
+            Some(joined.context("joining the cluster")?)
         }
         _ => None,
     };
@@ -338,36 +283,26 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             crate::tier::release_predecessor(p.pid, &opts.run_dir);
         }
     }
-    let mut tier = match crate::tier::start(&cfg, &ifaces, &maps, &opts.run_dir) {
-        Ok(t) => t,
-        Err(e) => {
-            lb.remove_created_pins();
-            return Err(e.context("starting the software tier"));
-        }
-    };
+    let mut tier = crate::tier::start(&cfg, &ifaces, &maps, &opts.run_dir)
+        .context("starting the software tier")?;
     let pairs: Vec<(String, u32)> = ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect();
     let attached = match &takeover {
         Some(t) => take_over(lb.prog_fd(), &t.held, mode),
         None => attach_all(lb.prog_fd(), &pairs, mode),
     };
-    let attachment = match attached {
-        Ok(a) => a,
-        Err(e) => {
-            lb.remove_created_pins();
-            return Err(e);
-        }
-    };
+    let attachment = attached?;
+    start_guard.disarm();
     // A predecessor that installed connections until the swap did so in its
     // own tables.
     match lb.migrate_connections(&maps) {
         Ok(n) => log_migrated(n),
-        Err(e) => log(format!("moving an older weir's last connections: {e:#}")),
+        Err(e) => log::warn!("moving an older weir's last connections: {e:#}"),
     }
     for pin in lb.drop_superseded_pins() {
-        log(format!(
+        log::info!(
             "dropped {pin}: an older weir's table, replaced by this version's (what it \
              held is moved, or rebuilt, or was a handshake in progress)"
-        ));
+        );
     }
     prime_neighbours(&cfg);
     let adopted = matches!(
@@ -380,16 +315,16 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     match takeover.map(|t| (t.predecessor, t.held[0].prog_id)) {
         Some((Predecessor::Live(p), _)) => {
             retire_predecessor(p.pid);
-            log(format!("took over from pid {}", p.pid));
+            log::info!("took over from pid {}", p.pid);
         }
-        Some((Predecessor::Orphan(record), prog)) => log(format!(
+        Some((Predecessor::Orphan(record), prog)) => log::info!(
             "adopted the orphaned weir program (id {prog}) and its state in {}{}",
             pin_dir.display(),
             record.map_or(String::new(), |r| format!(
                 "; its daemon (pid {}) had died",
                 r.pid
             ))
-        )),
+        ),
         None => {}
     }
     if let (Some(p), None) = (&plan, &member) {
@@ -401,9 +336,9 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         }) {
             Ok(m) => Some(m),
             Err(e) => {
-                log(format!(
+                log::warn!(
                     "cluster: not joined ({e:#}); this node serves alone until it is restarted"
-                ));
+                );
                 None
             }
         };
@@ -433,7 +368,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         RunRecord::path(&opts.run_dir),
         serde_json::to_vec_pretty(&record)?,
     )?;
-    log(format!(
+    log::info!(
         "serving on {} ({mode} XDP), {}",
         record.interfaces.join(", "),
         match persistence {
@@ -444,11 +379,11 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
                 pin_dir.display()
             ),
         }
-    ));
+    );
 
     let timeouts = cfg.dataplane.timeouts.to_conn_timeouts();
     let _sweeper = crate::sweeper::Sweeper::start(&pin_dir, timeouts)
-        .map_err(|e| log(format!("connection sweeper not started: {e:#}")))
+        .map_err(|e| log::warn!("connection sweeper not started: {e:#}"))
         .ok();
     // Each DIP's next hop in its slot: what a packet would ask the FIB for,
     // resolved once per change instead (fib_lookup off: configured MACs only;
@@ -462,7 +397,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
                 .map(|i| (i.name.clone(), (i.ifindex, i.mac)))
                 .collect();
             crate::nexthops::NextHops::start(&pin_dir, held, shared.table_lock.clone())
-                .map_err(|e| log(format!("next-hop resolver not started: {e:#}")))
+                .map_err(|e| log::warn!("next-hop resolver not started: {e:#}"))
                 .ok()
         })
         .flatten();
@@ -470,11 +405,11 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         let addr = *m.listen.get_ref();
         match crate::metrics::serve(addr, shared.clone(), &pin_dir, &opts.run_dir) {
             Ok(s) => {
-                log(format!("metrics on http://{addr}/metrics"));
+                log::info!("metrics on http://{addr}/metrics");
                 Some(s)
             }
             Err(e) => {
-                log(format!("metrics endpoint not started: {e:#}"));
+                log::warn!("metrics endpoint not started: {e:#}");
                 None
             }
         }
@@ -484,9 +419,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     let mut watch = match attachment.prog_id() {
         Ok(id) => Some(crate::xdp_watch::Watch::new(id, &opts.run_dir)),
         Err(e) => {
-            log(format!(
-                "not watching the XDP attachment (reading the program's id: {e:#})"
-            ));
+            log::warn!("not watching the XDP attachment (reading the program's id: {e:#})");
             None
         }
     };
@@ -509,7 +442,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             Some(libc::SIGUSR2) if tier.take().is_some() => {
                 // The successor swaps its program in next: not a loss.
                 watch = None;
-                log("released the software tier's sockets to a successor");
+                log::info!("released the software tier's sockets to a successor");
             }
             _ => {}
         }
@@ -522,20 +455,23 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         // The successor already runs its program on our interfaces and owns
         // the run record.
         attachment.leave_attached();
-        log("handed the data plane over to a successor; exiting");
+        log::info!("handed the data plane over to a successor; exiting");
         return Ok(());
     }
     drop(attachment);
     let _ = fs::remove_file(RunRecord::path(&opts.run_dir));
-    log(match persistence {
-        Persistence::Persistent => format!(
-            "detached; connection state stays pinned in {} for the next start",
-            pin_dir.display()
-        ),
-        Persistence::Ephemeral => {
-            "detached; the connection state was not persistent and goes away now".to_string()
+    log::info!(
+        "{}",
+        match persistence {
+            Persistence::Persistent => format!(
+                "detached; connection state stays pinned in {} for the next start",
+                pin_dir.display()
+            ),
+            Persistence::Ephemeral => {
+                "detached; the connection state was not persistent and goes away now".to_string()
+            }
         }
-    });
+    );
     Ok(())
 }
 
@@ -549,25 +485,5 @@ fn retire_predecessor(pid: u32) {
         }
         std::thread::sleep(Duration::from_millis(25));
     }
-    log(format!("predecessor pid {pid} did not exit within 5 s"));
-}
-
-/// Sends SIGHUP to the running daemon.
-pub fn request_reload(run_dir: &Path) -> Result<u32> {
-    let rec = RunRecord::read(run_dir)?;
-    if !is_alive(rec.pid) {
-        bail!(
-            "weir serve (pid {}) is not running; start it again",
-            rec.pid
-        );
-    }
-    // SAFETY: plain kill(2).
-    if unsafe { libc::kill(rec.pid as i32, libc::SIGHUP) } != 0 {
-        bail!(
-            "signalling pid {}: {}",
-            rec.pid,
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(rec.pid)
+    log::warn!("predecessor pid {pid} did not exit within 5 s");
 }

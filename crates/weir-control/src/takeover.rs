@@ -20,7 +20,7 @@ use weir_dataplane::iface::Iface;
 use weir_dataplane::loader::{pinned_map_ids, PINNED_MAPS, PROG_NAME};
 
 use crate::config::Config;
-use crate::runtime::RunRecord;
+use crate::run_record::RunRecord;
 
 /// Whose program `--takeover` replaces.
 #[derive(Debug)]

@@ -129,12 +129,9 @@ impl Watch {
                 continue;
             }
             if state.attached {
-                crate::runtime::log(format!(
-                    "{}: weir's XDP program is attached again",
-                    state.interface
-                ));
+                log::info!("{}: weir's XDP program is attached again", state.interface);
             } else {
-                crate::runtime::log(format!("warning: {}", state.warning()));
+                log::warn!("warning: {}", state.warning());
             }
         }
         let tmp = self.file.with_extension("json.tmp");

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use weir_control::http::Server;
 use weir_control::signals::SignalSet;
+use weir_http::Server;
 
 use crate::config::{parse_metrics, KvConfig, UdpConfig};
 use crate::invalidate::Invalidation;

@@ -1,12 +1,12 @@
 //! What a running `weir kv` answers on its metrics address (default
-//! 127.0.0.1:9122), on `weir_control::http`'s server:
+//! 127.0.0.1:9122), on `weir_http`'s server:
 //! - `GET /metrics`: Prometheus ([`crate::metrics`]);
 //! - `GET /status`: the whole [`Status`] (read by `weir kv status`);
 //! - the read-only management API: `GET /api/v1/status` (the same),
 //!   `/api/v1/pools`, `/api/v1/pools/{pool}` (servers with their requests,
 //!   hit ratio) and `/api/v1/hot-keys` (the XDP cache's hot keys and hit
 //!   ratio). JSON; errors are `{"error": "..."}`;
-//! - the live dashboard (`weir_control::dashboard`) at `/` and `/dashboard`,
+//! - the live dashboard (`weir_http::dashboard`) at `/` and `/dashboard`,
 //!   which draws the pool from `/api/v1/status`.
 
 use std::net::{SocketAddr, TcpListener};
@@ -18,7 +18,7 @@ use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use weir_control::http::{client, error, Server};
+use weir_http::{client, error, Server};
 
 use crate::status::Status;
 
@@ -88,7 +88,7 @@ pub fn router(status: StatusFn) -> Router {
             "/api/v1/hot-keys",
             get(with(|st| Json(st.hot_keys_view()).into_response())),
         )
-        .merge(weir_control::dashboard::routes())
+        .merge(weir_http::dashboard::routes())
         .fallback(|uri: Uri| async move {
             error(
                 StatusCode::NOT_FOUND,

@@ -7,9 +7,12 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use weir_control::config::Config;
-use weir_control::runtime::{self, RunRecord, ServeOptions, DEFAULT_RUN_DIR};
+use weir_control::run_record::{self, RunRecord, DEFAULT_RUN_DIR};
+use weir_control::runtime::{self, ServeOptions};
 use weir_control::status;
 use weir_dataplane::attach::XdpMode;
+
+mod logger;
 
 #[derive(Parser)]
 #[command(
@@ -192,7 +195,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Dip(args) => weir_control::api::cli::run(&args),
         Command::Decap(args) => weir_control::decap::run(&args),
         Command::Reload { run_dir } => {
-            let pid = runtime::request_reload(&run_dir)?;
+            let pid = run_record::request_reload(&run_dir)?;
             println!("asked weir serve (pid {pid}) to reload its configuration");
             Ok(())
         }
@@ -200,6 +203,7 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    logger::init();
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

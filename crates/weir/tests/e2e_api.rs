@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use weir_control::config::Config;
-use weir_control::http::client::{Call, Method, Reply};
-use weir_control::runtime::RunRecord;
+use weir_control::run_record::RunRecord;
+use weir_http::client::{Call, Method, Reply};
 use weir_lab::backend::Backend;
 use weir_lab::client::{http_once, spawn_http};
 use weir_lab::daemon::Daemon;

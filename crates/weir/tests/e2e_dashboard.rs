@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use weir_control::http::client::{Call, Method, Reply};
+use weir_http::client::{Call, Method, Reply};
 use weir_lab::backend::Backend;
 use weir_lab::browser::Browser;
 use weir_lab::client::http_once;

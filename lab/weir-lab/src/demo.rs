@@ -55,7 +55,7 @@ fn open_dashboard(daemon: &Daemon, ns: &str) -> Option<Browser> {
         );
         return None;
     }
-    let api = weir_control::runtime::RunRecord::read(&daemon.run_dir())
+    let api = weir_control::run_record::RunRecord::read(&daemon.run_dir())
         .ok()
         .and_then(|r| r.api);
     let Some(api) = api else {

@@ -13,8 +13,8 @@ use clap::{Args, Subcommand};
 use super::edit::{DipRef, NewDip};
 use super::{reachable, Changed};
 use crate::config::Config;
-use crate::http::client::Call;
-use crate::runtime::{is_alive, RunRecord, DEFAULT_RUN_DIR};
+use crate::run_record::{is_alive, RunRecord, DEFAULT_RUN_DIR};
+use weir_http::client::Call;
 
 #[derive(Args, Debug)]
 pub struct DipArgs {

@@ -13,7 +13,7 @@
 //! (`[api] token` or `token_file`; required off loopback) every write needs
 //! `Authorization: Bearer <token>`, compared in constant time.
 //!
-//! The same listener serves the live dashboard ([`crate::dashboard`]) at
+//! The same listener serves the live dashboard ([`weir_http::dashboard`]) at
 //! `/` and `/dashboard`, which reads `/api/v1/status`.
 //!
 //! Errors are `{"error": "..."}`: 400 bad JSON or a bad DIP name, 401 no or
@@ -43,11 +43,10 @@ use subtle::ConstantTimeEq;
 use weir_dataplane::maps::Maps;
 
 use crate::config::{ApiCfg, Config};
-use crate::http::{error, Server};
 use crate::live::{ChangeError, Live};
-use crate::runtime::log;
 use edit::{DipRef, NewDip, SetWeight};
 use view::{Counts, Slots, StatusView, VipView};
+use weir_http::{error, Server};
 
 /// The answer to a write.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -416,7 +415,7 @@ pub fn router(live: Arc<Live>, maps: Option<Maps>, token: Option<String>) -> Rou
             )
         })
         .with_state(api)
-        .merge(crate::dashboard::routes())
+        .merge(weir_http::dashboard::routes())
 }
 
 /// Starts the API as `[api]` says, on the maps pinned in `pin_dir`. A
@@ -424,27 +423,27 @@ pub fn router(live: Arc<Live>, maps: Option<Maps>, token: Option<String>) -> Rou
 /// is attached by now.
 pub fn start(live: Arc<Live>, cfg: &ApiCfg, pin_dir: &Path) -> Option<Server> {
     let Some(addr) = cfg.addr() else {
-        log("api: off ([api] listen = \"off\")");
+        log::info!("api: off ([api] listen = \"off\")");
         return None;
     };
     let token = match cfg.token() {
         Ok(t) => t,
         Err(e) => {
-            log(format!("api not started: {e}"));
+            log::warn!("api not started: {e}");
             return None;
         }
     };
     let maps = match Maps::pinned(pin_dir) {
         Ok(m) => Some(m),
         Err(e) => {
-            log(format!("api: reads unavailable: {e:#}"));
+            log::warn!("api: reads unavailable: {e:#}");
             None
         }
     };
     let secured = token.is_some();
     match Server::start(addr, router(live, maps, token)) {
         Ok(s) => {
-            log(format!(
+            log::info!(
                 "api on http://{}/api/v1, dashboard on http://{0}/ ({})",
                 s.addr,
                 if secured {
@@ -452,13 +451,13 @@ pub fn start(live: Arc<Live>, cfg: &ApiCfg, pin_dir: &Path) -> Option<Server> {
                 } else {
                     "no token: writes from this host are allowed"
                 }
-            ));
+            );
             Some(s)
         }
         Err(e) => {
-            log(format!(
+            log::warn!(
                 "api not started: {e:#}; is another weir serve using {addr}? set [api] listen"
-            ));
+            );
             None
         }
     }

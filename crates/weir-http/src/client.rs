@@ -145,7 +145,7 @@ pub fn get(addr: SocketAddr, path: &str) -> Result<Reply> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::Server;
+    use crate::Server;
     use axum::routing::{get as get_route, post};
     use axum::Router;
 

@@ -21,6 +21,7 @@
 //! (`tokio::task::spawn_blocking`, at most [`BLOCKING_THREADS`] threads).
 
 pub mod client;
+pub mod dashboard;
 
 use std::future::Future;
 use std::io;

@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
-use crate::http::error;
+use crate::error;
 
 /// The page's policy: its own origin for everything, no frames, no forms.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -106,7 +106,7 @@ pub fn routes() -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::Server;
+    use crate::Server;
     use std::io::{Read, Write};
     use std::net::TcpStream;
     use std::time::Duration;

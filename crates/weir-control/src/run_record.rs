@@ -1,0 +1,67 @@
+//! The record `weir serve` keeps of itself in its run directory, read by
+//! `weir status`, `weir reload` and a successor taking over.
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// Where `weir serve` records itself for `weir status` and `weir reload`.
+pub const DEFAULT_RUN_DIR: &str = "/run/weir";
+
+/// The record of a running daemon (`<run dir>/serve.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub pid: u32,
+    pub config: PathBuf,
+    pub pin_dir: PathBuf,
+    pub interfaces: Vec<String>,
+    /// Where the management API answers (none: off, or it did not start).
+    #[serde(default)]
+    pub api: Option<SocketAddr>,
+}
+
+impl RunRecord {
+    pub fn path(run_dir: &Path) -> PathBuf {
+        run_dir.join("serve.json")
+    }
+
+    pub fn read(run_dir: &Path) -> Result<RunRecord> {
+        let p = Self::path(run_dir);
+        let text = fs::read_to_string(&p).with_context(|| {
+            format!(
+                "no running weir recorded in {} (start `weir serve`)",
+                p.display()
+            )
+        })?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("{} is corrupt; remove it", p.display()))
+    }
+}
+
+pub(crate) fn is_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// Sends SIGHUP to the running daemon.
+pub fn request_reload(run_dir: &Path) -> Result<u32> {
+    let rec = RunRecord::read(run_dir)?;
+    if !is_alive(rec.pid) {
+        bail!(
+            "weir serve (pid {}) is not running; start it again",
+            rec.pid
+        );
+    }
+    // SAFETY: plain kill(2).
+    if unsafe { libc::kill(rec.pid as i32, libc::SIGHUP) } != 0 {
+        bail!(
+            "signalling pid {}: {}",
+            rec.pid,
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(rec.pid)
+}
