@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use anyhow::{bail, Context, Result};
 use weir_abi::*;
-use weir_core::awfd::AwfdTable;
+use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::addr_words;
 use weir_dataplane::iface::parse_mac;
 use weir_dataplane::maps::Maps;

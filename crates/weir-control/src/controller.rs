@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use weir_abi::*;
-use weir_core::awfd::AwfdTable;
+use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::dispatch::awfd::table_weights;
 use weir_core::estimate::CapacityEstimator;
 use weir_core::flow::addr_words;

@@ -393,7 +393,7 @@ fn parse_l4(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::{FlowTuple, Proto};
+    use weir_core::flow::{FlowTuple, Proto};
     use crate::slb::testframes::*;
 
     fn l4(frame: &[u8]) -> Packet {

@@ -421,7 +421,7 @@ fn needed(rate: f64, per_worker: f64, max: usize) -> usize {
 mod tests {
     use super::super::{bucket_of, Mode, Steering};
     use super::*;
-    use crate::splitmix::SplitMix;
+    use weir_core::splitmix::SplitMix;
     use crate::topology::CacheIndex;
 
     const INTERVAL: u64 = 100_000_000;
