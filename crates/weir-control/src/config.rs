@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use toml::Spanned;
+use weir_core::flow::Proto;
 use weir_software_engine::distribution::{cost::validate_cost_cycles, DistributionConfig};
 pub use weir_software_engine::distribution::{Mode as Distribution, SprayScope};
-use weir_core::flow::Proto;
 pub use weir_software_engine::offload::OffloadPolicy;
 use weir_software_engine::reorder::ReorderConfig;
 

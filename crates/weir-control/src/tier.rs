@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use weir_software_engine::distribution::Mode;
-use weir_software_engine::offload::OffloadConfig;
-use weir_software_engine::slb;
 use weir_dataplane::iface::Iface;
 use weir_dataplane::loader;
 use weir_dataplane::maps::Maps;
 use weir_software::{SoftwareTier, TierConfig, TierInterface, WorkerStats};
+use weir_software_engine::distribution::Mode;
+use weir_software_engine::offload::OffloadConfig;
+use weir_software_engine::slb;
 
 use crate::config::{Config, NonSynMiss, Tier, Verdict};
 

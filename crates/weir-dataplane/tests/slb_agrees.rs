@@ -32,9 +32,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use weir_abi::*;
 use weir_core::dispatch::awfd::AwfdTable;
-use weir_software_engine::slb::{self, Event, Outcome, Side, Slb};
 use weir_dataplane::loader::{Action, ConnTimeouts, LoadOptions, NonSynMiss};
 use weir_dataplane::testrun::XdpAction;
+use weir_software_engine::slb::{self, Event, Outcome, Side, Slb};
 
 const FLOWS: usize = 1000;
 const PAYLOAD: &[u8] = b"GET / HTTP/1.1\r\nHost: weir\r\n\r\n";

@@ -19,9 +19,9 @@ use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;
-use weir_software_engine::distribution::{self, DistributionConfig, Mode, Steering};
 use weir_dataplane::loader::{DistMode, LoadOptions, Tier, Workers};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Redirect};
+use weir_software_engine::distribution::{self, DistributionConfig, Mode, Steering};
 
 const VETH: &str = "wsa";
 const BUCKETS: u32 = 4096;

@@ -22,8 +22,8 @@ use etherparse::PacketBuilder;
 use weir_abi::*;
 use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::addr_words;
-use weir_software_engine::slb::{Config, Outcome, Slb};
 use weir_core::splitmix::SplitMix;
+use weir_software_engine::slb::{Config, Outcome, Slb};
 
 const IFINDEX: u32 = 1;
 const LB_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];

@@ -43,12 +43,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use weir_afxdp::Socket;
+use weir_dataplane::maps::Maps;
 use weir_software_engine::distribution::{DistributionConfig, Mode};
 use weir_software_engine::offload::{Offload, OffloadConfig};
 use weir_software_engine::reorder::ReorderConfig;
 use weir_software_engine::slb::{self, Slb};
 use weir_software_engine::utilization::UtilizationMeter;
-use weir_dataplane::maps::Maps;
 
 pub use control::Shared;
 pub use stats::WorkerStats;

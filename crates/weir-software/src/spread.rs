@@ -8,11 +8,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use weir_abi::weir_worker_set;
+use weir_dataplane::maps::Maps;
 use weir_software_engine::distribution::adaptive::{Adaptive, AdaptiveStats, WorkerSample};
 use weir_software_engine::distribution::{DistributionConfig, WorkerSet};
 use weir_software_engine::topology::{CacheIndex, Topology};
 use weir_software_engine::utilization::Utilization;
-use weir_dataplane::maps::Maps;
 
 /// The adaptive decision of one tier, with what it last read.
 pub struct Spreader {

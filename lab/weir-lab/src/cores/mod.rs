@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use serde::Serialize;
-use weir_software_engine::distribution::Mode;
 use weir_progress::Progress;
+use weir_software_engine::distribution::Mode;
 
 use crate::traffic::FlowDist;
 use rate::RatePoint;

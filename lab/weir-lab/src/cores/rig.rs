@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
-use weir_software_engine::distribution::{bucket_of, home_worker, Mode, DEFAULT_BUCKETS};
 use weir_core::flow::{FlowTuple, Proto};
+use weir_software_engine::distribution::{bucket_of, home_worker, Mode, DEFAULT_BUCKETS};
 
 use super::tx;
 use crate::daemon::Daemon;

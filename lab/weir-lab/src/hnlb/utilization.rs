@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use serde::Serialize;
-use weir_software_engine::utilization::{QueueBursts, Utilization};
 use weir_progress::Progress;
+use weir_software_engine::utilization::{QueueBursts, Utilization};
 
 use super::fit::{linear_fit, LinearFit};
 use super::rig::{Bench, Testbed, Trial};
