@@ -50,11 +50,11 @@
  * A packet from a queue at or past this bound finds no worker. */
 #define WEIR_MAX_QUEUES 256
 
-/* How XDP picks a worker (rodata cfg_dist_mode; weir_core::distribution). */
+/* How XDP picks a worker (rodata cfg_dist_mode; weir_software_engine::distribution). */
 #define WEIR_DIST_FLOW 0     /* the home worker of the flow hash's bucket */
 #define WEIR_DIST_SPRAY 1    /* round robin per packet, numbered for the reorder stage */
 #define WEIR_DIST_ADAPTIVE 2 /* home, or the bucket's workers in `dist_sets`, numbered */
-/* Workers one bucket is spread over at most (weir_core MAX_SPREAD). */
+/* Workers one bucket is spread over at most (weir_software_engine MAX_SPREAD). */
 #define WEIR_MAX_SPREAD 16
 
 /* What XDP puts in front of a packet it hands to a worker, when there are

@@ -3,7 +3,7 @@
  * dispatch.h - AWFD in-band dispatch of a new flow (Spotlight, IV-A):
  * stage 1 picks a priority class through cumulative ranges over the flow
  * hash, stage 2 picks a member of the class by an independent hash. The
- * same function is weir_core::awfd::AwfdTable::select in Rust.
+ * same function is weir_core::dispatch::awfd::AwfdTable::select in Rust.
  */
 #ifndef WEIR_DISPATCH_H
 #define WEIR_DISPATCH_H

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * hash.h - the flow hash. weir-core (crates/weir-core/src/hash.rs)
+ * hash.h - the flow hash. weir-core (crates/weir-core/src/flow_hash.rs)
  * implements the same function; the shared test vectors in
  * tests/vectors/ prove both pick the same DIP for the same flow.
  *

@@ -9,7 +9,7 @@
  * workers entries per interface (its weir_iface.xsk_slot). What the kernel
  * drops after the verdict (a full RX ring) the socket's own statistics count.
  *
- * Which worker (cfg_dist_mode, the twin of weir_core::distribution::Steering):
+ * Which worker (cfg_dist_mode, the twin of weir_software_engine::distribution::Steering):
  * the flow hash's bucket (its low bits) has a home worker, bucket % workers.
  * - flow: the home worker.
  * - spray (seed 001): every packet in scope (TCP, or all with cfg_spray_all)

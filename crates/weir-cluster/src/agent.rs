@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use tokio::sync::{mpsc, Notify};
-use weir_core::awfd::{AwfdTable, DipId};
+use weir_core::dispatch::awfd::{AwfdTable, DipId};
 use weir_dataplane::maps::Maps;
 
 use crate::apply::{apply_record, vip_ids, Applied};

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use anyhow::Result;
 use weir_abi::*;
-use weir_core::awfd::{AwfdTable, DipId};
+use weir_core::dispatch::awfd::{AwfdTable, DipId};
 use weir_core::flow::words_addr;
 use weir_dataplane::maps::Maps;
 

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
-use weir_core::awfd::{AwfdTable, DipId, PriorityClass};
+use weir_core::dispatch::awfd::{AwfdTable, DipId, PriorityClass};
 
 /// A DIP by what it is: its address, and its NAT port (0: the VIP's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

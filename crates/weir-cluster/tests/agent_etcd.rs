@@ -17,7 +17,7 @@ use weir_cluster::apply::{dip_ref as identity_of, live_slots};
 use weir_cluster::record::DipRef;
 use weir_cluster::sync::node::{SyncNode, SyncOptions};
 use weir_cluster::sync::wire::Key;
-use weir_core::awfd::AwfdTable;
+use weir_core::dispatch::awfd::AwfdTable;
 use weir_dataplane::loader::ConnTimeouts;
 use weir_dataplane::maps::Maps;
 

@@ -313,7 +313,7 @@ fn nodes_that_apply_the_same_record_dispatch_alike() {
     // B's version word has the parity of the record's: the table must go in
     // through the other slot first.
     b.maps
-        .publish_table(0, 4, &weir_core::awfd::AwfdTable::default())
+        .publish_table(0, 4, &weir_core::dispatch::awfd::AwfdTable::default())
         .unwrap();
     let rec = TableRecord {
         vip: "web".into(),

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use weir_abi::*;
-use weir_core::awfd::AwfdTable;
+use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::addr_words;
 use weir_dataplane::iface::parse_mac;
 use weir_dataplane::maps::Maps;

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use toml::Spanned;
-use weir_core::distribution::{cost::validate_cost_cycles, DistributionConfig};
-pub use weir_core::distribution::{Mode as Distribution, SprayScope};
 use weir_core::flow::Proto;
-pub use weir_core::offload::OffloadPolicy;
-use weir_core::reorder::ReorderConfig;
+use weir_software_engine::distribution::{cost::validate_cost_cycles, DistributionConfig};
+pub use weir_software_engine::distribution::{Mode as Distribution, SprayScope};
+pub use weir_software_engine::offload::OffloadPolicy;
+use weir_software_engine::reorder::ReorderConfig;
 
 pub use crate::diag::ConfigError;
 use crate::diag::{key_at, line_of};
@@ -130,7 +130,7 @@ fn gue_port() -> Spanned<u16> {
     Spanned::new(0..0, weir_abi::WEIR_GUE_PORT as u16)
 }
 fn seed() -> u32 {
-    weir_core::hash::DEFAULT_SEED
+    weir_core::flow_hash::DEFAULT_SEED
 }
 fn heavy() -> Spanned<OffloadPolicy> {
     Spanned::new(0..0, OffloadPolicy::Heavy)

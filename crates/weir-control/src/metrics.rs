@@ -721,9 +721,9 @@ mod tests {
 
     #[test]
     fn software_tier_workers_have_gauges_and_socket_counters() {
-        use weir_core::offload::OffloadStats;
-        use weir_core::utilization::{QueueBursts, Utilization};
         use weir_software::stats::SocketStats;
+        use weir_software_engine::offload::OffloadStats;
+        use weir_software_engine::utilization::{QueueBursts, Utilization};
 
         let window = Utilization {
             max_burst: 64,

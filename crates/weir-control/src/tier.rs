@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use weir_core::distribution::Mode;
-use weir_core::offload::OffloadConfig;
-use weir_core::slb;
 use weir_dataplane::iface::Iface;
 use weir_dataplane::loader;
 use weir_dataplane::maps::Maps;
 use weir_software::{SoftwareTier, TierConfig, TierInterface, WorkerStats};
+use weir_software_engine::distribution::Mode;
+use weir_software_engine::offload::OffloadConfig;
+use weir_software_engine::slb;
 
 use crate::config::{Config, NonSynMiss, Tier, Verdict};
 
@@ -212,7 +212,7 @@ pub fn load_workers(cfg: &Config) -> loader::Workers {
             Mode::Adaptive => loader::DistMode::Adaptive,
         },
         buckets: d.buckets,
-        spread_all: d.scope == weir_core::distribution::SprayScope::All,
+        spread_all: d.scope == weir_software_engine::distribution::SprayScope::All,
     }
 }
 

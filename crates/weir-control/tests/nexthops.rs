@@ -139,7 +139,7 @@ fn lab() -> Lab {
         },
     )
     .unwrap();
-    let table = weir_core::awfd::AwfdTable::from_weights(&[(0, 1)]).unwrap();
+    let table = weir_core::dispatch::awfd::AwfdTable::from_weights(&[(0, 1)]).unwrap();
     maps.publish_table(0, 1, &table).unwrap();
     let held = HashMap::from([("nxa".to_string(), (out.ifindex, out.mac))]);
     Lab {

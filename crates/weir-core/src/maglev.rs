@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use crate::awfd::DipId;
+use crate::dispatch::awfd::DipId;
 use crate::splitmix::splitmix64;
 
 /// A prime comfortably above 100 x the DIPs of a large pool.

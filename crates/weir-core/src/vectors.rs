@@ -9,14 +9,14 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::awfd::{AwfdTable, DipId, PriorityClass};
+use crate::dispatch::awfd::{AwfdTable, DipId, PriorityClass};
 use crate::flow::{FlowTuple, Proto};
-use crate::hash::{flow_hash, DEFAULT_SEED};
+use crate::flow_hash::{flow_hash, DEFAULT_SEED};
 use crate::splitmix::SplitMix;
 
 /// The description stored in the file's top-level `format` field.
 pub const FORMAT: &str =
-    "weir AWFD test vectors v1. seed: the flow-hash seed (weir_core::hash::DEFAULT_SEED). \
+    "weir AWFD test vectors v1. seed: the flow-hash seed (weir_core::flow_hash::DEFAULT_SEED). \
 Each case is one VIP's table. weights: [{dip, weight}] per DIP id; build the table with \
 AwfdTable::from_weights (weight 0 = drained, never chosen). classes and bounds are the derived \
 two-stage table for reference (classes in descending weight; bounds[i] = cumulative sum of \

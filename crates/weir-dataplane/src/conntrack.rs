@@ -94,7 +94,7 @@ pub fn timeout(conn: &weir_conn, proto: u8, t: &weir_conn_timeouts) -> u32 {
 
 /// The data plane's idle test (conntrack.h's `conn_expired`), one
 /// implementation with the software tier's.
-pub use weir_core::slb::idle_past;
+pub use weir_software_engine::slb::idle_past;
 
 /// What one sweep found and removed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

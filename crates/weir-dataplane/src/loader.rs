@@ -67,7 +67,7 @@ impl Tier {
 }
 
 /// How XDP hands packets to the software tier's workers (software.h; the
-/// twin of `weir_core::distribution::Steering`).
+/// twin of `weir_software_engine::distribution::Steering`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Workers {
     /// Workers, each with a socket on every queue (1..=WEIR_MAX_QUEUES).
@@ -339,7 +339,7 @@ impl Default for LoadOptions {
             fragments: Action::Pass,
             malformed: Action::Drop,
             nonsyn_miss: NonSynMiss::Dispatch,
-            hash_seed: weir_core::hash::DEFAULT_SEED,
+            hash_seed: weir_core::flow_hash::DEFAULT_SEED,
             fib_lookup: true,
             pin_dir: None,
             passive_telemetry: false,

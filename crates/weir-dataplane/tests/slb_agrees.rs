@@ -1,4 +1,4 @@
-//! The software load balancer (`weir_core::slb::Slb`) and the XDP program
+//! The software load balancer (`weir_software_engine::slb::Slb`) and the XDP program
 //! (`weir_lb`, through BPF_PROG_TEST_RUN) get the same frames in the same
 //! order and must agree on every one: the verdict, the frame they leave
 //! byte for byte (DIP, rewritten addresses and ports, checksums, MACs),
@@ -31,10 +31,10 @@ use libbpf_rs::MapCore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use weir_abi::*;
-use weir_core::awfd::AwfdTable;
-use weir_core::slb::{self, Event, Outcome, Side, Slb};
+use weir_core::dispatch::awfd::AwfdTable;
 use weir_dataplane::loader::{Action, ConnTimeouts, LoadOptions, NonSynMiss};
 use weir_dataplane::testrun::XdpAction;
+use weir_software_engine::slb::{self, Event, Outcome, Side, Slb};
 
 const FLOWS: usize = 1000;
 const PAYLOAD: &[u8] = b"GET / HTTP/1.1\r\nHost: weir\r\n\r\n";

@@ -19,9 +19,9 @@ use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;
-use weir_core::distribution::{self, DistributionConfig, Mode, Steering};
 use weir_dataplane::loader::{DistMode, LoadOptions, Tier, Workers};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Redirect};
+use weir_software_engine::distribution::{self, DistributionConfig, Mode, Steering};
 
 const VETH: &str = "wsa";
 const BUCKETS: u32 = 4096;
@@ -100,7 +100,7 @@ fn udp_from(sport: u16) -> Frame {
 }
 
 fn hash(f: &Frame) -> u32 {
-    weir_core::hash::flow_hash(&f.tuple().key(), test_options().hash_seed)
+    weir_core::flow_hash::flow_hash(&f.tuple().key(), test_options().hash_seed)
 }
 
 fn bucket(f: &Frame) -> u32 {

@@ -18,8 +18,8 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use weir_abi::*;
-use weir_core::offload::{FastEntry, Offload};
-use weir_core::slb::{Event, NextHop, Outcome, Slb};
+use weir_software_engine::offload::{FastEntry, Offload};
+use weir_software_engine::slb::{Event, NextHop, Outcome, Slb};
 
 use crate::tables::Snapshot;
 use crate::worker::ToControl;
@@ -187,7 +187,7 @@ impl Balancer {
 mod tests {
     use super::*;
     use crate::tables::VipTable;
-    use weir_core::awfd::AwfdTable;
+    use weir_core::dispatch::awfd::AwfdTable;
     use weir_core::flow::addr_words;
 
     const HOP: NextHop = NextHop {
@@ -196,7 +196,7 @@ mod tests {
     };
 
     fn balancer() -> Balancer {
-        let slb = Slb::new(weir_core::slb::Config {
+        let slb = Slb::new(weir_software_engine::slb::Config {
             conn_capacity: 64,
             half_open_capacity: 64,
             max_vips: 2,

@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use weir_abi::*;
-use weir_core::offload::{FastEntry, OffloadPolicy};
-use weir_core::slb::NextHop;
 use weir_dataplane::conntrack::now_ticks;
 use weir_dataplane::maps::Maps;
+use weir_software_engine::offload::{FastEntry, OffloadPolicy};
+use weir_software_engine::slb::NextHop;
 
 use crate::clock::coarse_now_ns;
 use crate::nexthop::resolve;

@@ -1,7 +1,7 @@
 //! weir's software tier (HNLB's software load balancer, seed 000 section
 //! III): worker threads pinned to cores busy-poll AF_XDP sockets
 //! (`weir-afxdp`), one per queue of every interface weir holds, and run
-//! each frame through the sans-IO load balancer `weir_core::slb`, which
+//! each frame through the sans-IO load balancer `weir_software_engine::slb`, which
 //! decides exactly what the XDP program would. The XDP program steers to
 //! the sockets what the tier must see (`tier = "software"`: every VIP
 //! packet and nat reply; `"hybrid"`: what misses the bounded fast table),
@@ -43,12 +43,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use weir_afxdp::Socket;
-use weir_core::distribution::{DistributionConfig, Mode};
-use weir_core::offload::{Offload, OffloadConfig};
-use weir_core::reorder::ReorderConfig;
-use weir_core::slb::{self, Slb};
-use weir_core::utilization::UtilizationMeter;
 use weir_dataplane::maps::Maps;
+use weir_software_engine::distribution::{DistributionConfig, Mode};
+use weir_software_engine::offload::{Offload, OffloadConfig};
+use weir_software_engine::reorder::ReorderConfig;
+use weir_software_engine::slb::{self, Slb};
+use weir_software_engine::utilization::UtilizationMeter;
 
 pub use control::Shared;
 pub use stats::WorkerStats;

@@ -1,5 +1,5 @@
 //! Adaptive distribution's I/O (seed 003, TBTD): the control thread feeds
-//! `weir_core::distribution::adaptive` what XDP counted per bucket and each
+//! `weir_software_engine::distribution::adaptive` what XDP counted per bucket and each
 //! worker's load, and writes its decisions into the program's per-bucket
 //! worker sets. The decisions themselves are sans-IO, in weir-core.
 
@@ -8,11 +8,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use weir_abi::weir_worker_set;
-use weir_core::distribution::adaptive::{Adaptive, AdaptiveStats, WorkerSample};
-use weir_core::distribution::{DistributionConfig, WorkerSet};
-use weir_core::topology::{CacheIndex, Topology};
-use weir_core::utilization::Utilization;
 use weir_dataplane::maps::Maps;
+use weir_software_engine::distribution::adaptive::{Adaptive, AdaptiveStats, WorkerSample};
+use weir_software_engine::distribution::{DistributionConfig, WorkerSet};
+use weir_software_engine::topology::{CacheIndex, Topology};
+use weir_software_engine::utilization::Utilization;
 
 /// The adaptive decision of one tier, with what it last read.
 pub struct Spreader {
@@ -115,14 +115,14 @@ fn read_topology(root: &Path, cpus: &[usize]) -> Result<Topology> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_core::topology::Closeness;
+    use weir_software_engine::topology::Closeness;
 
     #[test]
     fn worker_sets_go_to_the_program_as_written() {
         let abi = abi_set(&WorkerSet::one(3));
         assert_eq!((abi.len, abi.ids[0]), (1, 3));
         assert_eq!(
-            weir_core::distribution::MAX_SPREAD,
+            weir_software_engine::distribution::MAX_SPREAD,
             weir_abi::WEIR_MAX_SPREAD as usize,
             "weir.h and weir-core agree on the widest spread"
         );

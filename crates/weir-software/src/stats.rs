@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use weir_core::offload::OffloadStats;
-use weir_core::utilization::Utilization;
+use weir_software_engine::offload::OffloadStats;
+use weir_software_engine::utilization::Utilization;
 
 /// The worker's own counters, beyond the load balancer's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,7 +58,7 @@ pub struct Traffic {
 }
 
 /// The reorder stages a worker owns, added up
-/// (`weir_core::reorder::ReorderStats`, whose meanings these are).
+/// (`weir_software_engine::reorder::ReorderStats`, whose meanings these are).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReorderCounters {
     /// Packets the workers handed in.
@@ -87,7 +87,7 @@ pub struct ReorderCounters {
 }
 
 impl ReorderCounters {
-    pub fn add(&mut self, s: &weir_core::reorder::ReorderStats) {
+    pub fn add(&mut self, s: &weir_software_engine::reorder::ReorderStats) {
         self.completed += s.completed;
         self.dropped += s.dropped;
         self.held += s.held;
@@ -102,7 +102,7 @@ impl ReorderCounters {
 }
 
 /// Adaptive distribution's decisions
-/// (`weir_core::distribution::adaptive::AdaptiveStats`).
+/// (`weir_software_engine::distribution::adaptive::AdaptiveStats`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct SpreadCounters {
     pub decisions: u64,
@@ -114,8 +114,8 @@ pub struct SpreadCounters {
     pub capacity_pps: Option<f64>,
 }
 
-impl From<weir_core::distribution::adaptive::AdaptiveStats> for SpreadCounters {
-    fn from(s: weir_core::distribution::adaptive::AdaptiveStats) -> Self {
+impl From<weir_software_engine::distribution::adaptive::AdaptiveStats> for SpreadCounters {
+    fn from(s: weir_software_engine::distribution::adaptive::AdaptiveStats) -> Self {
         SpreadCounters {
             decisions: s.decisions,
             spread: s.spread,

@@ -1,5 +1,5 @@
 //! The reorder stage of the software tier (seed 001): one
-//! [`weir_core::reorder::Reorder`] per ingress (interface, queue), the
+//! [`weir_software_engine::reorder::Reorder`] per ingress (interface, queue), the
 //! sequence space XDP numbers spread packets in.
 //!
 //! A stream has one owner, the worker that transmits its released
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use weir_afxdp::Frame;
-use weir_core::reorder::{Reorder, ReorderConfig, ReorderError, ReorderStats, Seq};
+use weir_software_engine::reorder::{Reorder, ReorderConfig, ReorderError, ReorderStats, Seq};
 
 /// A finished packet of a stream: its frame and the port it leaves by.
 #[derive(Debug)]

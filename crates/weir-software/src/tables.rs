@@ -6,7 +6,7 @@
 use anyhow::{Context, Result};
 use libbpf_rs::MapCore;
 use weir_abi::*;
-use weir_core::awfd::AwfdTable;
+use weir_core::dispatch::awfd::AwfdTable;
 use weir_dataplane::maps::Maps;
 
 /// One VIP as the data plane holds it.

@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 
 use weir_abi::*;
 use weir_afxdp::{pin_current_thread, Frame, Socket};
-use weir_core::offload::FastEntry;
-use weir_core::reorder::Seq;
-use weir_core::slb::{Connection, NextHop, Outcome};
-use weir_core::utilization::UtilizationMeter;
+use weir_software_engine::offload::FastEntry;
+use weir_software_engine::reorder::Seq;
+use weir_software_engine::slb::{Connection, NextHop, Outcome};
+use weir_software_engine::utilization::UtilizationMeter;
 
 use crate::balancer::{self, Balancer};
 use crate::clock::coarse_now_ns;

@@ -25,7 +25,7 @@ use std::collections::BinaryHeap;
 
 use serde::Serialize;
 use weir_core::dispatch::{Dispatcher, Policy};
-use weir_core::hash::rehash;
+use weir_core::flow_hash::rehash;
 
 use crate::model::Pool;
 use crate::trace::{Trace, MAX_CHAIN};

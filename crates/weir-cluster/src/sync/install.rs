@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use weir_abi::*;
-use weir_core::awfd::DipId;
+use weir_core::dispatch::awfd::DipId;
 use weir_dataplane::conntrack::{idle_past, now_ticks, timeout};
 use weir_dataplane::loader::ConnTimeouts;
 use weir_dataplane::maps::Maps;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use etherparse::PacketBuilder;
 use weir_abi::*;
 use weir_cluster::record::{DipRef, VipRef};
-use weir_core::awfd::AwfdTable;
+use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::addr_words;
 use weir_dataplane::loader::{self, LoadOptions, LoadedLb};
 use weir_dataplane::maps::Maps;

@@ -2,7 +2,7 @@
 
 use super::awfd::table_weights;
 use super::*;
-use crate::awfd::weights_from_capacity;
+use crate::dispatch::awfd::weights_from_capacity;
 use crate::splitmix::SplitMix;
 
 /// Test inputs drawn from a seeded SplitMix64.

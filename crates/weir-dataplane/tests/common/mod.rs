@@ -11,9 +11,9 @@ pub mod packet;
 use std::net::IpAddr;
 
 use weir_abi::*;
-use weir_core::awfd::AwfdTable;
+use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
-use weir_core::hash::{flow_hash, DEFAULT_SEED};
+use weir_core::flow_hash::{flow_hash, DEFAULT_SEED};
 use weir_dataplane::loader::{self, LoadOptions, LoadedLb};
 use weir_dataplane::maps::Maps;
 use weir_dataplane::testrun::{self, RunResult, XdpAction};

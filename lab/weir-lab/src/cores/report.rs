@@ -2,8 +2,8 @@
 //! claims and the targets, and an SVG per figure (weir-plot).
 
 use anyhow::{anyhow, Result};
-use weir_core::distribution::Mode;
 use weir_plot::{Axis, Bar, Bars, Figure, Lines, Panel, Point, Series, Style};
+use weir_software_engine::distribution::Mode;
 
 use super::rate::RatePoint;
 use super::{IperfPoint, Report};

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
-use weir_core::distribution::{bucket_of, home_worker, Mode, DEFAULT_BUCKETS};
 use weir_core::flow::{FlowTuple, Proto};
+use weir_software_engine::distribution::{bucket_of, home_worker, Mode, DEFAULT_BUCKETS};
 
 use super::tx;
 use crate::daemon::Daemon;
@@ -347,7 +347,7 @@ fn single_flow_port() -> Result<u16> {
             proto: Proto::Tcp,
         }
         .key();
-        let hash = weir_core::hash::flow_hash(&key, weir_core::hash::DEFAULT_SEED);
+        let hash = weir_core::flow_hash::flow_hash(&key, weir_core::flow_hash::DEFAULT_SEED);
         if home_worker(bucket_of(hash, DEFAULT_BUCKETS), 2) == 0 {
             return Ok(port);
         }

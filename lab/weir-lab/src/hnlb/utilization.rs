@@ -1,5 +1,5 @@
 //! HNLB Fig. 7: the worker's utilization metric (HNLB eq. 2/3, computed by
-//! `weir_core::utilization` in the worker) against the offered rate, with
+//! `weir_software_engine::utilization` in the worker) against the offered rate, with
 //! the loss onset, linear fits, and the metric at saturation.
 //!
 //! A row first offers traffic as fast as the generator goes: what gets
@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use serde::Serialize;
-use weir_core::utilization::{QueueBursts, Utilization};
 use weir_progress::Progress;
+use weir_software_engine::utilization::{QueueBursts, Utilization};
 
 use super::fit::{linear_fit, LinearFit};
 use super::rig::{Bench, Testbed, Trial};

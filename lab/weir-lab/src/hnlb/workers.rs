@@ -16,7 +16,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 use weir_control::status::STAT_NAMES;
-use weir_core::utilization::{CostModel, QueueBursts, Utilization};
+use weir_software_engine::utilization::{CostModel, QueueBursts, Utilization};
 
 /// The workers' last reports.
 pub fn read(run_dir: &Path) -> Result<Value> {
@@ -49,7 +49,7 @@ fn count(v: &Value, key: &str) -> Result<u64> {
         .with_context(|| format!("{key} is not a count"))
 }
 
-/// A window, as `weir_core::utilization::Utilization` serializes.
+/// A window, as `weir_software_engine::utilization::Utilization` serializes.
 fn window(v: &Value) -> Result<Utilization> {
     let q = &v["busiest_queue"];
     let cost = match &v["cost"] {

@@ -16,8 +16,8 @@
 //!
 //! Shared with the XDP program, so the tiers agree by construction:
 //! - the flow key (`weir_flow_key`), the flow hash
-//!   ([`crate::hash::flow_hash`] with the configured seed) and the AWFD
-//!   tables ([`crate::awfd::AwfdTable`], the controller's, with versions);
+//!   ([`weir_core::flow_hash::flow_hash`] with the configured seed) and the AWFD
+//!   tables ([`weir_core::dispatch::awfd::AwfdTable`], the controller's, with versions);
 //! - the map values: VIP keys and values, DIP slots (`weir_dip`, whose
 //!   generation and LIVE flag keep PCC), `weir_conn`, `weir_rev_nat`;
 //! - the counters (`enum weir_stat`), the tick clock and the timeouts

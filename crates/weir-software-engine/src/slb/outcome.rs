@@ -4,7 +4,7 @@
 
 use weir_abi::*;
 
-use crate::awfd::DipId;
+use weir_core::dispatch::awfd::DipId;
 
 /// Which way a forwarded packet goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub struct Forward {
     pub vip_id: u32,
     /// The connection's 5-tuple as its client sends it (client -> VIP),
     /// also for a reply: the key of the connection tables and of
-    /// `weir_core::offload`.
+    /// `crate::offload`.
     pub conn: weir_flow_key,
     pub egress: Egress,
 }

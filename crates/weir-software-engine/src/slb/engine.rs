@@ -19,8 +19,8 @@ use std::collections::VecDeque;
 
 use weir_abi::*;
 
-use crate::awfd::DipId;
-use crate::hash::flow_hash;
+use weir_core::dispatch::awfd::DipId;
+use weir_core::flow_hash::flow_hash;
 
 use super::config::{Action, Config, ConfigError, NonSynMiss};
 use super::conntrack::{note_close, tick_of, Entry, Kind, Reverse, Table};

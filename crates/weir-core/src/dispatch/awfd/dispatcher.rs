@@ -13,9 +13,9 @@
 //! no DIP is preferred without evidence. [`table_weights`] is that rule, for
 //! the controller to use too.
 
-use crate::awfd::{weights_from_capacity, AwfdTable, DipId, TableError};
+use super::table::{weights_from_capacity, AwfdTable, DipId, TableError};
 
-use super::{hash_to_index, Dispatcher};
+use crate::dispatch::{hash_to_index, Dispatcher};
 
 /// The m used when a policy says just `awfd`.
 pub const DEFAULT_M: u32 = 4;

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use etherparse::{Ipv4Header, Ipv6Header, PacketBuilder, TcpHeader, UdpHeader};
 
-use crate::flow::{FlowTuple, Proto};
+use weir_core::flow::{FlowTuple, Proto};
 
 pub const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xcc];
 /// L2 destination of the client's frames (the router's view of the VIP).

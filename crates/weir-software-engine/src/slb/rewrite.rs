@@ -175,9 +175,9 @@ pub fn set_macs(frame: &mut [u8], dst: [u8; 6], src: [u8; 6]) -> Result<(), OutO
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::addr_words;
     use crate::slb::packet::{parse, Parsed};
     use crate::slb::testframes::*;
+    use weir_core::flow::addr_words;
 
     fn packet(frame: &[u8]) -> Packet {
         match parse(frame) {

@@ -12,7 +12,7 @@ use std::fmt;
 
 use weir_abi::{weir_class_members, weir_class_ranges, WEIR_MAX_CLASSES, WEIR_MAX_CLASS_MEMBERS};
 
-use crate::hash::rehash;
+use crate::flow_hash::rehash;
 
 /// A DIP slot id, the index of the `dips` map.
 pub type DipId = u32;
@@ -209,7 +209,7 @@ mod tests {
         let mut counts = [0u32; 4];
         let n = 200_000u32;
         for i in 0..n {
-            let h = crate::hash::rehash(i.wrapping_mul(2_654_435_761));
+            let h = crate::flow_hash::rehash(i.wrapping_mul(2_654_435_761));
             counts[t.select(h).unwrap() as usize] += 1;
         }
         let expect = [4.0 / 9.0, 2.0 / 9.0, 2.0 / 9.0, 1.0 / 9.0];

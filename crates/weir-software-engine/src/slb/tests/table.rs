@@ -167,7 +167,7 @@ fn set16(f: &mut [u8], off: usize, v: u16) {
 fn fix_ipv4_csum(f: &mut [u8]) {
     let ihl = usize::from(f[14] & 0x0f) * 4;
     f[24..26].copy_from_slice(&[0, 0]);
-    let c = crate::csum::checksum(&f[14..14 + ihl], 0);
+    let c = weir_core::csum::checksum(&f[14..14 + ihl], 0);
     f[24..26].copy_from_slice(&c.to_be_bytes());
 }
 

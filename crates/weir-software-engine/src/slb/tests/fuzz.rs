@@ -7,7 +7,7 @@
 //! counters add up: every frame ends in exactly one outcome.
 
 use super::*;
-use crate::splitmix::SplitMix;
+use weir_core::splitmix::SplitMix;
 
 const RUNS: usize = 120_000;
 

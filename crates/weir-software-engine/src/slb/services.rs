@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use weir_abi::*;
 
-use crate::awfd::{AwfdTable, DipId};
-use crate::flow::addr_words;
-use crate::kv::hotkeys::SeededHash;
+use weir_core::dispatch::awfd::{AwfdTable, DipId};
+use weir_core::flow::addr_words;
+use weir_core::kv::hotkeys::SeededHash;
 
 use super::packet::{IPPROTO_TCP, IPPROTO_UDP};
 
@@ -323,7 +323,7 @@ impl Services {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::awfd::PriorityClass;
+    use weir_core::dispatch::awfd::PriorityClass;
 
     fn vip_key(proto: u8, family: u8) -> weir_vip_key {
         weir_vip_key {

@@ -3,8 +3,8 @@
 //! checks outcome, output frame and the exact counter deltas of every
 //! frame, and a fake clock.
 //!
-//! Expected DIPs come from [`crate::awfd::AwfdTable::select`] over
-//! [`crate::hash::flow_hash`]; expected frames are built from scratch by
+//! Expected DIPs come from [`weir_core::dispatch::awfd::AwfdTable::select`] over
+//! [`weir_core::flow_hash::flow_hash`]; expected frames are built from scratch by
 //! `testframes` (etherparse); nothing is derived from a run.
 
 mod fuzz;
@@ -15,9 +15,9 @@ use std::sync::Arc;
 
 use weir_abi::*;
 
-use crate::awfd::AwfdTable;
-use crate::flow::{addr_words, FlowTuple, Proto};
-use crate::hash::{flow_hash, DEFAULT_SEED};
+use weir_core::dispatch::awfd::AwfdTable;
+use weir_core::flow::{addr_words, FlowTuple, Proto};
+use weir_core::flow_hash::{flow_hash, DEFAULT_SEED};
 
 use super::testframes::*;
 use super::*;

@@ -393,8 +393,8 @@ fn parse_l4(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow::{FlowTuple, Proto};
     use crate::slb::testframes::*;
+    use weir_core::flow::{FlowTuple, Proto};
 
     fn l4(frame: &[u8]) -> Packet {
         match parse(frame) {

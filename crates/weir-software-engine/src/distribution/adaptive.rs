@@ -421,8 +421,8 @@ fn needed(rate: f64, per_worker: f64, max: usize) -> usize {
 mod tests {
     use super::super::{bucket_of, Mode, Steering};
     use super::*;
-    use crate::splitmix::SplitMix;
     use crate::topology::CacheIndex;
+    use weir_core::splitmix::SplitMix;
 
     const INTERVAL: u64 = 100_000_000;
     const CAP: f64 = 1_000_000.0;

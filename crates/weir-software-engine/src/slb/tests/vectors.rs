@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::*;
-use crate::vectors::VectorFile;
+use weir_core::vectors::VectorFile;
 
 const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/vectors/awfd.json");
 

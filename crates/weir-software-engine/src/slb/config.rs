@@ -63,7 +63,7 @@ impl Default for Config {
             fragments: Action::Pass,
             malformed: Action::Drop,
             nonsyn_miss: NonSynMiss::Dispatch,
-            hash_seed: crate::hash::DEFAULT_SEED,
+            hash_seed: weir_core::flow_hash::DEFAULT_SEED,
             event_capacity: 4096,
         }
     }

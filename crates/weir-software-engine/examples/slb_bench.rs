@@ -1,4 +1,4 @@
-//! CPU cost per packet of the software load balancer (`weir_core::slb`),
+//! CPU cost per packet of the software load balancer (`weir_software_engine::slb`),
 //! one core, no I/O: frames are copied from a template into one buffer
 //! (as a NIC would deliver them), the client address patched per flow, and
 //! handed to `Slb::process`. Prints ns/packet per path, best of 5 runs,
@@ -20,10 +20,10 @@ use std::sync::Arc;
 
 use etherparse::PacketBuilder;
 use weir_abi::*;
-use weir_core::awfd::AwfdTable;
+use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::addr_words;
-use weir_core::slb::{Config, Outcome, Slb};
 use weir_core::splitmix::SplitMix;
+use weir_software_engine::slb::{Config, Outcome, Slb};
 
 const IFINDEX: u32 = 1;
 const LB_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
@@ -286,7 +286,7 @@ fn main() {
         }),
     ));
 
-    println!("weir_core::slb on one core, {packets} packets per run, best of {RUNS} (ns/packet)");
+    println!("weir_software_engine::slb on one core, {packets} packets per run, best of {RUNS} (ns/packet)");
     for (name, v) in rows {
         println!("{name:<60} {v:>8.1}");
     }

@@ -402,7 +402,7 @@ impl Steering {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::splitmix::SplitMix;
+    use weir_core::splitmix::SplitMix;
 
     #[test]
     fn refuses_distributions_the_workers_cannot_carry_out() {

@@ -590,7 +590,7 @@ impl<P> Reorder<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::splitmix::SplitMix;
+    use weir_core::splitmix::SplitMix;
 
     const US: u64 = 1_000;
     const MS: u64 = 1_000_000;

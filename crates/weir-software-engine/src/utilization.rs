@@ -360,7 +360,7 @@ impl UtilizationMeter {
 #[cfg(test)]
 pub(crate) mod model {
     use super::{Utilization, UtilizationMeter};
-    use crate::splitmix::SplitMix;
+    use weir_core::splitmix::SplitMix;
 
     #[derive(Debug, Clone)]
     pub struct ModelWorker {
