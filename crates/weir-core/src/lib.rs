@@ -14,7 +14,7 @@ pub mod distribution;
 pub mod estimate;
 pub mod flow;
 pub mod hash;
-pub mod kv;
+pub mod hotkeys;
 pub mod maglev;
 pub mod offload;
 pub mod reorder;

@@ -3,6 +3,8 @@
 //! - [`config`]: a nutcracker YAML pool or weir's own TOML, validated with
 //!   `file:line: field: message` errors; options weir cannot honour are
 //!   refused by name.
+//! - [`route`]: sans-IO, which server owns a key: nutcracker's hash
+//!   functions and distributions (ketama, modula, random), bit for bit.
 //! - [`proto`]: sans-IO parsing of memcached ASCII requests and responses.
 //! - [`proxy`]: the TCP proxy (mio, one event loop per worker thread,
 //!   persistent pipelined server connections, multi-key gets split by server
@@ -10,6 +12,8 @@
 //! - [`invalidate`]: the hook every mutating command passes through before
 //!   it is forwarded, so the XDP hot-key cache never serves a value older
 //!   than a write the switch saw.
+//! - [`xdp`]: the XDP switch `bpf/kv/weir_kv.bpf.c` (built by this crate's
+//!   build.rs): loading it, its typed maps, its cache and counters.
 //! - [`udp`]: the XDP switch (`weir_kv`) loaded and attached, the hot-key
 //!   loop that fills its cache, and the XDP invalidator of the TCP proxy.
 //! - [`stats`]: counters shared by the workers.
@@ -26,6 +30,14 @@ pub mod invalidate;
 pub mod metrics;
 pub mod proto;
 pub mod proxy;
+pub mod route;
 pub mod stats;
 pub mod status;
 pub mod udp;
+pub mod xdp;
+
+mod skel {
+    //! The generated libbpf-rs skeleton of `bpf/kv/weir_kv.bpf.c`.
+    #![allow(clippy::all, missing_docs, unsafe_op_in_unsafe_fn)]
+    include!(concat!(env!("OUT_DIR"), "/weir_kv.skel.rs"));
+}

@@ -5,8 +5,8 @@
 
 use std::net::SocketAddr;
 
-use weir_core::kv::{DistKind, HashKind};
 use weir_kv::config::parse_nutcracker;
+use weir_kv::route::{DistKind, HashKind};
 use weir_lab::kv::testbed::{free_port, memcached, nutcracker, McClient};
 
 fn have(bin: &str) -> bool {

@@ -18,7 +18,7 @@ use weir_abi::*;
 
 use crate::awfd::{AwfdTable, DipId};
 use crate::flow::addr_words;
-use crate::kv::hotkeys::SeededHash;
+use crate::hotkeys::SeededHash;
 
 use super::packet::{IPPROTO_TCP, IPPROTO_UDP};
 

@@ -1,7 +1,7 @@
 //! `weir-lab bench kv --udp`: GETs with Zipf key popularity in the namespace lab
 //! ([`crate::kv::lab`]: a client, the switch, 2 memcached servers), side by side
 //! in one run, per value size:
-//! - `memcached direct udp`: the client hashes keys itself (weir_core::kv)
+//! - `memcached direct udp`: the client hashes keys itself (weir_kv::route)
 //!   and sends each GET to its server's own address (routed by the switch
 //!   host's kernel, no XDP);
 //! - `nutcracker tcp`: nutcracker in the switch namespace (it has no UDP);
