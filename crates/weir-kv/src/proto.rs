@@ -55,24 +55,11 @@ impl Cmd {
         })
     }
 
-    pub fn is_retrieval(self) -> bool {
-        matches!(self, Cmd::Get | Cmd::Gets)
-    }
-
     pub fn is_storage(self) -> bool {
         matches!(
             self,
             Cmd::Set | Cmd::Add | Cmd::Replace | Cmd::Append | Cmd::Prepend | Cmd::Cas
         )
-    }
-
-    /// Changes the value or the life of a key: invalidates the cache.
-    pub fn is_mutation(self) -> bool {
-        self.is_storage()
-            || matches!(
-                self,
-                Cmd::Delete | Cmd::Incr | Cmd::Decr | Cmd::Touch | Cmd::FlushAll
-            )
     }
 
     pub fn name(self) -> &'static str {

@@ -5,7 +5,7 @@
 //! [`UdpSwitch::start`] does everything or nothing: it checks the
 //! interfaces (present, no XDP program yet), resolves every server's next
 //! hop, loads `weir_kv`, writes the servers and the key table
-//! (`weir_core::kv::Distribution`, the same one the TCP proxy uses), and
+//! (`weir_kv::route::Distribution`, the same one the TCP proxy uses), and
 //! attaches to every interface. On any error nothing stays attached. The
 //! program is detached when the switch is stopped or dropped.
 //!
@@ -171,7 +171,7 @@ pub struct UdpStatus {
     pub cache_enabled: bool,
     /// The id of the attached `weir_kv` program.
     pub prog_id: u32,
-    /// Every XDP counter by name (`weir_dataplane::kv::STAT_NAMES`).
+    /// Every XDP counter by name (`crate::xdp::STAT_NAMES`).
     pub xdp: BTreeMap<String, u64>,
     /// Requests XDP forwarded to each server.
     pub server_requests: Vec<u64>,

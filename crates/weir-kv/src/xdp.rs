@@ -859,24 +859,6 @@ impl LoadedKv {
             .with_context(|| format!("adding ifindex {ifindex} to kv_tx_ports"))
     }
 
-    pub fn cache_put(
-        &self,
-        ticket: &CacheTicket,
-        flags: u32,
-        value: &[u8],
-        cas: Option<u64>,
-    ) -> Result<bool> {
-        self.cache.put(ticket, flags, value, cas)
-    }
-
-    pub fn cache_invalidate(&self, key: &[u8]) -> Result<()> {
-        self.cache.invalidate(key)
-    }
-
-    pub fn cache_flush(&self) -> Result<()> {
-        self.cache.flush()
-    }
-
     /// Counters summed over CPUs.
     pub fn stats(&self) -> Result<KvStats> {
         let sum = |map: &libbpf_rs::MapMut<'_>, i: u32, words: usize| -> Result<Vec<u64>> {

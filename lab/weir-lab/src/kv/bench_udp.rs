@@ -30,7 +30,7 @@ use crate::kv::bench::{load as tcp_load, pct, proc_cpu_ticks, ticks_per_s, KvBen
 use crate::kv::lab::{in_ns, server_ip, KvLab, UdpMc, MC_PORT, NUTCRACKER_PORT, SWITCH_IP, VIP};
 use crate::kv::testbed::{McClient, Proc};
 use weir_dataplane::runstats::{RunStats, StatsEnabled};
-use weir_kv::udp::UdpSwitch;
+use weir_kv::UdpSwitch;
 
 #[derive(Serialize, Debug, Clone)]
 pub struct UdpRow {
