@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * weir_kv.h - the structs and constants shared by the memcached switch
- * (bpf/weir_kv.bpf.c) and Rust (weir-abi, through bindgen). Like weir.h, it
+ * (bpf/kv/weir_kv.bpf.c) and Rust (weir-abi, through bindgen). Like weir.h, it
  * is the only definition: every struct has explicit padding and a size
  * assertion.
  *

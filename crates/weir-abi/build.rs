@@ -5,7 +5,7 @@ use std::{env, path::PathBuf};
 fn main() {
     let include = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf/include");
     let header = include.join("weir.h");
-    // The memcached switch's structs (bpf/weir_kv.bpf.c).
+    // The memcached switch's structs (bpf/kv/weir_kv.bpf.c).
     let kv_header = include.join("weir_kv.h");
     // Connection sync's event (bpf/lib/sync.h).
     let sync_header = include.join("weir_sync.h");

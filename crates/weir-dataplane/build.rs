@@ -4,8 +4,9 @@ use std::{env, path::PathBuf};
 
 use libbpf_cargo::SkeletonBuilder;
 
-// The lab's programs (generator, sink, floor) are built by lab/weir-traffic.
-const PROGRAMS: &[&str] = &["weir_lb", "weir_kv", "weir_decap"];
+// The lab's programs (generator, sink, floor) are built by lab/weir-traffic,
+// the memcached switch (bpf/kv) by weir-kv.
+const PROGRAMS: &[&str] = &["weir_lb", "weir_decap"];
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bpf");

@@ -11,7 +11,7 @@ pub mod dispatch;
 pub mod estimate;
 pub mod flow;
 pub mod flow_hash;
-pub mod kv;
+pub mod hotkeys;
 pub mod maglev;
 pub mod splitmix;
 pub mod vectors;

@@ -10,8 +10,6 @@
 //! - [`conntrack`] ages connection entries: the data plane's clock and
 //!   expiry rule in user space, and the sweep that deletes expired entries.
 //! - [`testrun`] runs a program on a packet through BPF_PROG_TEST_RUN.
-//! - [`kv`] loads the memcached switch `weir_kv` and manages its tables,
-//!   cache and counters.
 //! - [`decap`] loads the backends' decapsulation program `weir_decap` (for
 //!   the ipip and gue modes) and reads its counters.
 //! - [`runstats`] reads a program's BPF run-time statistics.
@@ -23,7 +21,6 @@ pub mod conntrack;
 pub mod decap;
 pub mod flow_table;
 pub mod iface;
-pub mod kv;
 pub mod loader;
 pub mod maps;
 pub mod nexthop;
@@ -36,9 +33,6 @@ pub mod skel {
     #![allow(clippy::all, missing_docs, unsafe_op_in_unsafe_fn)]
     pub mod lb {
         include!(concat!(env!("OUT_DIR"), "/weir_lb.skel.rs"));
-    }
-    pub mod kv {
-        include!(concat!(env!("OUT_DIR"), "/weir_kv.skel.rs"));
     }
     pub mod decap {
         include!(concat!(env!("OUT_DIR"), "/weir_decap.skel.rs"));

@@ -22,9 +22,9 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::route::{DistKind, Distribution, HashKind, Server};
 use serde::Deserialize;
 use toml::Spanned;
-use weir_core::kv::{DistKind, Distribution, HashKind, Server};
 
 pub use weir_control::diag::ConfigError;
 use weir_control::diag::{key_at, line_of};

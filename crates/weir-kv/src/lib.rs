@@ -1,31 +1,54 @@
 //! weir-kv: the memcached switch's user-space side.
 //!
-//! - [`config`]: a nutcracker YAML pool or weir's own TOML, validated with
+//! - `config`: a nutcracker YAML pool or weir's own TOML, validated with
 //!   `file:line: field: message` errors; options weir cannot honour are
 //!   refused by name.
-//! - [`proto`]: sans-IO parsing of memcached ASCII requests and responses.
-//! - [`proxy`]: the TCP proxy (mio, one event loop per worker thread,
+//! - [`route`]: sans-IO, which server owns a key: nutcracker's hash
+//!   functions and distributions (ketama, modula, random), bit for bit.
+//! - `proto`: sans-IO parsing of memcached ASCII requests and responses.
+//! - `proxy`: the TCP proxy (mio, one event loop per worker thread,
 //!   persistent pipelined server connections, multi-key gets split by server
 //!   and merged in order).
-//! - [`invalidate`]: the hook every mutating command passes through before
+//! - `invalidate`: the hook every mutating command passes through before
 //!   it is forwarded, so the XDP hot-key cache never serves a value older
 //!   than a write the switch saw.
-//! - [`udp`]: the XDP switch (`weir_kv`) loaded and attached, the hot-key
+//! - [`xdp`]: the XDP switch `bpf/kv/weir_kv.bpf.c` (built by this crate's
+//!   build.rs): loading it, its typed maps, its cache and counters.
+//! - `udp`: the XDP switch (`weir_kv`) loaded and attached, the hot-key
 //!   loop that fills its cache, and the XDP invalidator of the TCP proxy.
-//! - [`stats`]: counters shared by the workers.
-//! - [`status`]: what a running switch reports (`/status`, `weir kv status`,
-//!   the read-only management API's views); [`metrics`]: the same as
-//!   Prometheus metrics; [`endpoint`]: the HTTP routes that serve them.
+//! - `stats`: counters shared by the workers.
+//! - `status`: what a running switch reports (`/status`, `weir kv status`,
+//!   the read-only management API's views); `metrics`: the same as
+//!   Prometheus metrics; `endpoint`: the HTTP routes that serve them.
+//!
+//! The crate exports the `weir kv` command, the configuration parsers, the
+//! proxy, the XDP switch's service and the cache-invalidation hook below;
+//! [`route`] and [`xdp`] are public whole, for the lab's benchmarks and the
+//! switch's tests.
 //!
 //! Its lab and benchmarks are weir-lab's `kv` module (`weir-lab bench kv`).
 
-pub mod cli;
-pub mod config;
-pub mod endpoint;
-pub mod invalidate;
-pub mod metrics;
-pub mod proto;
-pub mod proxy;
-pub mod stats;
-pub mod status;
-pub mod udp;
+mod cli;
+mod config;
+mod endpoint;
+mod invalidate;
+mod metrics;
+mod proto;
+mod proxy;
+pub mod route;
+mod stats;
+mod status;
+mod udp;
+pub mod xdp;
+
+mod skel {
+    //! The generated libbpf-rs skeleton of `bpf/kv/weir_kv.bpf.c`.
+    #![allow(clippy::all, missing_docs, unsafe_op_in_unsafe_fn)]
+    include!(concat!(env!("OUT_DIR"), "/weir_kv.skel.rs"));
+}
+
+pub use cli::{http_get, load as load_config, run, start, KvArgs, Running, Status};
+pub use config::{parse_nutcracker, parse_toml, ConfigError, KvConfig};
+pub use invalidate::{Invalidated, Invalidation, Invalidator, Recorder};
+pub use proxy::Proxy;
+pub use udp::{StatusHandle, UdpStatus, UdpSwitch, XdpInvalidator};

@@ -54,47 +54,6 @@ impl Cmd {
             _ => return None,
         })
     }
-
-    pub fn is_retrieval(self) -> bool {
-        matches!(self, Cmd::Get | Cmd::Gets)
-    }
-
-    pub fn is_storage(self) -> bool {
-        matches!(
-            self,
-            Cmd::Set | Cmd::Add | Cmd::Replace | Cmd::Append | Cmd::Prepend | Cmd::Cas
-        )
-    }
-
-    /// Changes the value or the life of a key: invalidates the cache.
-    pub fn is_mutation(self) -> bool {
-        self.is_storage()
-            || matches!(
-                self,
-                Cmd::Delete | Cmd::Incr | Cmd::Decr | Cmd::Touch | Cmd::FlushAll
-            )
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Cmd::Get => "get",
-            Cmd::Gets => "gets",
-            Cmd::Set => "set",
-            Cmd::Add => "add",
-            Cmd::Replace => "replace",
-            Cmd::Append => "append",
-            Cmd::Prepend => "prepend",
-            Cmd::Cas => "cas",
-            Cmd::Delete => "delete",
-            Cmd::Incr => "incr",
-            Cmd::Decr => "decr",
-            Cmd::Touch => "touch",
-            Cmd::FlushAll => "flush_all",
-            Cmd::Version => "version",
-            Cmd::Verbosity => "verbosity",
-            Cmd::Quit => "quit",
-        }
-    }
 }
 
 /// A framed request; ranges index the parsed buffer.

@@ -26,10 +26,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::route::Distribution;
 use anyhow::{Context, Result};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use weir_core::kv::Distribution;
 
 use crate::config::KvConfig;
 use crate::invalidate::Invalidation;

@@ -5,7 +5,7 @@
 //! [`UdpSwitch::start`] does everything or nothing: it checks the
 //! interfaces (present, no XDP program yet), resolves every server's next
 //! hop, loads `weir_kv`, writes the servers and the key table
-//! (`weir_core::kv::Distribution`, the same one the TCP proxy uses), and
+//! (`weir_kv::route::Distribution`, the same one the TCP proxy uses), and
 //! attaches to every interface. On any error nothing stays attached. The
 //! program is detached when the switch is stopped or dropped.
 //!
@@ -19,7 +19,7 @@
 //!
 //! The hot-key loop runs on its own thread (`weir-kv-hotkeys`), which owns
 //! the loaded program (its ring buffer is not `Send`). Every `refresh` it:
-//! 1. feeds the keys XDP sampled into `weir_core::kv::hotkeys::HotKeys`;
+//! 1. feeds the keys XDP sampled into `weir_core::hotkeys::HotKeys`;
 //! 2. evicts cached keys that are no longer hot;
 //! 3. for each hot key not served from the cache (new, voided by a write,
 //!    or close to its `ttl`): takes a cache *ticket*, then fetches the
@@ -42,15 +42,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use weir_core::kv::hotkeys::{HotKeyConfig, HotKeys};
-use weir_core::kv::Distribution;
+use weir_core::hotkeys::{HotKeyConfig, HotKeys};
 use weir_dataplane::attach::{attach_all, ensure_free, XdpMode};
 use weir_dataplane::iface::Iface;
-use weir_dataplane::kv::{Cache, KvForward, KvLoadOptions, ServerAddr, STAT_NAMES};
 use weir_dataplane::runstats::RunStats;
 
 use crate::config::{KvConfig, UdpForward};
 use crate::invalidate::Invalidator;
+use crate::route::Distribution;
+use crate::xdp::{Cache, KvForward, KvLoadOptions, ServerAddr, STAT_NAMES};
 
 /// The XDP cache as the TCP proxy's invalidator: a write bumps the key's
 /// invalidation bucket and deletes its entry; `flush_all` bumps the
@@ -171,7 +171,7 @@ pub struct UdpStatus {
     pub cache_enabled: bool,
     /// The id of the attached `weir_kv` program.
     pub prog_id: u32,
-    /// Every XDP counter by name (`weir_dataplane::kv::STAT_NAMES`).
+    /// Every XDP counter by name (`crate::xdp::STAT_NAMES`).
     pub xdp: BTreeMap<String, u64>,
     /// Requests XDP forwarded to each server.
     pub server_requests: Vec<u64>,
@@ -299,7 +299,7 @@ impl UdpSwitch {
             .name("weir-kv-hotkeys".into())
             .spawn(move || {
                 let setup = (|| -> Result<_> {
-                    let kv = weir_dataplane::kv::load(&opts)?;
+                    let kv = crate::xdp::load(&opts)?;
                     let servers: Vec<ServerAddr> = cfg2
                         .server_addrs
                         .iter()
@@ -511,7 +511,7 @@ impl HotLoop {
         self.t0.elapsed().as_nanos() as u64
     }
 
-    fn run(&mut self, kv: &mut weir_dataplane::kv::LoadedKv, stop: &AtomicBool) -> Result<()> {
+    fn run(&mut self, kv: &mut crate::xdp::LoadedKv, stop: &AtomicBool) -> Result<()> {
         let mut last = Instant::now();
         let poll = self.refresh.min(Duration::from_millis(100));
         while !stop.load(Ordering::SeqCst) {

@@ -1,12 +1,12 @@
-//! weir_core::kv picks the same memcached server as real nutcracker for
+//! weir_kv::route picks the same memcached server as real nutcracker for
 //! every key of a sample, for every hash nutcracker has and for ketama
 //! (with weights and a named server) and modula. Keys are stored through
 //! nutcracker, then looked up directly on each memcached. Loopback only.
 
 use std::net::SocketAddr;
 
-use weir_core::kv::{DistKind, HashKind};
-use weir_kv::config::parse_nutcracker;
+use weir_kv::parse_nutcracker;
+use weir_kv::route::{DistKind, HashKind};
 use weir_lab::kv::testbed::{free_port, memcached, nutcracker, McClient};
 
 fn have(bin: &str) -> bool {

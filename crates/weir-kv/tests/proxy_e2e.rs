@@ -1,5 +1,5 @@
 //! weir's TCP proxy against real memcached servers on loopback: placement
-//! agrees with weir_core::kv, multi-key gets are split and merged in order,
+//! agrees with weir_kv::route, multi-key gets are split and merged in order,
 //! pipelining, every mutating command, noreply, errors, invalidation, a
 //! server going away, and libmemcached's memccp/memccat as a real client.
 
@@ -8,9 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir_kv::config::{parse_nutcracker, KvConfig};
-use weir_kv::invalidate::{Invalidated, Invalidation, Recorder};
-use weir_kv::proxy::Proxy;
+use weir_kv::{parse_nutcracker, Invalidated, Invalidation, KvConfig, Proxy, Recorder};
 use weir_lab::kv::testbed::{free_port, memcached, McClient, Proc};
 
 struct Lab {

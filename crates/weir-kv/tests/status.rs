@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use weir_kv::cli::{self, KvArgs, Running, Status};
+use weir_kv::{http_get, load_config, start, KvArgs, Running, Status};
 use weir_lab::kv::testbed::free_port;
 
 #[derive(Parser)]
@@ -48,7 +48,7 @@ impl Pool {
     }
 
     fn start(&self, extra: &[&str]) -> anyhow::Result<Running> {
-        cli::start(&cli::load(&self.args(extra))?)
+        start(&load_config(&self.args(extra))?)
     }
 }
 
@@ -59,7 +59,7 @@ impl Drop for Pool {
 }
 
 fn status(addr: SocketAddr) -> Status {
-    serde_json::from_str(&cli::http_get(addr, "/status").unwrap()).unwrap()
+    serde_json::from_str(&http_get(addr, "/status").unwrap()).unwrap()
 }
 
 /// A GET written in pieces (request line, header, blank line), each its own
@@ -111,7 +111,7 @@ fn two_instances_side_by_side_each_with_its_metrics() {
             (st.pool.as_str(), st.listen),
             (pool, kv.proxy_addr().to_string())
         );
-        assert!(cli::http_get(addr, "/metrics")
+        assert!(http_get(addr, "/metrics")
             .unwrap()
             .contains("weir_kv_requests_total"));
     }
@@ -127,7 +127,7 @@ fn two_instances_side_by_side_each_with_its_metrics() {
         assert_eq!(c.metrics_addr(), None, "{off}");
         c.stop();
     }
-    let default = cli::load(&p3.args(&[])).unwrap().metrics;
+    let default = load_config(&p3.args(&[])).unwrap().metrics;
     assert_eq!(default, Some(SocketAddr::from(([127, 0, 0, 1], 9122))));
     assert!(Cli::try_parse_from(["weir-kv", "--metrics", "9122"]).is_err());
     a.stop();

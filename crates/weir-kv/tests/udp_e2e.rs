@@ -1,7 +1,7 @@
 //! The UDP path end to end: real memcached servers (UDP on) in network
 //! namespaces behind the XDP switch that `weir kv` loads (weir_kv), a client
 //! in its own namespace.
-//! - keys land on the server weir_core::kv names (checked on the servers);
+//! - keys land on the server weir_kv::route names (checked on the servers);
 //! - hot keys are answered by XDP (cache_tx) with the right value;
 //! - a write through the switch (UDP, or TCP through the proxy) followed by
 //!   a get never returns the old value, while the hot-key loop keeps
@@ -15,9 +15,7 @@ use std::time::{Duration, Instant};
 
 use weir_dataplane::attach::attached_prog_id;
 use weir_dataplane::iface::Iface;
-use weir_kv::invalidate::Invalidation;
-use weir_kv::proxy::Proxy;
-use weir_kv::udp::{UdpSwitch, XdpInvalidator};
+use weir_kv::{Invalidation, Proxy, UdpSwitch, XdpInvalidator};
 use weir_lab::kv::lab::{in_ns, server_ip, KvLab, UdpMc, MC_PORT, PROXY_PORT, SWITCH_IP, VIP};
 use weir_lab::kv::testbed::McClient;
 
@@ -26,7 +24,7 @@ fn vip() -> SocketAddr {
 }
 
 /// The switch publishes counters every refresh (50 ms in the lab).
-fn fresh(h: &weir_kv::udp::StatusHandle) -> weir_kv::udp::UdpStatus {
+fn fresh(h: &weir_kv::StatusHandle) -> weir_kv::UdpStatus {
     std::thread::sleep(Duration::from_millis(200));
     h.get()
 }

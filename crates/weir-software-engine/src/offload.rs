@@ -13,7 +13,7 @@
 //! - [`OffloadPolicy::Heavy`] is dynamic offloading: the software tier
 //!   measures the packet rate of the connections it sees
 //!   ([`Offload::observe`], a count-min sketch and top-k candidates from
-//!   [`weir_core::kv::hotkeys`]), the fast table reports its entries' hit counts,
+//!   [`weir_core::hotkeys`]), the fast table reports its entries' hit counts,
 //!   and each interval the heaviest software connections are promoted into
 //!   free room, or in place of the lightest fast entries they outweigh by a
 //!   margin (hysteresis). Idle and closed entries are demoted first.
@@ -33,7 +33,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::hash::Hash;
 
-use weir_core::kv::hotkeys::{HotKeyConfig, HotKeys, SeededHash};
+use weir_core::hotkeys::{HotKeyConfig, HotKeys, SeededHash};
 use weir_core::splitmix::{splitmix64, SplitMix};
 
 /// How the fast table is filled.

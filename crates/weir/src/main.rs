@@ -99,7 +99,7 @@ enum Command {
         run_dir: PathBuf,
     },
     /// The memcached switch: `weir kv --nutcracker nc.yml`, `weir kv --config kv.toml`, `weir kv status`.
-    Kv(weir_kv::cli::KvArgs),
+    Kv(weir_kv::KvArgs),
     /// Shell completions on stdout, generated from this CLI (`make install`).
     #[command(hide = true)]
     Completions { shell: clap_complete::Shell },
@@ -172,7 +172,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Kv(args) => weir_kv::cli::run(&args),
+        Command::Kv(args) => weir_kv::run(&args),
         Command::Agent {
             listen,
             stats_file,

@@ -18,7 +18,7 @@ use weir_abi::*;
 
 use weir_core::dispatch::awfd::{AwfdTable, DipId};
 use weir_core::flow::addr_words;
-use weir_core::kv::hotkeys::SeededHash;
+use weir_core::hotkeys::SeededHash;
 
 use super::packet::{IPPROTO_TCP, IPPROTO_UDP};
 

@@ -15,8 +15,7 @@ use serde::Serialize;
 use weir_progress::Progress;
 
 use crate::kv::testbed::{free_port, memcached, nutcracker, McClient};
-use weir_kv::config::parse_nutcracker;
-use weir_kv::proxy::Proxy;
+use weir_kv::{parse_nutcracker, Proxy};
 
 #[derive(Args, Debug, Clone)]
 pub struct KvBenchArgs {

@@ -15,9 +15,9 @@ use clap::Args;
 use libbpf_rs::ProgramInput;
 use serde::Serialize;
 use weir_core::csum::checksum;
-use weir_core::kv::{DistKind, Distribution, HashKind, Server};
-use weir_dataplane::kv::{self as xdp, KvLoadOptions, LoadedKv, ServerAddr};
 use weir_dataplane::testrun::XdpAction;
+use weir_kv::route::{DistKind, Distribution, HashKind, Server};
+use weir_kv::xdp::{self, KvLoadOptions, LoadedKv, ServerAddr};
 use weir_progress::Progress;
 
 const PORT: u16 = 11211;

@@ -1,7 +1,7 @@
 //! `weir-lab bench kv --udp`: GETs with Zipf key popularity in the namespace lab
 //! ([`crate::kv::lab`]: a client, the switch, 2 memcached servers), side by side
 //! in one run, per value size:
-//! - `memcached direct udp`: the client hashes keys itself (weir_core::kv)
+//! - `memcached direct udp`: the client hashes keys itself (weir_kv::route)
 //!   and sends each GET to its server's own address (routed by the switch
 //!   host's kernel, no XDP);
 //! - `nutcracker tcp`: nutcracker in the switch namespace (it has no UDP);
@@ -30,7 +30,7 @@ use crate::kv::bench::{load as tcp_load, pct, proc_cpu_ticks, ticks_per_s, KvBen
 use crate::kv::lab::{in_ns, server_ip, KvLab, UdpMc, MC_PORT, NUTCRACKER_PORT, SWITCH_IP, VIP};
 use crate::kv::testbed::{McClient, Proc};
 use weir_dataplane::runstats::{RunStats, StatsEnabled};
-use weir_kv::udp::UdpSwitch;
+use weir_kv::UdpSwitch;
 
 #[derive(Serialize, Debug, Clone)]
 pub struct UdpRow {

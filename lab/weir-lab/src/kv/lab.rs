@@ -26,7 +26,7 @@ use crate::topology::{attach_pass, ethtool_in};
 use anyhow::{bail, Context, Result};
 
 use crate::kv::testbed::{memcached_args, Proc};
-use weir_kv::config::{parse_toml, KvConfig};
+use weir_kv::{parse_toml, KvConfig};
 
 pub const VIP: Ipv4Addr = Ipv4Addr::new(10, 78, 100, 1);
 pub const SWITCH_IP: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);

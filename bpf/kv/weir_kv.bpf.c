@@ -18,10 +18,10 @@
 #include "lib/parse.h"
 #include "lib/csum.h"
 #include "lib/nat.h"
-#include "lib/kv_maps.h"
-#include "lib/memcached.h"
-#include "lib/md5.h"
-#include "lib/kv_cache.h"
+#include "kv_maps.h"
+#include "memcached.h"
+#include "md5.h"
+#include "kv_cache.h"
 
 static __always_inline int kv_pass(__u32 stat)
 {

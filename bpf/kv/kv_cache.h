@@ -21,7 +21,7 @@
 #include <bpf/bpf_endian.h>
 #include "kv_maps.h"
 #include "memcached.h"
-#include "parse.h"
+#include "lib/parse.h"
 
 /* What kind of reply a cache hit needs. */
 enum kv_reply_kind {

@@ -13,7 +13,7 @@
  * Key -> server is twemproxy's: hash_fnv1a_64 (see kv_fnv1a_64) or hash_md5
  * (kv_md5 in md5.h), and the ketama continuum (binary search over sorted
  * points, as ketama_dispatch) or modula (hash % entries, as modula_dispatch).
- * weir_core::kv is the Rust twin.
+ * weir_kv::route is the Rust twin.
  */
 #ifndef WEIR_MEMCACHED_H
 #define WEIR_MEMCACHED_H

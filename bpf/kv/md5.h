@@ -3,7 +3,7 @@
  * md5.h - twemproxy's `md5` key hash for XDP: RFC 1321 MD5 over the key
  * bytes, then the first four digest bytes read little-endian (nutcracker's
  * hash_md5), which is MD5's state word A after the last block.
- * weir_core::kv::hash::md5_u32 is the Rust twin.
+ * weir_kv::route::hash::md5_u32 is the Rust twin.
  *
  * Keys are 1..250 bytes, so the padded message (key, 0x80, zeros, 64-bit
  * bit length) is at most 5 64-byte blocks. It is built, as 32-bit words,

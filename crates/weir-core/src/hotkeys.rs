@@ -12,7 +12,7 @@
 //! key is O(log k), never a scan of the table.
 //!
 //! The `weir kv` loop feeds it the keys XDP samples
-//! (`weir_dataplane::kv::LoadedKv::hot_key_samples`), calls [`HotKeys::tick`],
+//! (`weir_kv::xdp::LoadedKv::hot_key_samples`), calls [`HotKeys::tick`],
 //! and installs [`HotKeys::plan`]'s `insert` keys into the cache (fetching
 //! each value after taking a cache ticket) and evicts its `evict` keys.
 

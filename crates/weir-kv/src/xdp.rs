@@ -1,8 +1,8 @@
-//! The memcached switch (`bpf/weir_kv.bpf.c`): loading it and its typed maps.
+//! The memcached switch (`bpf/kv/weir_kv.bpf.c`): loading it and its typed maps.
 //!
 //! ```no_run
-//! # use weir_dataplane::kv::*;
-//! # use weir_core::kv::{Distribution, DistKind, HashKind, Server};
+//! # use weir_kv::xdp::*;
+//! # use weir_kv::route::{Distribution, DistKind, HashKind, Server};
 //! # fn main() -> anyhow::Result<()> {
 //! let servers = [Server::new("10.0.0.2", 11211, 1), Server::new("10.0.0.3", 11211, 1)];
 //! let dist = Distribution::build(DistKind::Ketama, HashKind::Fnv1a_64, &servers)?;
@@ -14,7 +14,7 @@
 //! kv.set_distribution(&dist)?;            // or set_continuum / set_modula
 //! // attach kv.prog_fd() with weir_dataplane::attach, then the hot-key loop:
 //! let cache = kv.cache();                 // Send + Sync + Clone: give it to the TCP proxy
-//! for s in kv.hot_key_samples()? { /* feed weir_core::kv::hotkeys */ let _ = s; }
+//! for s in kv.hot_key_samples()? { /* feed weir_core::hotkeys */ let _ = s; }
 //! if let Some(ticket) = cache.ticket(b"hot")? {   // BEFORE fetching the value
 //!     // ... fetch "hot" from its server ...
 //!     cache.put(&ticket, 0, b"value", None)?;      // false if a write came in between
@@ -64,9 +64,9 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
 use weir_abi::*;
 use weir_core::csum::sum_be16;
-use weir_core::kv::{DistKind, Distribution, HashKind};
 
-use crate::skel::kv::{OpenWeirKvSkel, WeirKvSkel, WeirKvSkelBuilder};
+use crate::route::{DistKind, Distribution, HashKind};
+use crate::skel::{OpenWeirKvSkel, WeirKvSkel, WeirKvSkelBuilder};
 
 /// How a request reaches its server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -408,7 +408,7 @@ pub fn render_entry(
 
 impl Cache {
     fn bucket_of(&self, key: &[u8]) -> u32 {
-        weir_core::kv::hash::fnv1a_64(key) & self.inner.buckets_mask
+        crate::route::hash::fnv1a_64(key) & self.inner.buckets_mask
     }
 
     fn bucket_seq(&self, b: u32) -> &AtomicU64 {
@@ -857,24 +857,6 @@ impl LoadedKv {
                 MapFlags::ANY,
             )
             .with_context(|| format!("adding ifindex {ifindex} to kv_tx_ports"))
-    }
-
-    pub fn cache_put(
-        &self,
-        ticket: &CacheTicket,
-        flags: u32,
-        value: &[u8],
-        cas: Option<u64>,
-    ) -> Result<bool> {
-        self.cache.put(ticket, flags, value, cas)
-    }
-
-    pub fn cache_invalidate(&self, key: &[u8]) -> Result<()> {
-        self.cache.invalidate(key)
-    }
-
-    pub fn cache_flush(&self) -> Result<()> {
-        self.cache.flush()
     }
 
     /// Counters summed over CPUs.

@@ -5,12 +5,9 @@
 //! - [`hash`]: the twelve hash functions nutcracker names, bit for bit.
 //! - [`dist`]: ketama, modula and random over a list of servers, and the
 //!   sorted continuum the XDP program reads from a BPF array map.
-//! - [`hotkeys`]: hot-key detection for the in-switch cache (count-min
-//!   sketch + top-k, time passed in).
 
 pub mod dist;
 pub mod hash;
-pub mod hotkeys;
 
 pub use dist::{DistError, DistKind, Distribution, Server};
 pub use hash::{hash, HashKind};

@@ -2,7 +2,7 @@
 //!
 //! Every case is {name, input frame, expected verdict, expected output frame,
 //! expected counters}. Frames are built with etherparse (checksums from
-//! scratch); the server a key must go to comes from weir_core::kv
+//! scratch); the server a key must go to comes from weir_kv::route
 //! (`Distribution::server_for_key`, nutcracker's hashing), and cache replies
 //! are built here byte by byte from the memcached protocol, never from a run.
 //!
@@ -14,9 +14,9 @@ use etherparse::PacketBuilder;
 use libbpf_rs::ProgramInput;
 use rand::{Rng, SeedableRng};
 use weir_abi::*;
-use weir_core::kv::{DistKind, Distribution, HashKind, Server};
-use weir_dataplane::kv::{self, KvForward, KvLoadOptions, KvStats, LoadedKv, ServerAddr};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Pass, Tx};
+use weir_kv::route::{DistKind, Distribution, HashKind, Server};
+use weir_kv::xdp::{self as kv, KvForward, KvLoadOptions, KvStats, LoadedKv, ServerAddr};
 
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xcc];
 const VIP_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
@@ -826,7 +826,7 @@ fn route_random_keys(rng: &mut impl Rng, hash: HashKind, dist: DistKind, weights
         assert_eq!(
             want,
             kv.dist
-                .server_for_hash(weir_core::kv::hash::hash(hash, &key)),
+                .server_for_hash(weir_kv::route::hash::hash(hash, &key)),
             "weir_core hashes with the pool's hash"
         );
         hits[want] += 1;
