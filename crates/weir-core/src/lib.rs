@@ -24,3 +24,4 @@ pub mod topology;
 pub mod utilization;
 pub mod vectors;
 pub mod vip_slot;
+pub mod wire;
