@@ -122,34 +122,6 @@ impl Frame {
         out
     }
 
-    /// An IPv6 frame whose TCP/UDP header follows extension headers: `exts`
-    /// is a list of (header type, body of 6 + 8n bytes); the last one's next
-    /// header is the frame's transport.
-    pub fn bytes_with_ipv6_exts(&self, exts: &[(u8, Vec<u8>)]) -> Vec<u8> {
-        assert!(self.src.is_ipv6(), "extension headers need IPv6 addresses");
-        let (l4_protocol, l4_len) = self.l4_header();
-        let mut ext_bytes = Vec::new();
-        for (i, (_, body)) in exts.iter().enumerate() {
-            assert_eq!(
-                (body.len() + 2) % 8,
-                0,
-                "extension header body of 6 + 8n bytes"
-            );
-            ext_bytes.push(exts.get(i + 1).map_or(l4_protocol, |(t, _)| *t));
-            ext_bytes.push(((body.len() + 2) / 8 - 1) as u8);
-            ext_bytes.extend_from_slice(body);
-        }
-        let first = exts.first().map_or(l4_protocol, |(t, _)| *t);
-        let mut out = Vec::new();
-        self.ethernet(ETHERTYPE_IPV6).emit(&mut out);
-        self.ip(first, ext_bytes.len() + l4_len).emit(&mut out);
-        out.extend_from_slice(&ext_bytes);
-        // The checksum's pseudo-header names the transport, not the first
-        // extension header.
-        self.emit_l4(&self.ip(l4_protocol, l4_len), &mut out);
-        out
-    }
-
     fn ethernet(&self, ethertype: u16) -> EthernetRepr {
         EthernetRepr {
             src: self.src_mac,
@@ -194,6 +166,34 @@ impl Frame {
             }
         }
     }
+}
+
+/// `frame` as IPv6 with its TCP/UDP header follows extension headers: `exts`
+/// is a list of (header type, body of 6 + 8n bytes); the last one's next
+/// header is the frame's transport.
+pub fn ipv6_with_exts(frame: &Frame, exts: &[(u8, Vec<u8>)]) -> Vec<u8> {
+    assert!(frame.src.is_ipv6(), "extension headers need IPv6 addresses");
+    let (l4_protocol, l4_len) = frame.l4_header();
+    let mut ext_bytes = Vec::new();
+    for (i, (_, body)) in exts.iter().enumerate() {
+        assert_eq!(
+            (body.len() + 2) % 8,
+            0,
+            "extension header body of 6 + 8n bytes"
+        );
+        ext_bytes.push(exts.get(i + 1).map_or(l4_protocol, |(t, _)| *t));
+        ext_bytes.push(((body.len() + 2) / 8 - 1) as u8);
+        ext_bytes.extend_from_slice(body);
+    }
+    let first = exts.first().map_or(l4_protocol, |(t, _)| *t);
+    let mut out = Vec::new();
+    frame.ethernet(ETHERTYPE_IPV6).emit(&mut out);
+    frame.ip(first, ext_bytes.len() + l4_len).emit(&mut out);
+    out.extend_from_slice(&ext_bytes);
+    // The checksum's pseudo-header names the transport, not the first
+    // extension header.
+    frame.emit_l4(&frame.ip(l4_protocol, l4_len), &mut out);
+    out
 }
 
 /// An Ethernet frame of any type: the header, then `body`.
@@ -258,7 +258,7 @@ mod tests {
     fn extension_headers_chain_to_the_transport() {
         let f = Frame::tcp(ip("2001:db8::1"), 1, ip("2001:db8::2"), 2, TcpFlags::ACK);
         let plain = f.bytes();
-        let b = f.bytes_with_ipv6_exts(&[(0, vec![0; 6]), (60, vec![0; 14])]);
+        let b = ipv6_with_exts(&f, &[(0, vec![0; 6]), (60, vec![0; 14])]);
         assert_eq!(b[20], 0, "first next header: hop-by-hop");
         assert_eq!(
             &b[54..56],

@@ -108,6 +108,15 @@ impl IpRepr {
     }
 }
 
+/// Recomputes the checksum of the IPv4 header at the start of `packet`
+/// (its length from the IHL field), for headers a test edited by hand.
+pub fn refresh_ipv4_checksum(packet: &mut [u8]) {
+    let ihl = usize::from(packet[0] & 0x0f) * 4;
+    packet[10..12].copy_from_slice(&[0, 0]);
+    let sum = checksum(&packet[..ihl], 0);
+    packet[10..12].copy_from_slice(&sum.to_be_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +155,25 @@ mod tests {
         assert_eq!(out.len(), IPV6_HLEN);
         assert_eq!(out[23], 1);
         assert_eq!(out[39], 2);
+    }
+
+    #[test]
+    fn refresh_restores_an_edited_header() {
+        let mut out = Vec::new();
+        IpRepr::new(
+            "192.0.2.1".parse().unwrap(),
+            "10.0.0.110".parse().unwrap(),
+            6,
+            20,
+        )
+        .emit(&mut out);
+        let want = out.clone();
+        out[8] = 1;
+        refresh_ipv4_checksum(&mut out);
+        assert_ne!(&out[10..12], &want[10..12]);
+        out[8] = 64;
+        refresh_ipv4_checksum(&mut out);
+        assert_eq!(out, want);
     }
 
     #[test]

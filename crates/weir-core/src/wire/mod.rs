@@ -16,8 +16,11 @@ mod udp;
 
 pub use encap::{encapsulate, Encap};
 pub use ethernet::{EthernetRepr, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETH_HLEN};
-pub use frame::{raw_frame, Frame, L4};
-pub use ip::{IpRepr, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP, IPV4_HLEN, IPV6_HLEN};
+pub use frame::{ipv6_with_exts, raw_frame, Frame, L4};
+pub use ip::{
+    refresh_ipv4_checksum, IpRepr, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_TCP, IPPROTO_UDP, IPV4_HLEN,
+    IPV6_HLEN,
+};
 pub use memcached::{memcached_udp, MEMCACHED_UDP_HLEN};
 pub use tcp::{TcpFlags, TcpRepr, TCP_HLEN};
 pub use udp::{UdpRepr, UDP_HLEN};
