@@ -65,7 +65,6 @@ use libbpf_rs::{MapCore, ProgramMut};
 use serde::Serialize;
 use weir_abi::*;
 use weir_core::awfd::AwfdTable;
-use weir_core::csum::checksum;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
 use weir_core::splitmix::SplitMix;
 use weir_dataplane::loader::{self, LoadOptions, LoadedLb};
