@@ -87,7 +87,14 @@ mod tests {
         for bits in 0..0x20u8 {
             assert_eq!(TcpFlags::from_bits(bits).bits(), bits);
         }
-        assert!(TcpFlags::SYN_ACK.syn && TcpFlags::SYN_ACK.ack && !TcpFlags::SYN_ACK.fin);
+        assert_eq!(
+            TcpFlags::SYN_ACK,
+            TcpFlags {
+                syn: true,
+                ack: true,
+                ..TcpFlags::default()
+            }
+        );
     }
 
     #[test]
