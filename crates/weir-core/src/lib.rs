@@ -16,3 +16,4 @@ pub mod maglev;
 pub mod splitmix;
 pub mod vectors;
 pub mod vip_slot;
+pub mod wire;

@@ -4,8 +4,8 @@
 //! else passes untouched; broken encapsulations are dropped. Each case
 //! checks the verdict, the frame and which counter moved.
 //!
-//! Encapsulated inputs and expected outputs are built here byte by byte
-//! around client datagrams etherparse built; nothing is taken from a run.
+//! Encapsulated inputs and expected outputs are built here with
+//! `weir_core::wire` around client datagrams built with it too; nothing is taken from a run.
 //! Needs root (BPF).
 
 mod common;
@@ -13,6 +13,7 @@ mod common;
 use std::net::IpAddr;
 
 use common::packet::*;
+use weir_core::wire::{refresh_ipv4_checksum, IpRepr, UdpRepr, UDP_HLEN};
 use weir_dataplane::decap::{Decap, DecapStats};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Pass};
 
@@ -42,54 +43,28 @@ fn inner(v6: bool) -> Vec<u8> {
     f.payload(b"hello").bytes()[ETH_HLEN..].to_vec()
 }
 
-fn csum(b: &[u8]) -> u16 {
-    let mut sum: u32 = b
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// `payload` (an inner datagram) behind an outer IP header from the load
 /// balancer to `dst`, protocol `proto` (4, 41, or 17 with a UDP header to
 /// `udp_port` for GUE), in a frame from the LB to this host.
 fn outer(dst: &str, proto: u8, udp_port: Option<u16>, payload: &[u8]) -> Vec<u8> {
-    let mut body = Vec::new();
-    if let Some(port) = udp_port {
-        body.extend_from_slice(&0xc123u16.to_be_bytes());
-        body.extend_from_slice(&port.to_be_bytes());
-        body.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-        body.extend_from_slice(&[0, 0]);
-    }
-    body.extend_from_slice(payload);
-    let mut f = Vec::new();
-    f.extend_from_slice(&HOST_MAC);
-    f.extend_from_slice(&LB_MAC);
-    match ip(dst) {
-        IpAddr::V4(d) => {
-            f.extend_from_slice(&ETH_P_IP.to_be_bytes());
-            let mut h = vec![0x45, 0];
-            h.extend_from_slice(&((20 + body.len()) as u16).to_be_bytes());
-            h.extend_from_slice(&[0, 0, 0x40, 0, 64, proto, 0, 0, 172, 16, 1, 2]);
-            h.extend_from_slice(&d.octets());
-            let c = csum(&h);
-            h[10..12].copy_from_slice(&c.to_be_bytes());
-            f.extend_from_slice(&h);
+    let src = match ip(dst) {
+        IpAddr::V4(_) => ip("172.16.1.2"),
+        IpAddr::V6(_) => ip("fd77:6569:7200::1"),
+    };
+    let udp_len = udp_port.map_or(0, |_| UDP_HLEN);
+    let mut outer = IpRepr::new(src, ip(dst), proto, udp_len + payload.len());
+    outer.flow_label = 0x1234;
+    let mut f = raw_frame(LB_MAC, HOST_MAC, outer.ethertype(), &[]);
+    outer.emit(&mut f);
+    match udp_port {
+        Some(port) => UdpRepr {
+            sport: 0xc123,
+            dport: port,
+            checksum: false,
         }
-        IpAddr::V6(d) => {
-            f.extend_from_slice(&ETH_P_IPV6.to_be_bytes());
-            f.extend_from_slice(&[0x60, 0, 0x12, 0x34]);
-            f.extend_from_slice(&(body.len() as u16).to_be_bytes());
-            f.extend_from_slice(&[proto, 64]);
-            let src: std::net::Ipv6Addr = "fd77:6569:7200::1".parse().unwrap();
-            f.extend_from_slice(&src.octets());
-            f.extend_from_slice(&d.octets());
-        }
+        .emit(&outer, payload, &mut f),
+        None => f.extend_from_slice(payload),
     }
-    f.extend_from_slice(&body);
     f
 }
 
@@ -237,13 +212,7 @@ fn leaves_what_is_not_for_it_and_drops_broken_encapsulations() {
     truncated.truncate(ETH_HLEN + 20 + 10);
     let mut fragment = outer(HOST_V4, 4, None, &v4);
     fragment[ETH_HLEN + 6] = 0x20; // MF, offset 0
-    let c = csum(&{
-        let mut h = fragment[ETH_HLEN..ETH_HLEN + 20].to_vec();
-        h[10] = 0;
-        h[11] = 0;
-        h
-    });
-    fragment[ETH_HLEN + 10..ETH_HLEN + 12].copy_from_slice(&c.to_be_bytes());
+    refresh_ipv4_checksum(&mut fragment[ETH_HLEN..]);
     let mut bad_udp_len = outer(HOST_V4, 17, Some(GUE_PORT), &v4);
     bad_udp_len[ETH_HLEN + 20 + 5] ^= 1;
     let mut gue_v0 = vec![0u8; 4]; // a GUE variant 0 header: not what weir sends

@@ -3,10 +3,9 @@
 //! connection table and leave alike, and a datagram that would exceed
 //! `encap_mtu` once encapsulated is dropped and counted (`drop_too_big`).
 //!
-//! Expected frames are built here byte by byte from RFC 2003 / RFC 2473 /
-//! RFC 8086 (outer Ethernet, outer IP with its checksum computed from
-//! scratch, UDP for gue) around the client's datagram as etherparse built
-//! it; the DIP comes from weir-core's prediction. Nothing is taken from a
+//! Expected frames are built with `weir_core::wire` (RFC 2003 / RFC 2473 /
+//! RFC 8086: outer Ethernet, outer IP with its checksum computed from
+//! scratch, UDP for gue) around the client's datagram; the DIP comes from weir-core's prediction. Nothing is taken from a
 //! run. Needs root (BPF).
 
 mod common;
@@ -17,6 +16,7 @@ use common::packet::*;
 use common::*;
 use weir_abi::*;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
+use weir_core::wire::{encapsulate, Encap as WireEncap, IpRepr};
 use weir_dataplane::loader::{Encap, LoadOptions};
 use weir_dataplane::testrun::XdpAction::{Drop, Tx};
 
@@ -106,74 +106,35 @@ fn entropy(t: &FlowTuple) -> u32 {
     h ^ (h >> 16)
 }
 
-fn inet_csum(b: &[u8]) -> u16 {
-    let mut sum: u32 = b
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// The frame weir must send for client frame `f` to `dip` in `mode`, with
 /// the outer source `source` (None: derived from the flow).
 fn encapsulated(f: &Frame, dip: &Dip, mode: u32, source: Option<IpAddr>) -> Vec<u8> {
     let input = f.bytes();
     let inner = &input[ETH_HLEN..];
     let h = entropy(&f.tuple());
-    let gue = mode == GUE;
-    let inner_proto = if f.src.is_ipv4() { 4 } else { 41 };
-    let udp_len = if gue { 8 + inner.len() } else { 0 };
-    let mut out = Vec::new();
-    out.extend_from_slice(&dip_mac(dip.id));
-    out.extend_from_slice(&LB_IF_MAC);
-    match dip.addr {
-        IpAddr::V4(d) => {
-            out.extend_from_slice(&ETH_P_IP.to_be_bytes());
-            let src = match source {
-                Some(IpAddr::V4(s)) => s.octets(),
-                _ => [172, 16, (h >> 8) as u8, h as u8],
-            };
-            let total = 20 + if gue { udp_len } else { inner.len() };
-            let mut iph = vec![0x45, 0];
-            iph.extend_from_slice(&(total as u16).to_be_bytes());
-            iph.extend_from_slice(&[0, 0, 0x40, 0, 64, if gue { 17 } else { inner_proto }]);
-            iph.extend_from_slice(&[0, 0]);
-            iph.extend_from_slice(&src);
-            iph.extend_from_slice(&d.octets());
-            let c = inet_csum(&iph);
-            iph[10..12].copy_from_slice(&c.to_be_bytes());
-            out.extend_from_slice(&iph);
+    let src = match (source, dip.addr) {
+        (Some(s), _) => s,
+        (None, IpAddr::V4(_)) => IpAddr::from([172, 16, (h >> 8) as u8, h as u8]),
+        (None, IpAddr::V6(_)) => {
+            let mut s = [
+                0xfd, 0x77, 0x65, 0x69, 0x72, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ];
+            s[12..].copy_from_slice(&h.to_be_bytes());
+            IpAddr::from(s)
         }
-        IpAddr::V6(d) => {
-            out.extend_from_slice(&ETH_P_IPV6.to_be_bytes());
-            let src = match source {
-                Some(IpAddr::V6(s)) => s.octets(),
-                _ => {
-                    let mut s = [
-                        0xfd, 0x77, 0x65, 0x69, 0x72, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                    ];
-                    s[12..].copy_from_slice(&h.to_be_bytes());
-                    s
-                }
-            };
-            let payload = if gue { udp_len } else { inner.len() };
-            out.extend_from_slice(&((6u32 << 28) | (h & 0xfffff)).to_be_bytes());
-            out.extend_from_slice(&(payload as u16).to_be_bytes());
-            out.extend_from_slice(&[if gue { 17 } else { inner_proto }, 64]);
-            out.extend_from_slice(&src);
-            out.extend_from_slice(&d.octets());
+    };
+    let mut outer = IpRepr::new(src, dip.addr, 0, 0);
+    outer.flow_label = h & 0xfffff;
+    let how = if mode == GUE {
+        WireEncap::Gue {
+            sport: 0xc000 | (h & 0x3fff) as u16,
+            dport: GUE_PORT,
         }
-    }
-    if gue {
-        out.extend_from_slice(&(0xc000 | (h & 0x3fff) as u16).to_be_bytes());
-        out.extend_from_slice(&GUE_PORT.to_be_bytes());
-        out.extend_from_slice(&(udp_len as u16).to_be_bytes());
-        out.extend_from_slice(&[0, 0]);
-    }
-    out.extend_from_slice(inner);
+    } else {
+        WireEncap::Ipip
+    };
+    let mut out = raw_frame(LB_IF_MAC, dip_mac(dip.id), outer.ethertype(), &[]);
+    encapsulate(outer, how, inner, &mut out);
     out
 }
 

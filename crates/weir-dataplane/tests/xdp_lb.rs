@@ -20,6 +20,7 @@ use weir_abi::*;
 use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
 use weir_core::flow_hash::{flow_hash, DEFAULT_SEED};
+use weir_core::wire::refresh_ipv4_checksum;
 use weir_dataplane::conntrack::now_ticks;
 use weir_dataplane::loader::{Action, LoadOptions, NonSynMiss};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Pass, Tx};
@@ -202,23 +203,8 @@ fn both(a: impl Fn(&Harness), b: impl Fn(&Harness)) -> impl Fn(&Harness) {
     }
 }
 
-/// Internet checksum from scratch (for hand-mutated IPv4 headers).
-fn inet_csum(b: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    for c in b.chunks(2) {
-        sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 fn fix_ipv4_csum(f: &mut [u8]) {
-    let ihl = usize::from(f[ETH_HLEN] & 0x0f) * 4;
-    f[ETH_HLEN + 10..ETH_HLEN + 12].copy_from_slice(&[0, 0]);
-    let c = inet_csum(&f[ETH_HLEN..ETH_HLEN + ihl]);
-    f[ETH_HLEN + 10..ETH_HLEN + 12].copy_from_slice(&c.to_be_bytes());
+    refresh_ipv4_checksum(&mut f[ETH_HLEN..]);
 }
 
 fn mutate(mut f: Vec<u8>, edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {

@@ -1,8 +1,9 @@
 //! Table-driven BPF_PROG_TEST_RUN tests of the memcached switch `weir_kv`.
 //!
 //! Every case is {name, input frame, expected verdict, expected output frame,
-//! expected counters}. Frames are built with etherparse (checksums from
-//! scratch); the server a key must go to comes from weir_kv::route
+//! expected counters}. Frames are built with weir_core::wire (checksums from
+//! scratch) and replies checked with etherparse; the server a key must go to
+//! comes from weir_kv::route
 //! (`Distribution::server_for_key`, nutcracker's hashing), and cache replies
 //! are built here byte by byte from the memcached protocol, never from a run.
 //!
@@ -14,6 +15,7 @@ use etherparse::PacketBuilder;
 use libbpf_rs::ProgramInput;
 use rand::{Rng, SeedableRng};
 use weir_abi::*;
+use weir_core::wire::{memcached_udp, Frame};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Pass, Tx};
 use weir_kv::route::{DistKind, Distribution, HashKind, Server};
 use weir_kv::xdp::{self as kv, KvForward, KvLoadOptions, KvStats, LoadedKv, ServerAddr};
@@ -106,24 +108,13 @@ fn run(kv: &Kv, pkt: &[u8]) -> (XdpAction, Vec<u8>) {
     (XdpAction::from_raw(raw).expect("a valid XDP action"), out)
 }
 
-/// memcached's UDP frame header followed by the request.
-fn framed(req_id: u16, seq: u16, total: u16, body: &[u8]) -> Vec<u8> {
-    let mut v = Vec::new();
-    v.extend_from_slice(&req_id.to_be_bytes());
-    v.extend_from_slice(&seq.to_be_bytes());
-    v.extend_from_slice(&total.to_be_bytes());
-    v.extend_from_slice(&[0, 0]);
-    v.extend_from_slice(body);
-    v
-}
-
 #[derive(Clone, Copy, PartialEq)]
 enum Fam {
     V4,
     V6,
 }
 
-/// A UDP frame with the given addresses; every checksum computed by etherparse.
+/// A UDP frame with the given addresses (`fam`'s length).
 #[allow(clippy::too_many_arguments)]
 fn udp_frame(
     fam: Fam,
@@ -135,18 +126,14 @@ fn udp_frame(
     dport: u16,
     payload: &[u8],
 ) -> Vec<u8> {
-    let eth = PacketBuilder::ethernet2(smac, dmac);
-    let b = match fam {
-        Fam::V4 => eth
-            .ipv4(src.try_into().unwrap(), dst.try_into().unwrap(), 64)
-            .udp(sport, dport),
-        Fam::V6 => eth
-            .ipv6(src.try_into().unwrap(), dst.try_into().unwrap(), 64)
-            .udp(sport, dport),
+    let addr = |b: &[u8]| match fam {
+        Fam::V4 => IpAddr::from(<[u8; 4]>::try_from(b).unwrap()),
+        Fam::V6 => IpAddr::from(<[u8; 16]>::try_from(b).unwrap()),
     };
-    let mut v = Vec::new();
-    b.write(&mut v, payload).unwrap();
-    v
+    Frame::udp(addr(src), sport, addr(dst), dport)
+        .macs(smac, dmac)
+        .payload(payload)
+        .bytes()
 }
 
 fn client_req(fam: Fam, payload: &[u8]) -> Vec<u8> {
@@ -161,7 +148,7 @@ fn client_req(fam: Fam, payload: &[u8]) -> Vec<u8> {
 }
 
 fn req(body: &[u8]) -> Vec<u8> {
-    client_req(Fam::V4, &framed(0x1234, 0, 1, body))
+    client_req(Fam::V4, &memcached_udp(0x1234, 0, 1, body))
 }
 
 /// The request as forwarded in L2 mode: only the MACs change.
@@ -192,7 +179,7 @@ fn l2_out(fam: Fam, payload: &[u8], server: usize) -> Vec<u8> {
 
 /// The switch's reply: from the VIP to the client, frame header seq 0 total 1.
 fn reply_frame(fam: Fam, req_id: u16, body: &[u8]) -> Vec<u8> {
-    let payload = framed(req_id, 0, 1, body);
+    let payload = memcached_udp(req_id, 0, 1, body);
     match fam {
         Fam::V4 => udp_frame(
             fam, VIP_MAC, CLIENT_MAC, &VIP4, &CLIENT4, PORT, CPORT, &payload,
@@ -642,27 +629,27 @@ fn parsing_and_routing_table() {
         ),
         case(
             "frame header only",
-            client_req(Fam::V4, &framed(1, 0, 1, b"")),
+            client_req(Fam::V4, &memcached_udp(1, 0, 1, b"")),
             Want::Pass(WEIR_KV_STAT_PASS_TRUNCATED),
         ),
         case(
             "total 0",
-            client_req(Fam::V4, &framed(1, 0, 0, b"get foo\r\n")),
+            client_req(Fam::V4, &memcached_udp(1, 0, 0, b"get foo\r\n")),
             Want::Pass(WEIR_KV_STAT_PASS_BAD_FRAME),
         ),
         case(
             "seq = total",
-            client_req(Fam::V4, &framed(1, 2, 2, b"get foo\r\n")),
+            client_req(Fam::V4, &memcached_udp(1, 2, 2, b"get foo\r\n")),
             Want::Pass(WEIR_KV_STAT_PASS_BAD_FRAME),
         ),
         case(
             "continuation of an unknown request",
-            client_req(Fam::V4, &framed(99, 1, 2, b"abc")),
+            client_req(Fam::V4, &memcached_udp(99, 1, 2, b"abc")),
             Want::Pass(WEIR_KV_STAT_PASS_ORPHAN),
         ),
         case(
             "get over two datagrams",
-            client_req(Fam::V4, &framed(1, 0, 2, b"get foo\r\n")),
+            client_req(Fam::V4, &memcached_udp(1, 0, 2, b"get foo\r\n")),
             Want::Pass(WEIR_KV_STAT_PASS_MULTI_CMD),
         ),
         // not memcached
@@ -710,14 +697,14 @@ fn parsing_and_routing_table() {
         ),
         case(
             "IPv6 get",
-            client_req(Fam::V6, &framed(5, 0, 1, b"get foo\r\n")),
+            client_req(Fam::V6, &memcached_udp(5, 0, 1, b"get foo\r\n")),
             Want::Fwd(s(b"foo")),
         ),
         case(
             "IPv6 binary delete",
             client_req(
                 Fam::V6,
-                &framed(5, 0, 1, &bin_req(0x04, b"zz", &[], &[], 3)),
+                &memcached_udp(5, 0, 1, &bin_req(0x04, b"zz", &[], &[], 3)),
             ),
             Want::Fwd(s(b"zz")),
         ),
@@ -752,7 +739,7 @@ fn truncated_at_every_length_with(hash: HashKind) {
     ];
     let mut n = 0;
     for r in &requests {
-        let full = framed(7, 0, 1, r);
+        let full = memcached_udp(7, 0, 1, r);
         for cut in 0..full.len() {
             let input = client_req(Fam::V4, &full[..cut]);
             let (action, out) = run(&kv, &input);
@@ -902,7 +889,7 @@ fn l3_forwarding() {
     );
     for key in [&b"foo"[..], b"bar", b"key:17", b"x"] {
         let server = kv.dist.server_for_key(key);
-        let payload = framed(3, 0, 1, &[b"get ", key, b"\r\n"].concat());
+        let payload = memcached_udp(3, 0, 1, &[b"get ", key, b"\r\n"].concat());
         let input = client_req(Fam::V4, &payload);
         let (action, out) = run(&kv, &input);
         assert_eq!(action, Tx);
@@ -984,7 +971,7 @@ fn cache_hits_byte_for_byte() {
                     "{size}B value, {klen}B key, {}",
                     if fam == Fam::V4 { "v4" } else { "v6" }
                 );
-                let q = |body: &[u8]| client_req(fam, &framed(id, 0, 1, body));
+                let q = |body: &[u8]| client_req(fam, &memcached_udp(id, 0, 1, body));
                 cases.push(
                     case(
                         format!("get, {tag}"),
@@ -1228,7 +1215,7 @@ fn invalidation_on_every_mutating_command() {
         ),
         (
             "IPv6 delete",
-            client_req(Fam::V6, &framed(1, 0, 1, b"delete hotkey\r\n")),
+            client_req(Fam::V6, &memcached_udp(1, 0, 1, b"delete hotkey\r\n")),
             Want::Fwd(srv),
         ),
     ];
@@ -1351,13 +1338,16 @@ fn multi_datagram_requests_stay_on_one_server() {
     let kv = standard();
     let key = b"bigvalue";
     let srv = kv.dist.server_for_key(key);
-    let first = client_req(Fam::V4, &framed(77, 0, 3, b"set bigvalue 0 0 3000\r\nxxxx"));
+    let first = client_req(
+        Fam::V4,
+        &memcached_udp(77, 0, 3, b"set bigvalue 0 0 3000\r\nxxxx"),
+    );
     check(
         &kv,
         &case("first datagram", first, Want::Fwd(srv)).ev(&[(WEIR_KV_STAT_REQ_TRACKED, 1)]),
     );
     for seq in 1..3 {
-        let cont = client_req(Fam::V4, &framed(77, seq, 3, &vec![b'y'; 1000]));
+        let cont = client_req(Fam::V4, &memcached_udp(77, seq, 3, &vec![b'y'; 1000]));
         check(
             &kv,
             &case(format!("datagram {seq}"), cont, Want::Fwd(srv))
@@ -1366,7 +1356,10 @@ fn multi_datagram_requests_stay_on_one_server() {
     }
     // another request id, another client port, or another total: orphans
     for (name, pkt) in [
-        ("other id", client_req(Fam::V4, &framed(78, 1, 3, b"y"))),
+        (
+            "other id",
+            client_req(Fam::V4, &memcached_udp(78, 1, 3, b"y")),
+        ),
         (
             "other port",
             udp_frame(
@@ -1377,10 +1370,13 @@ fn multi_datagram_requests_stay_on_one_server() {
                 &VIP4,
                 CPORT + 1,
                 PORT,
-                &framed(77, 1, 3, b"y"),
+                &memcached_udp(77, 1, 3, b"y"),
             ),
         ),
-        ("other total", client_req(Fam::V4, &framed(77, 1, 4, b"y"))),
+        (
+            "other total",
+            client_req(Fam::V4, &memcached_udp(77, 1, 4, b"y")),
+        ),
     ] {
         check(&kv, &case(name, pkt, Want::Pass(WEIR_KV_STAT_PASS_ORPHAN)));
     }
@@ -1574,7 +1570,7 @@ fn fuzz_with(hash: HashKind) {
     let mut tally = std::collections::BTreeMap::new();
     for i in 0..n {
         let fam = if i % 5 == 0 { Fam::V6 } else { Fam::V4 };
-        let mut payload = framed(rng.gen(), 0, 1, &seeds[rng.gen_range(0..seeds.len())]);
+        let mut payload = memcached_udp(rng.gen(), 0, 1, &seeds[rng.gen_range(0..seeds.len())]);
         for _ in 0..rng.gen_range(0..4) {
             match rng.gen_range(0..5) {
                 0 if !payload.is_empty() => {

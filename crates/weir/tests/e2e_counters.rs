@@ -10,6 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
+use weir_core::csum::checksum;
 use weir_lab::daemon::Daemon;
 use weir_lab::topology::Lab;
 
@@ -36,17 +37,6 @@ fn config(tier: &str) -> String {
     s
 }
 
-fn checksum(bytes: &[u8]) -> u16 {
-    let mut sum: u32 = bytes
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 /// An Ethernet frame carrying an IPv4 packet: `ihl` in 32-bit words,
 /// `frag` the flags-and-offset field, `l4` what follows the header.
 fn ipv4(
@@ -69,7 +59,7 @@ fn ipv4(
     ip[9] = proto;
     ip[12..16].copy_from_slice(&CLIENT);
     ip[16..20].copy_from_slice(&dst);
-    let c = checksum(&ip);
+    let c = checksum(&ip, 0);
     ip[10..12].copy_from_slice(&c.to_be_bytes());
     f.extend_from_slice(&ip);
     f.extend_from_slice(l4);

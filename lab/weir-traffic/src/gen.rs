@@ -275,7 +275,7 @@ impl GenSpec {
     }
 
     fn headers_len(&self) -> usize {
-        frame::ETH_LEN + frame::ip_header_len(self.dst.ip()) + self.l4.header_len()
+        weir_core::wire::ETH_HLEN + frame::ip_header_len(self.dst.ip()) + self.l4.header_len()
     }
 
     /// Bytes of every frame (no FCS).
@@ -369,7 +369,7 @@ fn configure(open: &mut OpenWeirGenSkel<'static>, spec: &GenSpec, frame: &[u8]) 
         .rodata_data
         .as_deref_mut()
         .context("weir_gen has no .rodata")?;
-    let l3 = frame::ETH_LEN;
+    let l3 = weir_core::wire::ETH_HLEN;
     let l4 = l3 + frame::ip_header_len(spec.dst.ip());
     let l4_csum = l4 + if spec.l4 == L4::Udp { 6 } else { 16 };
     let src = &spec.sources;

@@ -64,7 +64,6 @@ use anyhow::{bail, ensure, Context, Result};
 use libbpf_rs::{MapCore, ProgramMut};
 use serde::Serialize;
 use weir_abi::*;
-use weir_core::csum::checksum;
 use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
 use weir_core::splitmix::SplitMix;

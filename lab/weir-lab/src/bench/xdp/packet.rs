@@ -2,6 +2,7 @@
 //! seeded generator that picks them.
 
 use super::*;
+use weir_core::wire::{EthernetRepr, IpRepr, TcpFlags, TcpRepr, ETH_HLEN, IPPROTO_TCP, TCP_HLEN};
 
 /// The address family of the bench's VIP and connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
@@ -77,69 +78,36 @@ pub(super) fn reverse_key(key: &weir_flow_key) -> weir_flow_key {
 /// The frame of connection `i` of `family` with the given TCP flags.
 pub(super) fn packet(family: Family, i: u64, tcp_flags: u8) -> Vec<u8> {
     let f = flow(family, i);
-    let len = family.frame_len();
-    let mut p = vec![0u8; len];
-    p[0..6].copy_from_slice(&LB_MAC);
-    p[6..12].copy_from_slice(&CLIENT_MAC);
-    // The pseudo-header's addresses, as 16-bit words.
-    let mut pseudo = 0u32;
-    let mut add = |b: &[u8]| {
-        for w in b.chunks(2) {
-            pseudo += u32::from(u16::from_be_bytes([w[0], w[1]]));
-        }
-    };
-    let l4 = match (f.src, f.dst) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            p[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-            let ip = &mut p[14..34];
-            ip[0] = 0x45;
-            ip[2..4].copy_from_slice(&((len - 14) as u16).to_be_bytes());
-            ip[4..6].copy_from_slice(&(i as u16).to_be_bytes());
-            ip[6] = 0x40; // DF
-            ip[8] = 64;
-            ip[9] = 6;
-            ip[12..16].copy_from_slice(&src.octets());
-            ip[16..20].copy_from_slice(&dst.octets());
-            let c = checksum(ip, 0);
-            ip[10..12].copy_from_slice(&c.to_be_bytes());
-            add(&src.octets());
-            add(&dst.octets());
-            34
-        }
-        (IpAddr::V6(src), IpAddr::V6(dst)) => {
-            p[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
-            let ip = &mut p[14..54];
-            ip[0] = 0x60;
-            ip[4..6].copy_from_slice(&((len - 54) as u16).to_be_bytes());
-            ip[6] = 6;
-            ip[7] = 64;
-            ip[8..24].copy_from_slice(&src.octets());
-            ip[24..40].copy_from_slice(&dst.octets());
-            add(&src.octets());
-            add(&dst.octets());
-            54
-        }
-        _ => unreachable!("a flow's addresses are of one family"),
-    };
-    let tcp_len = (len - l4) as u16;
-    let tcp = &mut p[l4..];
-    tcp[0..2].copy_from_slice(&f.sport.to_be_bytes());
-    tcp[2..4].copy_from_slice(&f.dport.to_be_bytes());
-    tcp[4..8].copy_from_slice(&(i as u32).to_be_bytes());
-    tcp[12] = 5 << 4;
-    tcp[13] = tcp_flags;
-    tcp[14..16].copy_from_slice(&64240u16.to_be_bytes());
-    for (k, b) in tcp[20..].iter_mut().enumerate() {
-        *b = b'a' + k as u8;
+    let mut ip = IpRepr::new(f.src, f.dst, IPPROTO_TCP, 0);
+    ip.payload_len = family.frame_len() - ETH_HLEN - ip.header_len();
+    ip.ident = i as u16;
+    let payload: Vec<u8> = (0..ip.payload_len - TCP_HLEN)
+        .map(|k| b'a' + k as u8)
+        .collect();
+    let mut p = Vec::with_capacity(family.frame_len());
+    EthernetRepr {
+        src: CLIENT_MAC,
+        dst: LB_MAC,
+        ethertype: ip.ethertype(),
     }
-    let c = checksum(tcp, pseudo + 6 + u32::from(tcp_len));
-    tcp[16..18].copy_from_slice(&c.to_be_bytes());
+    .emit(&mut p);
+    ip.emit(&mut p);
+    TcpRepr {
+        sport: f.sport,
+        dport: f.dport,
+        seq: i as u32,
+        ack: 0,
+        flags: TcpFlags::from_bits(tcp_flags),
+        window: 64240,
+    }
+    .emit(&ip, &payload, &mut p);
     p
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir_core::csum::checksum;
 
     #[test]
     pub(super) fn packets_have_valid_checksums() {
