@@ -10,7 +10,10 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("CPU {cpu} is beyond the {} a CPU set holds", libc::CPU_SETSIZE),
+            format!(
+                "CPU {cpu} is beyond the {} a CPU set holds",
+                libc::CPU_SETSIZE
+            ),
         ));
     }
     // SAFETY: cpu_set_t is plain data; CPU_SET stays in bounds (checked above).

@@ -4,7 +4,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd, AsRawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// The index of interface `name`; `None` if there is none of that name here.
 pub fn ifindex(name: &str) -> io::Result<Option<u32>> {

@@ -161,8 +161,8 @@ fn request(msg: RouteNetlinkMessage, flags: u16) -> io::Result<Vec<RouteNetlinkM
         }
         let mut at = 0;
         while at < data.len() {
-            let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[at..])
-                .map_err(|e| {
+            let reply =
+                NetlinkMessage::<RouteNetlinkMessage>::deserialize(&data[at..]).map_err(|e| {
                     io::Error::new(
                         io::ErrorKind::InvalidData,
                         format!("decoding the kernel's netlink answer: {e}"),
@@ -196,7 +196,13 @@ mod tests {
     fn loopback_routes_leave_by_lo_without_a_gateway() {
         let lo = ifindex("lo").unwrap().unwrap();
         let route = route_to("127.0.0.1".parse().unwrap()).unwrap().unwrap();
-        assert_eq!(route, Route { oif: lo, gateway: None });
+        assert_eq!(
+            route,
+            Route {
+                oif: lo,
+                gateway: None
+            }
+        );
     }
 
     #[test]
@@ -209,6 +215,9 @@ mod tests {
     fn no_neighbour_entry_is_none() {
         let lo = ifindex("lo").unwrap().unwrap();
         // Loopback resolves nothing through ARP: no entry, not an error.
-        assert_eq!(neighbour_mac("127.0.0.1".parse().unwrap(), lo).unwrap(), None);
+        assert_eq!(
+            neighbour_mac("127.0.0.1".parse().unwrap(), lo).unwrap(),
+            None
+        );
     }
 }
