@@ -7,6 +7,11 @@ use std::io;
 /// Pins the calling thread to `cpu`. The caller checks first that `cpu` is
 /// online and allowed, to say which ones are when it is not.
 pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    pin_thread(0, cpu)
+}
+
+/// Pins thread `tid` (any process's, kernel threads included) to `cpu`.
+pub fn pin_thread(tid: u32, cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -20,7 +25,11 @@ pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
     let rc = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        libc::sched_setaffinity(
+            tid as libc::pid_t,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set,
+        )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
