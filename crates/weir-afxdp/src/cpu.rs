@@ -1,8 +1,7 @@
 //! Pinning a worker thread to one CPU, with an error that lists the CPUs
 //! that do exist (and the ones this process may use) when asked for another.
 
-use std::fs;
-use std::io;
+use weir_sys::{allowed_cpus, format_cpu_list, online_cpus};
 
 use crate::error::{Error, Result};
 
@@ -22,102 +21,12 @@ pub fn pin_current_thread(cpu: usize) -> Result<()> {
             allowed: format_cpu_list(&allowed),
         });
     }
-    // SAFETY: cpu_set_t is plain data; CPU_SET stays in bounds (checked above).
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        return Err(Error::Pin {
-            cpu,
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
-}
-
-/// CPUs the kernel has online; on a system without sysfs, the ones this
-/// process may run on.
-fn online_cpus() -> Vec<usize> {
-    fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|s| parse_cpu_list(&s))
-        .or_else(|| allowed_cpus().ok())
-        .unwrap_or_default()
-}
-
-/// The calling thread's affinity mask.
-fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data, filled in by the kernel.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok((0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect())
-    }
-}
-
-/// Parses the kernel's CPU list format ("0-3,8,10-11").
-fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
-                if a > b {
-                    return None;
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse().ok()?),
-        }
-    }
-    Some(cpus)
-}
-
-/// The inverse of [`parse_cpu_list`], for messages.
-fn format_cpu_list(cpus: &[usize]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let start = cpus[i];
-        while i + 1 < cpus.len() && cpus[i + 1] == cpus[i] + 1 {
-            i += 1;
-        }
-        out.push(if cpus[i] == start {
-            start.to_string()
-        } else {
-            format!("{start}-{}", cpus[i])
-        });
-        i += 1;
-    }
-    if out.is_empty() {
-        "none".into()
-    } else {
-        out.join(",")
-    }
+    weir_sys::pin_current_thread(cpu).map_err(|source| Error::Pin { cpu, source })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_lists_round_trip() {
-        for s in ["0", "0-1", "0-3,8,10-11", "5,7"] {
-            let cpus = parse_cpu_list(&format!("{s}\n")).unwrap();
-            assert_eq!(format_cpu_list(&cpus), s);
-        }
-        assert_eq!(parse_cpu_list("0-3,8").unwrap(), vec![0, 1, 2, 3, 8]);
-        for bad in ["x", "3-1", "1-", "0,,a"] {
-            assert!(parse_cpu_list(bad).is_none(), "{bad}");
-        }
-        assert_eq!(format_cpu_list(&[]), "none");
-    }
 
     #[test]
     fn pins_to_an_allowed_cpu_and_names_the_ones_that_exist_otherwise() {

@@ -2,7 +2,6 @@
 //! asked of the kernel with ioctls so the answer is for the caller's network
 //! namespace (sysfs shows the namespace it was mounted in).
 
-use std::ffi::CString;
 use std::io;
 
 use crate::error::{Error, Result};
@@ -38,12 +37,7 @@ impl Interface {
         if name.is_empty() || name.len() >= libc::IFNAMSIZ {
             return Err(missing());
         }
-        let cname = CString::new(name).map_err(|_| missing())?;
-        // SAFETY: cname is a valid NUL-terminated string.
-        let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-        if index == 0 {
-            return Err(missing());
-        }
+        let index = weir_sys::ifindex(name).ok().flatten().ok_or_else(missing)?;
         Ok(Interface {
             name: name.to_string(),
             index,

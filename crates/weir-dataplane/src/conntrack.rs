@@ -35,25 +35,7 @@ pub fn ticks(d: Duration) -> u32 {
 
 /// Now, in the data plane's ticks (the coarse monotonic clock).
 pub fn now_ticks() -> u32 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    let ns = ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64;
-    (ns >> WEIR_TICK_SHIFT) as u32
-}
-
-/// Now on the clock of `weir_conn.created_ns` (bpf_ktime_get_ns).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    (weir_sys::monotonic_coarse_ns() >> WEIR_TICK_SHIFT) as u32
 }
 
 /// A new entry for a connection dispatched to DIP slot `dip_id` (of
@@ -64,7 +46,7 @@ pub fn new_entry(dip_id: u32, dip_gen: u32, table_version: u32) -> weir_conn {
         dip_id,
         dip_gen,
         table_version,
-        created_ns: monotonic_ns(),
+        created_ns: weir_sys::monotonic_ns(),
         atime: now_ticks(),
         ..Default::default()
     }

@@ -8,12 +8,10 @@
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject};
-use serde::Deserialize;
 use weir_abi::{weir_decap_addr, AsBytes, WEIR_DECAP_STAT_MAX};
 use weir_core::flow::addr_words;
 
@@ -144,35 +142,8 @@ pub fn attached_stats(iface: &str, ifindex: u32) -> Result<DecapStats> {
     stats_of(&map)
 }
 
-#[derive(Deserialize)]
-struct Link {
-    #[serde(default)]
-    addr_info: Vec<AddrInfo>,
-}
-
-#[derive(Deserialize)]
-struct AddrInfo {
-    local: Option<IpAddr>,
-}
-
-/// Every address of this host (its network namespace), as `ip -j addr`
+/// Every address of this host (its network namespace), as `ip addr`
 /// lists them: what the load balancer may send encapsulated packets to.
 pub fn local_addrs() -> Result<Vec<IpAddr>> {
-    let out = Command::new("ip")
-        .args(["-j", "addr", "show"])
-        .output()
-        .context("running `ip -j addr show` (install iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "`ip -j addr show` failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let links: Vec<Link> =
-        serde_json::from_slice(&out.stdout).context("reading `ip -j addr show`")?;
-    Ok(links
-        .into_iter()
-        .flat_map(|l| l.addr_info)
-        .filter_map(|a| a.local)
-        .collect())
+    weir_sys::local_addrs().context("listing this host's addresses (netlink)")
 }

@@ -1,8 +1,6 @@
 //! Network interfaces by name: index and MAC address, asked of the kernel
-//! with ioctls so the answer is for the caller's network namespace (sysfs
+//! (`weir_sys`) so the answer is for the caller's network namespace (sysfs
 //! shows the namespace it was mounted in).
-
-use std::ffi::CString;
 
 use anyhow::{bail, Context, Result};
 
@@ -17,52 +15,17 @@ pub struct Iface {
 impl Iface {
     /// Looks an interface up in the current network namespace.
     pub fn by_name(name: &str) -> Result<Iface> {
-        let cname = CString::new(name).context("interface names cannot contain NUL")?;
-        if name.len() >= libc::IFNAMSIZ {
-            bail!(
-                "{name:?} is longer than an interface name can be ({} bytes)",
-                libc::IFNAMSIZ - 1
-            );
-        }
-        // SAFETY: cname is a valid NUL-terminated string.
-        let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-        if ifindex == 0 {
+        let Some(ifindex) = weir_sys::ifindex(name)? else {
             bail!("no network interface named {name:?} here (see `ip link`); fix `interfaces` in the config");
-        }
+        };
+        let mac = weir_sys::mac_address(name)
+            .with_context(|| format!("reading the MAC address of {name}"))?;
         Ok(Iface {
             name: name.to_string(),
             ifindex,
-            mac: hw_addr(name)?,
+            mac,
         })
     }
-}
-
-fn hw_addr(name: &str) -> Result<[u8; 6]> {
-    // SAFETY: plain socket(2); the fd is closed below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        bail!("socket(): {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: ifreq is plain data; zero is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
-        *d = s as libc::c_char;
-    }
-    // SAFETY: fd is open, req is a valid ifreq with a NUL-terminated name.
-    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut req) };
-    let err = std::io::Error::last_os_error();
-    // SAFETY: fd is ours.
-    unsafe { libc::close(fd) };
-    if rc < 0 {
-        bail!("reading the MAC address of {name}: {err}");
-    }
-    // SAFETY: SIOCGIFHWADDR filled the ifru_hwaddr member.
-    let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
-    let mut mac = [0u8; 6];
-    for (m, b) in mac.iter_mut().zip(sa.sa_data.iter()) {
-        *m = *b as u8;
-    }
-    Ok(mac)
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.

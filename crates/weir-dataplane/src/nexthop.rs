@@ -1,6 +1,6 @@
 //! Next hops of DIPs, resolved in the control plane: the egress interface and
 //! the MACs a frame to a DIP leaves with, from the kernel's route and
-//! neighbour tables (through iproute2's JSON output), not per packet. `weir
+//! neighbour tables (over netlink, `weir_sys`), not per packet. `weir
 //! serve` writes them into the DIPs' slots (`weir_dip.nh`); the software tier
 //! hands them to its workers. [`Watch`] says when those tables change, so a
 //! resolved next hop is refreshed on a change, not polled.
@@ -8,14 +8,10 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use serde::Deserialize;
 use weir_abi::weir_next_hop;
-
-use crate::iface::parse_mac;
 
 /// Where a frame to one DIP goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,57 +32,31 @@ impl NextHop {
     }
 }
 
-#[derive(Deserialize)]
-struct Route {
-    dev: String,
-    gateway: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Neigh {
-    lladdr: Option<String>,
-}
-
 /// Resolves `addr` with the kernel's tables, in this process's network
 /// namespace; `ifaces` maps interface names weir is attached to (and may send
 /// by) to their index and MAC. `None`: no usable neighbour entry (none yet,
 /// or one that failed), or the route leaves by an interface weir does not
 /// hold.
 pub fn resolve(addr: IpAddr, ifaces: &HashMap<String, (u32, [u8; 6])>) -> Result<Option<NextHop>> {
-    let route: Vec<Route> = ip_json(&["route", "get", &addr.to_string()])?;
-    let Some(route) = route.into_iter().next() else {
+    let Some(route) = weir_sys::route_to(addr)
+        .with_context(|| format!("asking the kernel for the route to {addr} (netlink)"))?
+    else {
         return Ok(None);
     };
-    let Some(&(ifindex, src_mac)) = ifaces.get(&route.dev) else {
+    let Some(&(ifindex, src_mac)) = ifaces.values().find(|(i, _)| *i == route.oif) else {
         return Ok(None);
     };
-    let via = route.gateway.unwrap_or_else(|| addr.to_string());
-    let neigh: Vec<Neigh> = ip_json(&["neigh", "show", "to", &via, "dev", &route.dev])?;
-    let Some(mac) = neigh.into_iter().find_map(|n| n.lladdr) else {
+    let via = route.gateway.unwrap_or(addr);
+    let Some(dst_mac) = weir_sys::neighbour_mac(via, ifindex)
+        .with_context(|| format!("asking the kernel for the neighbour {via} (netlink)"))?
+    else {
         return Ok(None);
     };
     Ok(Some(NextHop {
         ifindex,
         src_mac,
-        dst_mac: parse_mac(&mac)?,
+        dst_mac,
     }))
-}
-
-fn ip_json<T: for<'de> Deserialize<'de>>(args: &[&str]) -> Result<Vec<T>> {
-    let out = Command::new("ip")
-        .arg("-j")
-        .args(args)
-        .output()
-        .context("running ip (install iproute2)")?;
-    if !out.status.success() {
-        // No route: nothing to resolve, not an error of weir's.
-        return Ok(Vec::new());
-    }
-    if out.stdout.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Vec::new());
-    }
-    serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("reading `ip -j {}`", args.join(" ")))
 }
 
 /// Messages [`Watch::wait`] reads at most per wake-up.

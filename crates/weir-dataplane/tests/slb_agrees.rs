@@ -81,16 +81,6 @@ fn options() -> LoadOptions {
     }
 }
 
-fn coarse_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// weir_lb and an Slb holding the same configuration.
 struct Twin {
     h: Harness,
@@ -134,7 +124,7 @@ impl Twin {
     }
 
     fn now_ns(&self) -> u64 {
-        coarse_ns() + (self.shift << WEIR_TICK_SHIFT)
+        weir_sys::monotonic_coarse_ns() + (self.shift << WEIR_TICK_SHIFT)
     }
 
     /// Runs `frame` through both and checks that they agree; returns the

@@ -11,7 +11,7 @@
 //!
 //! Next hops: a server's MAC comes from the configuration (`mac` of a
 //! `[[pool.server]]`) or from the kernel's neighbour table for the route's
-//! next hop (`ip route get`, then `ip neigh`). With no entry yet, weir
+//! next hop (`weir_sys::route_to`, then `weir_sys::neighbour_mac`). With no entry yet, weir
 //! connects to the server's TCP port once, which makes the kernel resolve
 //! it, and asks again (for up to 2 s). The egress interface is the route's;
 //! requests leave by XDP_TX when it is the one they came in on and by
@@ -33,7 +33,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -74,76 +73,38 @@ pub struct NextHop {
     pub dev: String,
 }
 
-fn ip_json(args: &[&str]) -> Result<serde_json::Value> {
-    let out = Command::new("ip")
-        .arg("-j")
-        .args(args)
-        .output()
-        .context("running ip (install iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip -j {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("parsing `ip -j {}`", args.join(" ")))
-}
-
-/// (egress device, next-hop address) of the route to `ip`.
-fn route_to(ip: IpAddr) -> Result<(String, IpAddr)> {
-    let v = ip_json(&["route", "get", &ip.to_string()])?;
-    let r = v.get(0).context("ip route get gave no route")?;
-    let dev = r["dev"]
-        .as_str()
-        .context("route without a device")?
-        .to_string();
-    let via = r["gateway"]
-        .as_str()
-        .and_then(|g| g.parse().ok())
-        .unwrap_or(ip);
-    Ok((dev, via))
-}
-
-fn neighbour(via: IpAddr, dev: &str) -> Result<Option<[u8; 6]>> {
-    let v = ip_json(&["neigh", "show", "to", &via.to_string(), "dev", dev])?;
-    for n in v.as_array().into_iter().flatten() {
-        if let Some(m) = n["lladdr"].as_str() {
-            let states: Vec<&str> = n["state"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|s| s.as_str())
-                .collect();
-            if states.iter().any(|s| *s == "FAILED" || *s == "INCOMPLETE") {
-                continue;
-            }
-            return Ok(Some(
-                crate::config::parse_mac(m).map_err(anyhow::Error::msg)?,
-            ));
-        }
-    }
-    Ok(None)
+/// (egress interface's index and name, next-hop address) of the route to `ip`.
+fn route_to(ip: IpAddr) -> Result<(u32, String, IpAddr)> {
+    let route = weir_sys::route_to(ip)
+        .with_context(|| format!("asking the kernel for the route to {ip} (netlink)"))?
+        .with_context(|| format!("no route to {ip} (see `ip route get {ip}`)"))?;
+    let dev = weir_sys::ifname(route.oif).with_context(|| {
+        format!(
+            "the route to {ip} leaves by interface {}, which is gone",
+            route.oif
+        )
+    })?;
+    Ok((route.oif, dev, route.gateway.unwrap_or(ip)))
 }
 
 /// Resolves a server's next hop (see the module docs).
 pub fn resolve_next_hop(server: SocketAddr, configured: Option<[u8; 6]>) -> Result<NextHop> {
-    let (dev, via) = route_to(server.ip())?;
+    let (ifindex, dev, via) = route_to(server.ip())?;
     if dev == "lo" {
         bail!(
             "server {server} is local to this host (route via lo); the XDP path switches \
              to servers on other hosts or namespaces"
         );
     }
-    let ifindex = Iface::by_name(&dev)?.ifindex;
     if let Some(mac) = configured {
         return Ok(NextHop { mac, ifindex, dev });
     }
     let t0 = Instant::now();
     let mut probed = false;
     loop {
-        if let Some(mac) = neighbour(via, &dev)? {
+        let mac = weir_sys::neighbour_mac(via, ifindex)
+            .with_context(|| format!("asking the kernel for the neighbour {via} (netlink)"))?;
+        if let Some(mac) = mac {
             return Ok(NextHop { mac, ifindex, dev });
         }
         if t0.elapsed() > Duration::from_secs(2) {
@@ -576,7 +537,7 @@ impl HotLoop {
             let served = self.cache.is_served(&k).unwrap_or(false);
             let expiring = match (self.ttl, self.cache.entry(&k)) {
                 (Some(ttl), Ok(Some(e))) if e.expires_ns != 0 => {
-                    let left = e.expires_ns.saturating_sub(mono_ns());
+                    let left = e.expires_ns.saturating_sub(weir_sys::monotonic_ns());
                     left < margin.as_nanos() as u64 || left < (ttl / 2).as_nanos() as u64
                 }
                 _ => false,
@@ -660,14 +621,4 @@ struct Counts {
     misses: u64,
     too_large: u64,
     errors: u64,
-}
-
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a clock read into a local (bpf_ktime_get_ns is CLOCK_MONOTONIC).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }

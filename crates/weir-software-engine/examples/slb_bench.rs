@@ -34,17 +34,6 @@ const DSR_VIP: [u8; 4] = [10, 0, 0, 101];
 const SRC_OFF: usize = 14 + 12;
 const RUNS: usize = 5;
 
-/// This thread's CPU time in nanoseconds.
-fn cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 fn frame(tcp_flags: Option<u8>, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
     let ip = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC).ipv4(src, dst, 64);
     let mut out = Vec::new();
@@ -123,7 +112,7 @@ fn run(
     now_ns: &mut u64,
 ) -> f64 {
     let mut buf = template.to_vec();
-    let start = cpu_ns();
+    let start = weir_sys::thread_cpu_ns();
     for i in 0..packets {
         buf.copy_from_slice(template);
         if let Some(at) = patch_at {
@@ -134,19 +123,19 @@ fn run(
         black_box(&o);
         while slb.poll_event().is_some() {}
     }
-    (cpu_ns() - start) as f64 / f64::from(packets)
+    (weir_sys::thread_cpu_ns() - start) as f64 / f64::from(packets)
 }
 
 /// The frame copy and patch alone.
 fn baseline(template: &[u8], packets: u32) -> f64 {
     let mut buf = template.to_vec();
-    let start = cpu_ns();
+    let start = weir_sys::thread_cpu_ns();
     for i in 0..packets {
         buf.copy_from_slice(template);
         buf[SRC_OFF..SRC_OFF + 4].copy_from_slice(&client(i));
         black_box(&mut buf);
     }
-    (cpu_ns() - start) as f64 / f64::from(packets)
+    (weir_sys::thread_cpu_ns() - start) as f64 / f64::from(packets)
 }
 
 fn best(f: impl FnMut() -> f64) -> f64 {

@@ -23,7 +23,6 @@
 //! - [`nexthop`]: each DIP's egress interface and MACs.
 
 pub mod balancer;
-pub mod clock;
 pub mod control;
 pub mod cost;
 pub mod nexthop;
@@ -191,7 +190,7 @@ impl SoftwareTier {
             Mode::Adaptive => Some(spread::Spreader::new(
                 &cfg.distribution,
                 &cfg.cpus,
-                clock::coarse_now_ns(),
+                weir_sys::monotonic_coarse_ns(),
             )?),
             _ => None,
         };

@@ -30,10 +30,10 @@ use weir_software_engine::slb::{Connection, NextHop, Outcome};
 use weir_software_engine::utilization::UtilizationMeter;
 
 use crate::balancer::{self, Balancer};
-use crate::clock::coarse_now_ns;
 use crate::stats::{ReorderCounters, SocketStats, Traffic, WorkerCounters, WorkerStats};
 use crate::streams::{Done, Stream};
 use crate::tables::Snapshot;
+use weir_sys::monotonic_coarse_ns as coarse_now_ns;
 
 /// How often the worker looks at its channel, ages entries and reports.
 const HOUSEKEEPING: Duration = Duration::from_millis(1);

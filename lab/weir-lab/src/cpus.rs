@@ -6,16 +6,7 @@ use anyhow::{bail, Context, Result};
 
 /// The CPUs the calling thread may run on, in order.
 pub fn allowed() -> Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is the calling thread; the size is the set's.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
-        bail!("sched_getaffinity: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: CPU_ISSET reads the set filled above.
-    Ok((0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect())
+    weir_sys::allowed_cpus().context("sched_getaffinity")
 }
 
 /// The machine's online CPUs, in order, whatever this process's affinity
@@ -26,18 +17,12 @@ pub fn online() -> Result<Vec<usize>> {
     parse_cpu_list(&list).with_context(|| format!("{path}: {:?}", list.trim()))
 }
 
-/// A kernel CPU list ("0-3,8,10-11").
+/// A kernel CPU list ("0-3,8,10-11"), not empty.
 fn parse_cpu_list(list: &str) -> Result<Vec<usize>> {
-    let mut cpus = Vec::new();
-    for part in list.trim().split(',') {
-        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
-        let (lo, hi): (usize, usize) = (lo.parse()?, hi.parse()?);
-        if lo > hi {
-            bail!("range {part} runs backwards");
-        }
-        cpus.extend(lo..=hi);
+    match weir_sys::parse_cpu_list(list) {
+        Some(cpus) if !cpus.is_empty() => Ok(cpus),
+        _ => bail!("{:?} is not a CPU list like 0-3,8", list.trim()),
     }
-    Ok(cpus)
 }
 
 /// Pins the calling thread to `cpu`.
@@ -47,17 +32,7 @@ pub fn pin_current(cpu: usize) -> Result<()> {
 
 /// Pins thread `tid` (any process's, kernel threads included) to `cpu`.
 pub fn pin(tid: u32, cpu: usize) -> Result<()> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: a thread id (0: the caller) and the set's size.
-    if unsafe { libc::sched_setaffinity(tid as i32, std::mem::size_of_val(&set), &set) } != 0 {
-        bail!(
-            "pinning thread {tid} to CPU {cpu}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
+    weir_sys::pin_thread(tid, cpu).with_context(|| format!("pinning thread {tid} to CPU {cpu}"))
 }
 
 /// Gives thread `tid` the real-time FIFO class at `priority` (1..=99), so

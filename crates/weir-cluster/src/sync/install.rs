@@ -50,17 +50,6 @@ struct Slot {
     gen: u32,
 }
 
-/// Now on the clock of `weir_conn.created_ns` (bpf_ktime_get_ns).
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into a valid timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 fn us_to_ticks(us: u32) -> u32 {
     ((u64::from(us) * 1000) >> WEIR_TICK_SHIFT) as u32
 }
@@ -181,7 +170,7 @@ impl Installer {
             dip_id: slot.id,
             dip_gen: slot.gen,
             table_version: self.maps.table_version(vip_id)?,
-            created_ns: monotonic_ns().saturating_sub(u64::from(r.idle_us) * 1000),
+            created_ns: weir_sys::monotonic_ns().saturating_sub(u64::from(r.idle_us) * 1000),
             atime: now_ticks().wrapping_sub(idle),
             close_flags: r.close_flags,
             ..Default::default()

@@ -34,10 +34,11 @@ use weir_abi::weir_sync_event;
 use weir_dataplane::loader::ConnTimeouts;
 use weir_dataplane::maps::Maps;
 use weir_dataplane::sync_events::{Announcements, SyncMaps};
+use weir_sys::monotonic_ns;
 
 use crate::realtime::go_realtime;
 use crate::sync::gate::{self, BulkGate, Refusal};
-use crate::sync::install::{monotonic_ns, table_records, Installer, Outcome};
+use crate::sync::install::{table_records, Installer, Outcome};
 use crate::sync::stats::{Counters, Stats};
 use crate::sync::wire::{
     self, ConnRecord, Encoder, Key, Kind, Nonce, Reject, ReplayGuard, MAX_DATAGRAM,

@@ -797,10 +797,7 @@ fn encap_against_dsr(
 }
 
 fn lo_ifindex() -> Result<u32> {
-    // SAFETY: a NUL-terminated constant string.
-    let idx = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
-    ensure!(idx != 0, "no loopback interface in this network namespace");
-    Ok(idx)
+    weir_sys::ifindex("lo")?.context("no loopback interface in this network namespace")
 }
 
 fn kernel_release() -> String {
