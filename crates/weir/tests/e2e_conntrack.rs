@@ -18,7 +18,7 @@ use weir_lab::client::{http_from_port, spawn_http};
 use weir_lab::daemon::Daemon;
 use weir_lab::leaks::LeakWatch;
 use weir_lab::topology::Lab;
-use weir_lab::traffic::{mac_in, offer, OfferSpec};
+use weir_lab::traffic::{mac_in, offer, OfferSpec, Offered};
 use weir_traffic::gen::GenSpec;
 
 const NAT_VIP: &str = "10.77.100.1:80";
@@ -134,33 +134,43 @@ fn clients_reusing_ports_follow_the_current_table() {
     d.stop().unwrap();
 }
 
-#[test]
-fn a_syn_flood_breaks_no_established_connection() {
-    let _turn = one_flood_at_a_time();
+/// A lab whose 100 keep-alive connections (a request every 400 ms) went
+/// through an 8 s flood of spoofed SYNs from 10.200.0.0/16 (never reused)
+/// on a small table (4096 connections, 1024 half-open) in front of two
+/// backends. Fields drop in order: the daemon before the lab.
+struct Flooded {
+    d: Daemon,
+    leaks: LeakWatch,
+    sent: Offered,
+    status: serde_json::Value,
+    _backends: Vec<Backend>,
+    lab: Lab,
+}
+
+/// Runs the flood at `rate` SYNs a second with `extra` [dataplane] keys, and
+/// checks that every established connection got all 30 replies unbroken.
+fn flood_a_small_table(extra: &str, rate: f64, seed: u64) -> Flooded {
     let lab = Lab::build(2).expect("building the lab");
-    let _backends: Vec<Backend> = lab
+    let backends: Vec<Backend> = lab
         .backends
         .iter()
         .enumerate()
         .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
         .collect();
     let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    let small = "conn_table_size = 4096\nhalf_open_table_size = 1024";
-    d.write_config(&config(&[(1, 1), (2, 1)], small).replace(", \"wb3\"", ""))
+    let small = format!("{extra}conn_table_size = 4096\nhalf_open_table_size = 1024");
+    d.write_config(&config(&[(1, 1), (2, 1)], &small).replace(", \"wb3\"", ""))
         .unwrap();
     d.start().unwrap();
     let leaks = LeakWatch::start(&lab.client, "eth0").unwrap();
     let vip: SocketAddr = NAT_VIP.parse().unwrap();
 
-    // 100 keep-alive connections, a request every 400 ms through the flood.
     let live = spawn_http(&lab.client, vip, 100, 30, Duration::from_millis(400));
     std::thread::sleep(Duration::from_millis(500));
-
-    // Spoofed SYNs from 10.200.0.0/16 (never reused) for 8 s.
-    let mut flood = GenSpec::syn_flood(IpAddr::from([10, 200, 0, 0]), 16, vip, 7);
+    let mut flood = GenSpec::syn_flood(IpAddr::from([10, 200, 0, 0]), 16, vip, seed);
     flood.dst_mac = mac_in(&lab.lb, "wc0").unwrap();
     let mut spec = OfferSpec::new(flood, Duration::from_secs(8));
-    spec.rate = Some(100_000.0);
+    spec.rate = Some(rate);
     let sent = offer(&lab.client, "eth0", &spec).expect("SYN flood");
 
     let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
@@ -174,9 +184,33 @@ fn a_syn_flood_breaks_no_established_connection() {
         broken.first()
     );
     assert!(records.iter().all(|r| r.served_by.len() == 30));
+    Flooded {
+        d,
+        leaks,
+        sent,
+        status,
+        _backends: backends,
+        lab,
+    }
+}
+
+#[test]
+fn a_syn_flood_breaks_no_established_connection() {
+    let _turn = one_flood_at_a_time();
+    // Bound whole, so the lab lives to the end of the test.
+    let mut flooded = flood_a_small_table("", 100_000.0, 7);
+    let Flooded {
+        d,
+        leaks,
+        sent,
+        status,
+        lab,
+        ..
+    } = &mut flooded;
+    let vip: SocketAddr = NAT_VIP.parse().unwrap();
     // Whatever the veth between client and weir dropped, the SYNs that got
     // through must have cycled the whole connection table many times over.
-    let syns = counter(&status, "half_open_new");
+    let syns = counter(status, "half_open_new");
     eprintln!(
         "SYN flood: {} offered in {:.1} s, {syns} reached the half-open table",
         sent.sent,
@@ -219,58 +253,31 @@ fn a_syn_flood_breaks_no_established_connection() {
 /// synflood --tiers software,hybrid --syn-rates 10000,0` shows both.)
 fn a_syn_flood_through_the_workers_breaks_no_established_connection(tier: &str) {
     let _turn = one_flood_at_a_time();
-    let lab = Lab::build(2).expect("building the lab");
-    let _backends: Vec<Backend> = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
-        .collect();
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    let small = format!("tier = \"{tier}\"\nconn_table_size = 4096\nhalf_open_table_size = 1024");
-    d.write_config(&config(&[(1, 1), (2, 1)], &small).replace(", \"wb3\"", ""))
-        .unwrap();
-    d.start().unwrap();
-    let leaks = LeakWatch::start(&lab.client, "eth0").unwrap();
-    let vip: SocketAddr = NAT_VIP.parse().unwrap();
-
-    let live = spawn_http(&lab.client, vip, 100, 30, Duration::from_millis(400));
-    std::thread::sleep(Duration::from_millis(500));
     // 200k SYNs a second for 8 s: 1.6M SYNs, past what a worker's ring
     // absorbs. (Far faster, the veth's own queue in front of XDP drops the
     // connections' packets, which no check in XDP can help.)
-    let mut flood = GenSpec::syn_flood(IpAddr::from([10, 200, 0, 0]), 16, vip, 11);
-    flood.dst_mac = mac_in(&lab.lb, "wc0").unwrap();
-    let mut spec = OfferSpec::new(flood, Duration::from_secs(8));
-    spec.rate = Some(200_000.0);
-    let sent = offer(&lab.client, "eth0", &spec).expect("SYN flood");
-
-    let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
-    let broken: Vec<_> = records.iter().filter(|r| r.violated()).collect();
-    let status = d.status_json().unwrap();
-    let over_budget = counter(&status, "drop_syn_budget");
+    let mut flooded = flood_a_small_table(&format!("tier = \"{tier}\"\n"), 200_000.0, 11);
+    let Flooded {
+        d,
+        leaks,
+        sent,
+        status,
+        ..
+    } = &mut flooded;
+    let over_budget = counter(status, "drop_syn_budget");
     eprintln!(
         "{tier} tier, SYN flood: {} offered in {:.1} s, {over_budget} dropped over the budget, \
-         {} of 100 established connections broken",
+         no established connection broken",
         sent.sent,
-        sent.elapsed.as_secs_f64(),
-        broken.len()
+        sent.elapsed.as_secs_f64()
     );
-    assert!(
-        broken.is_empty(),
-        "{} of 100 established connections broke under {} SYNs: {:?}\n{status}",
-        broken.len(),
-        sent.sent,
-        broken.first()
-    );
-    assert!(records.iter().all(|r| r.served_by.len() == 30));
     // The budget, not the veth, held the flood back.
     assert!(
         over_budget > sent.sent / 4,
         "only {over_budget} of {} SYNs dropped over the budget: {status}",
         sent.sent
     );
-    assert!(counter(&status, "to_software") > 0, "{status}");
+    assert!(counter(status, "to_software") > 0, "{status}");
     assert_eq!(leaks.count(), 0, "replies left with a backend's address");
     d.stop().unwrap();
 }
