@@ -34,8 +34,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::signals::SignalSet;
 use weir_http::Server;
+use weir_sys::SignalSet;
 
 /// Cumulative counters of a service.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

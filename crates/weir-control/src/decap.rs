@@ -10,7 +10,7 @@ use weir_dataplane::attach::{self, XdpMode};
 use weir_dataplane::decap::{self, Decap};
 use weir_dataplane::iface::Iface;
 
-use crate::signals::SignalSet;
+use weir_sys::SignalSet;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum DecapXdpMode {

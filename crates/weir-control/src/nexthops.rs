@@ -25,8 +25,6 @@ use weir_core::flow::words_addr;
 use weir_dataplane::maps::Maps;
 use weir_dataplane::nexthop::{resolve, Watch};
 
-use crate::log_line::log;
-
 /// Resolve everything at least this often, changes or not.
 pub const REFRESH: Duration = Duration::from_secs(5);
 /// A burst of changes (a link going up brings many) is one refresh.
@@ -87,7 +85,7 @@ fn run(
                 // Said once, not every round.
                 let e = format!("{e:#}");
                 if e != last_error {
-                    log(format!("next hops: {e}; retrying"));
+                    log::warn!("next hops: {e}; retrying");
                     last_error = e;
                 }
             }
@@ -102,9 +100,7 @@ fn run(
                     break;
                 }
                 Err(e) => {
-                    log(format!(
-                        "next hops: {e:#}; resolving every {REFRESH:?} only"
-                    ));
+                    log::warn!("next hops: {e:#}; resolving every {REFRESH:?} only");
                     std::thread::sleep(TICK);
                 }
             }

@@ -22,8 +22,8 @@ use crate::config::{Config, ConnLru, NonSynMiss, Tier, Verdict, XdpModeCfg};
 use crate::controller::Shared;
 use crate::live::{log_warnings, Live};
 use crate::run_record::{is_alive, RunRecord};
-use crate::signals::SignalSet;
 use crate::takeover::{self, Predecessor, Takeover};
+use weir_sys::SignalSet;
 
 /// Options of `weir serve` beyond the configuration file.
 #[derive(Debug, Clone)]

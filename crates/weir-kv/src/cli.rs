@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use weir_control::signals::SignalSet;
 use weir_http::Server;
+use weir_sys::SignalSet;
 
 use crate::config::{parse_metrics, KvConfig, UdpConfig};
 use crate::invalidate::Invalidation;

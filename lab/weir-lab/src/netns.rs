@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
-use weir_control::signals::SignalSet;
+use weir_sys::SignalSet;
 
 static NEXT_LAB: AtomicUsize = AtomicUsize::new(0);
 /// Every namespace alive in this process, for teardown on a signal.
