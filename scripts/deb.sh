@@ -98,7 +98,7 @@ install -m755 packaging/debian/postinst packaging/debian/prerm packaging/debian/
 installed_kib=$(du -sk --apparent-size --exclude=DEBIAN "$root" | cut -f1)
 sed -e "s|\${Version}|$version|" -e "s|\${Architecture}|$arch|" -e "s|\${Maintainer}|$maintainer|" \
     -e "s|\${Installed-Size}|$installed_kib|" -e "s|\${shlibs:Depends}|$depends|" \
-    packaging/debian/control >"$root/DEBIAN/control"
+    -e '/^#/d' packaging/debian/control >"$root/DEBIAN/control"
 if grep -q '\${' "$root/DEBIAN/control"; then
     echo "deb: packaging/debian/control has a field this script does not fill: $(grep '\${' "$root/DEBIAN/control")" >&2
     exit 1
