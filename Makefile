@@ -60,7 +60,7 @@ $(RELEASE_WEIR): $(PRODUCT_SOURCES)
 	$(CARGO) build --release -p weir
 
 shipped-binary: $(filter $(RELEASE_WEIR),$(WEIR))
-	@test -f "$(WEIR)" -a -x "$(WEIR)" || { echo "install: WEIR=$(WEIR) is not an executable file; run make build, or give the path of a built weir as WEIR=path/to/weir" >&2; exit 1; }
+	@test -f "$(WEIR)" -a -x "$(WEIR)" || { echo "WEIR=$(WEIR) is not an executable file; run make build, or give the path of a built weir as WEIR=path/to/weir" >&2; exit 1; }
 
 # For operators: the binary (stripped; no lab, benchmark or simulator: those
 # are weir-lab's, never installed), systemd units, man pages (weir(8),
