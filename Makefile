@@ -4,11 +4,14 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 CARGO ?= cargo
-WEIR := target/release/weir
+# The binary that `make install` and `make deb` ship: the release build, or a
+# prebuilt one given as WEIR=path/to/weir (then no Rust toolchain is needed).
+RELEASE_WEIR := target/release/weir
+WEIR ?= $(RELEASE_WEIR)
 # The labs, benchmarks and simulator (lab/): never installed.
 WEIR_LAB := target/release/weir-lab
 
-.PHONY: deps build demo test lint bench docs man install clean
+.PHONY: deps build demo test lint bench docs man install shipped-binary deb clean
 
 deps:
 	@scripts/deps.sh
@@ -48,6 +51,17 @@ docs:
 man:
 	scripts/man.sh target/man
 
+# The release binary, rebuilt only when a product source is newer than it:
+# `make install` after `make build` (or after unpacking a tree with a built
+# binary) runs no cargo at all.
+PRODUCT_SOURCES := $(shell find crates bpf -name tests -prune -o -type f -print) Cargo.toml Cargo.lock
+$(RELEASE_WEIR): $(PRODUCT_SOURCES)
+	@scripts/deps.sh
+	$(CARGO) build --release -p weir
+
+shipped-binary: $(filter $(RELEASE_WEIR),$(WEIR))
+	@test -f "$(WEIR)" -a -x "$(WEIR)" || { echo "WEIR=$(WEIR) is not an executable file; run make build, or give the path of a built weir as WEIR=path/to/weir" >&2; exit 1; }
+
 # For operators: the binary (stripped; no lab, benchmark or simulator: those
 # are weir-lab's, never installed), systemd units, man pages (weir(8),
 # weir.toml(5), and one page per command generated from the CLI definition),
@@ -62,15 +76,16 @@ DATADIR ?= $(PREFIX)/share
 MANDIR ?= $(DATADIR)/man
 DOCDIR ?= $(DATADIR)/doc/weir
 UNITDIR ?= $(PREFIX)/lib/systemd/system
+BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+ZSHCOMPDIR ?= $(DATADIR)/zsh/site-functions
+FISHCOMPDIR ?= $(DATADIR)/fish/vendor_completions.d
 SYSCONFDIR ?= /etc
 
-install: man
-	$(CARGO) build --release -p weir
+install: man shipped-binary
 	install -Dm755 -s $(WEIR) $(DESTDIR)$(BINDIR)/weir
 	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
 		$(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/weir \
-		$(DESTDIR)$(DATADIR)/bash-completion/completions $(DESTDIR)$(DATADIR)/zsh/site-functions \
-		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d
+		$(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
 	for u in packaging/systemd/*.service; do \
 		sed 's|/usr/local/bin/weir|$(BINDIR)/weir|g' $$u > $(DESTDIR)$(UNITDIR)/$${u##*/} || exit 1; \
 		chmod 644 $(DESTDIR)$(UNITDIR)/$${u##*/}; \
@@ -79,11 +94,17 @@ install: man
 	rm -f $(DESTDIR)$(MANDIR)/man1/weir.1
 	install -m644 target/man/weir.8 $(DESTDIR)$(MANDIR)/man8/weir.8
 	install -m644 target/man/weir.toml.5 $(DESTDIR)$(MANDIR)/man5/weir.toml.5
-	$(WEIR) completions bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/weir
-	$(WEIR) completions zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_weir
-	$(WEIR) completions fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/weir.fish
+	$(WEIR) completions bash > $(DESTDIR)$(BASHCOMPDIR)/weir
+	$(WEIR) completions zsh > $(DESTDIR)$(ZSHCOMPDIR)/_weir
+	$(WEIR) completions fish > $(DESTDIR)$(FISHCOMPDIR)/weir.fish
 	install -Dm644 -t $(DESTDIR)$(DOCDIR)/examples examples/*.toml
 	install -Dm644 packaging/grafana/weir.json $(DESTDIR)$(DATADIR)/weir/grafana/weir.json
+
+# A Debian 12 package of what `make install` ships, built with dpkg-deb:
+# $(DEB_DIR)/weir_VERSION_ARCH.deb. See scripts/deb.sh and packaging/debian/.
+DEB_DIR ?= target
+deb: shipped-binary
+	scripts/deb.sh "$(WEIR)" "$(DEB_DIR)"
 
 clean:
 	$(CARGO) clean

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what building, testing and the labs need, on Debian 12 as root.
-# Idempotent and quiet when everything is already there.
+# Idempotent and quiet when everything is already there. dpkg-dev,
+# debootstrap and lintian build the Debian package and test it (lintian, and
+# an install in a clean Debian 12 root).
 set -euo pipefail
 
-PACKAGES=(clang llvm m4 libclang-dev libelf-dev zlib1g-dev pkg-config make iproute2 bpftool ethtool procps linux-libc-dev memcached nutcracker libmemcached-tools systemd man-db etcd-server etcd-client chromium nftables iperf3 haproxy go-md2man)
+PACKAGES=(clang llvm m4 libclang-dev libelf-dev zlib1g-dev pkg-config make iproute2 bpftool ethtool procps linux-libc-dev memcached nutcracker libmemcached-tools systemd man-db etcd-server etcd-client chromium nftables iperf3 haproxy go-md2man dpkg-dev debootstrap lintian)
 # The Rust toolchain the workspace needs (rust-version in Cargo.toml).
 MIN_RUST=1.85
 

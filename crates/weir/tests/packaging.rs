@@ -1,4 +1,5 @@
-//! What `make install` ships, checked: every example configuration loads;
+//! What `make install` ships, checked: it installs a built binary without
+//! running cargo; every example configuration loads;
 //! completions and man pages come from the CLI definition; the systemd units
 //! pass `systemd-analyze verify` and keep what weir needs (the host's bpffs
 //! writable, /proc whole, the run record across restarts); and the Grafana
@@ -124,6 +125,63 @@ fn completions_and_man_pages_come_from_the_cli() {
     ] {
         assert!(!dir.join(hidden).exists(), "{hidden} was generated");
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn make_install(weir: &str, destdir: &Path) -> Output {
+    Command::new("make")
+        .arg("-C")
+        .arg(repo())
+        .args(["--no-print-directory", "install", "PREFIX=/usr"])
+        .arg(format!("WEIR={weir}"))
+        .arg(format!("DESTDIR={}", destdir.display()))
+        // Any cargo run fails the install.
+        .arg("CARGO=false")
+        .output()
+        .expect("make")
+}
+
+#[test]
+fn make_install_ships_a_built_binary_without_cargo() {
+    let dir = temp_dir("install");
+    let out = make_install(WEIR, &dir);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let installed = dir.join("usr/bin/weir");
+    let version = Command::new(&installed).arg("--version").output().unwrap();
+    assert_eq!(
+        text(&version.stdout).trim(),
+        format!("weir {}", env!("CARGO_PKG_VERSION"))
+    );
+    let unit = std::fs::read_to_string(dir.join("usr/lib/systemd/system/weir.service")).unwrap();
+    assert!(unit.contains("ExecStart=/usr/bin/weir serve"), "{unit}");
+    for path in [
+        "usr/share/man/man8/weir.8",
+        "usr/share/man/man5/weir.toml.5",
+        "usr/share/man/man1/weir-serve.1",
+        "usr/share/doc/weir/examples/nat.toml",
+        "usr/share/weir/grafana/weir.json",
+        "usr/share/zsh/site-functions/_weir",
+    ] {
+        assert!(dir.join(path).is_file(), "make install did not ship {path}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // A binary that is not there is named, and nothing is installed.
+    let dir = temp_dir("install-missing");
+    let out = make_install("/nonexistent/weir", &dir);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("WEIR=/nonexistent/weir is not an executable file")
+            && stderr.contains("make build"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
