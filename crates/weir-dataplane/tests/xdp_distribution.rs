@@ -15,7 +15,6 @@ mod common;
 
 use std::process::Command;
 
-use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;

@@ -2,9 +2,11 @@
 //!
 //! Each case is {name, input frame, expected verdict, expected output frame
 //! (or unchanged), expected counter deltas}. Input and expected frames are
-//! built independently with etherparse (checksums from scratch); the DIP a
-//! new flow must go to is predicted by weir-core (`AwfdTable::select` over
-//! `flow_hash`). Rewritten frames also get every checksum recomputed.
+//! built independently with `weir_core::wire` (checksums from scratch) on
+//! the fixture the software engine's tests share (`weir_testkit`); the DIP
+//! a new flow must go to is predicted by weir-core (`AwfdTable::select`
+//! over `flow_hash`). Rewritten frames also get every checksum recomputed
+//! by a second implementation (etherparse).
 //!
 //! Needs root (BPF). BPF_PROG_TEST_RUN without a context runs the program
 //! as if the frame arrived on ifindex 1 (loopback); `next_hop_*` proves it.
@@ -13,7 +15,6 @@ mod common;
 
 use std::net::IpAddr;
 
-use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;
@@ -26,59 +27,6 @@ use weir_dataplane::loader::{Action, LoadOptions, NonSynMiss};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Pass, Tx};
 
 const PAYLOAD: &[u8] = b"GET / HTTP/1.1\r\nHost: weir\r\n\r\n";
-
-/// A client frame as it arrives at the load balancer.
-fn client(f: Frame) -> Frame {
-    f.macs(CLIENT_MAC, VIP_MAC)
-}
-
-fn tcp(src: &str, sport: u16, dst: &str, dport: u16, flags: TcpFlags) -> Frame {
-    client(Frame::tcp(ip(src), sport, ip(dst), dport, flags))
-}
-
-fn udp(src: &str, sport: u16, dst: &str, dport: u16) -> Frame {
-    client(Frame::udp(ip(src), sport, ip(dst), dport))
-}
-
-/// The port a NAT connection reaches `dip` on.
-fn dip_port(dip: &Dip, vport: u16) -> u16 {
-    if dip.port == 0 {
-        vport
-    } else {
-        dip.port
-    }
-}
-
-/// What a client frame looks like after nat forwarding to `dip`.
-fn nat_out(f: &Frame, dip: &Dip) -> Frame {
-    f.clone()
-        .macs(LB_IF_MAC, dip_mac(dip.id))
-        .with_dst(dip.addr, dip_port(dip, f.dport))
-}
-
-/// What a client frame looks like after dsr forwarding to `dip`.
-fn dsr_out(f: &Frame, dip: &Dip) -> Frame {
-    f.clone().macs(LB_IF_MAC, dip_mac(dip.id))
-}
-
-/// The DIP's reply to client frame `f` (nat), as it arrives from the DIP.
-fn reply(f: &Frame, dip: &Dip, l4: L4) -> Frame {
-    let mut r = f
-        .clone()
-        .macs(dip_mac(dip.id), LB_IF_MAC)
-        .with_src(dip.addr, dip_port(dip, f.dport))
-        .with_dst(f.src, f.sport);
-    r.l4 = l4;
-    r.payload = b"HTTP/1.1 200 OK\r\n\r\nweir".to_vec();
-    r
-}
-
-/// The reply after reverse NAT: from the VIP, to the client, L2 learned.
-fn reply_out(r: &Frame, vip: &Frame) -> Frame {
-    r.clone()
-        .macs(VIP_MAC, CLIENT_MAC)
-        .with_src(vip.dst, vip.dport)
-}
 
 fn conn_is(t: FlowTuple, dip: u32, gen: u32, version: u32) -> impl Fn(&Harness) {
     move |h: &Harness| {
@@ -138,7 +86,7 @@ fn rev_key_of(t: &FlowTuple, dip: &Dip) -> weir_flow_key {
     FlowTuple {
         src: dip.addr,
         dst: t.src,
-        sport: dip_port(dip, t.dport),
+        sport: dip.port_for(t.dport),
         dport: t.sport,
         proto: t.proto,
     }
@@ -1236,7 +1184,7 @@ fn next_hop_needs_the_ingress_interface_and_a_dip_mac() {
             f.bytes(),
             WEIR_STAT_DROP_NO_ROUTE,
         )
-        .output(f.clone().with_dst(d.addr, dip_port(&d, 80)).bytes())
+        .output(f.clone().with_dst(d.addr, d.port_for(80)).bytes())
         .events(MISS_HALF_OPEN),
         syn_again("ifindex 1 registered: transmitted", &f, &d, NAT)
             .before(|h| h.maps.put_iface(TEST_IFINDEX, LB_IF_MAC).unwrap()),
@@ -1245,7 +1193,7 @@ fn next_hop_needs_the_ingress_interface_and_a_dip_mac() {
             g.bytes(),
             WEIR_STAT_DROP_NO_ROUTE,
         )
-        .output(g.clone().with_dst(dg.addr, dip_port(&dg, 80)).bytes())
+        .output(g.clone().with_dst(dg.addr, dg.port_for(80)).bytes())
         .events(MISS_HALF_OPEN)
         .before(move |h| {
             let mut x = dg.abi(1, true);
@@ -1345,7 +1293,7 @@ fn a_hit_or_reply_that_is_not_sent_counts_event_and_drop() {
         rev_case("reply", &ack, &d, L4::Tcp(TcpFlags::ACK)),
         // Without ifaces[1] a hit has no source MAC: no route.
         drop("nat hit, no route", ack.bytes(), WEIR_STAT_DROP_NO_ROUTE)
-            .output(ack.clone().with_dst(d.addr, dip_port(&d, 80)).bytes())
+            .output(ack.clone().with_dst(d.addr, d.port_for(80)).bytes())
             .events(HIT)
             .before(no_iface),
         drop("dsr hit, no route", dack.bytes(), WEIR_STAT_DROP_NO_ROUTE).events(HIT),

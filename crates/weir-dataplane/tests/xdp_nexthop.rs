@@ -16,7 +16,6 @@ mod common;
 
 use std::process::Command;
 
-use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;
@@ -64,10 +63,6 @@ fn in_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
-}
-
-fn client(f: Frame) -> Frame {
-    f.macs(CLIENT_MAC, VIP_MAC)
 }
 
 fn syn(src: &str, sport: u16, vip: &str, dport: u16) -> Frame {

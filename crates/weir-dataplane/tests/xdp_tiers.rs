@@ -2,7 +2,7 @@
 //! BPF_PROG_TEST_RUN, plus one live delivery to a worker's AF_XDP socket.
 //!
 //! Each case is {name, input frame, verdict, output frame (or unchanged),
-//! counter deltas}, as in xdp_lb.rs; frames are built with etherparse and
+//! counter deltas}, as in xdp_lb.rs; frames are built with `weir_core::wire` and
 //! the expected rewrites from the fast entry the case installed, never from
 //! a run. BPF_PROG_TEST_RUN returns the program's verdict without carrying
 //! it out: a redirect to the software tier returns XDP_REDIRECT only when a
@@ -24,7 +24,6 @@ use std::os::fd::AsFd;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;
@@ -106,58 +105,13 @@ fn opts(tier: Tier) -> LoadOptions {
     }
 }
 
-fn client(f: Frame) -> Frame {
-    f.macs(CLIENT_MAC, VIP_MAC)
-}
-
-fn tcp(src: &str, sport: u16, dst: &str, dport: u16, flags: TcpFlags) -> Frame {
-    client(Frame::tcp(ip(src), sport, ip(dst), dport, flags))
-}
-
-fn udp(src: &str, sport: u16, dst: &str, dport: u16) -> Frame {
-    client(Frame::udp(ip(src), sport, ip(dst), dport))
-}
-
-fn dip_port(dip: &Dip, vport: u16) -> u16 {
-    if dip.port == 0 {
-        vport
-    } else {
-        dip.port
-    }
-}
-
-/// A client frame after nat forwarding to `dip`.
-fn nat_out(f: &Frame, dip: &Dip) -> Frame {
-    f.clone()
-        .macs(LB_IF_MAC, dip_mac(dip.id))
-        .with_dst(dip.addr, dip_port(dip, f.dport))
-}
-
-/// A client frame after dsr forwarding to `dip`.
-fn dsr_out(f: &Frame, dip: &Dip) -> Frame {
-    f.clone().macs(LB_IF_MAC, dip_mac(dip.id))
-}
-
-/// `dip`'s reply to client frame `f` (nat), as it arrives from the DIP.
+/// `dip`'s data reply to client frame `f` (nat), as it arrives from the DIP.
 fn reply(f: &Frame, dip: &Dip) -> Frame {
-    let mut r = f
-        .clone()
-        .macs(dip_mac(dip.id), LB_IF_MAC)
-        .with_src(dip.addr, dip_port(dip, f.dport))
-        .with_dst(f.src, f.sport);
-    r.l4 = match f.l4 {
+    let l4 = match f.l4 {
         L4::Tcp(_) => L4::Tcp(TcpFlags::PSH_ACK),
         udp => udp,
     };
-    r.payload = b"HTTP/1.1 200 OK\r\n\r\nweir".to_vec();
-    r
-}
-
-/// The reply after reverse nat: from the VIP, to the client, L2 learned.
-fn reply_out(r: &Frame, vip: &Frame) -> Frame {
-    r.clone()
-        .macs(VIP_MAC, CLIENT_MAC)
-        .with_src(vip.dst, vip.dport)
+    weir_testkit::frames::reply(f, dip, l4)
 }
 
 /// The reverse entry the software tier writes for nat connection `f`.
