@@ -9,12 +9,14 @@
 //!   with `weir_core::wire`;
 //! - [`verify`]: a checksum verifier independent of weir (etherparse) and
 //!   a byte diff for assertion messages;
-//! - [`stats`]: the names of `enum weir_stat`'s counters.
+//! - [`stats`]: the names of `enum weir_stat`'s counters;
+//! - [`cases`]: cases both suites run (frames passed untouched).
 //!
 //! Nothing here runs or imitates the code under test: an expected output
 //! is a second frame built from the rewritten fields, never a patched
 //! input.
 
+pub mod cases;
 pub mod fixture;
 pub mod frames;
 pub mod stats;

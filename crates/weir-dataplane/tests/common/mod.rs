@@ -11,6 +11,7 @@
 pub use weir_core::wire::{
     raw_frame, ETHERTYPE_IPV4 as ETH_P_IP, ETHERTYPE_IPV6 as ETH_P_IPV6, ETH_HLEN,
 };
+pub use weir_testkit::cases::passed_untouched;
 pub use weir_testkit::fixture::*;
 pub use weir_testkit::frames::*;
 pub use weir_testkit::stats::{fmt_stats, stat_name, OUTCOMES};

@@ -20,6 +20,7 @@ use weir_core::flow::{addr_words, FlowTuple, Proto};
 use weir_core::flow_hash::{flow_hash, DEFAULT_SEED};
 // The packet model's frame, not the engine's view of one (`slb::Frame`).
 pub use weir_core::wire::Frame;
+pub use weir_testkit::cases::passed_untouched;
 pub use weir_testkit::fixture::*;
 pub use weir_testkit::frames::*;
 pub use weir_testkit::stats::{fmt_stats, stat_name};
