@@ -17,8 +17,8 @@
 //! One lab at a time (`serial`): the reaction-time assertions want the CPU.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -32,7 +32,8 @@ use weir_lab::topology::Lab;
 
 mod common;
 use common::{
-    alive, assert_some_on, counter, join_unbroken, serial, start_backends_with, start_daemon,
+    alive, assert_some_on, counter, http_ok, join_unbroken, serial, start_backends_with,
+    start_daemon, FakeAgent,
 };
 
 const VIP: &str = "10.77.100.1:80";
@@ -145,69 +146,6 @@ fn share_of(log: &Log, backend: &str, from: Instant, to: Instant) -> (f64, usize
         .collect();
     let n = ok.iter().filter(|b| **b == backend).count();
     (n as f64 / ok.len().max(1) as f64, ok.len())
-}
-
-/// A fake agent inside `ns` on AGENT_PORT: `reply(n)` is the n-th answer
-/// (raw bytes; `None` = sleep past the controller's timeout).
-struct FakeAgent {
-    stop: Arc<AtomicBool>,
-    served: Arc<AtomicU64>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl FakeAgent {
-    fn start(ns: &str, reply: impl Fn(u64) -> Option<Vec<u8>> + Send + 'static) -> FakeAgent {
-        let stop = Arc::new(AtomicBool::new(false));
-        let served = Arc::new(AtomicU64::new(0));
-        let (st, sv, ns) = (stop.clone(), served.clone(), ns.to_string());
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            enter(&ns).unwrap();
-            let l = TcpListener::bind(("0.0.0.0", AGENT_PORT)).unwrap();
-            l.set_nonblocking(true).unwrap();
-            tx.send(()).unwrap();
-            while !st.load(Ordering::Relaxed) {
-                let Ok((mut s, _)) = l.accept() else {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                };
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-                let mut buf = [0u8; 512];
-                let _ = s.read(&mut buf);
-                let n = sv.fetch_add(1, Ordering::Relaxed);
-                match reply(n) {
-                    Some(bytes) => {
-                        let _ = s.write_all(&bytes);
-                    }
-                    None => std::thread::sleep(Duration::from_millis(250)),
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        FakeAgent {
-            stop,
-            served,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for FakeAgent {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn http_ok(body: &str) -> Vec<u8> {
-    format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
 }
 
 /// The controller's view of DIP `i` (1-based) in `weir status --json`.
@@ -522,7 +460,7 @@ fn d_bad_agent_replies_are_counted_and_never_crash() {
                 .all(|k| e[*k].as_u64().unwrap_or(0) >= 2)
         },
     );
-    assert!(agent.served.load(Ordering::Relaxed) >= 20);
+    assert!(agent.served() >= 20);
     assert!(
         d.pid().is_some_and(alive),
         "the daemon died:\n{}",

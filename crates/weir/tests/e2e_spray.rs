@@ -26,7 +26,10 @@ use weir_lab::netns::enter;
 use weir_lab::topology::Lab;
 
 mod common;
-use common::{dataplane, dip, exe, lab_services, serial, start_backends, start_daemon, vip};
+use common::{
+    assert_nothing_left, dataplane, dip, exe, lab_services, serial, start_backends, start_daemon,
+    vip,
+};
 
 const NAT_VIP: &str = "10.77.100.1:80";
 const DSR_VIP: &str = "10.77.100.2:80";
@@ -415,21 +418,6 @@ fn a_distribution_the_workers_cannot_carry_out_is_refused_with_nothing_attached(
         d.write_config(&text).unwrap();
         let err = format!("{:#}", d.start().expect_err("weir serve started"));
         assert!(err.contains(field) && err.contains(what), "{keys}: {err}");
-        let ns = lab.lb.clone();
-        let attached = std::thread::spawn(move || {
-            enter(&ns).unwrap();
-            ["wc0", "wb1"]
-                .iter()
-                .filter_map(|i| weir_dataplane::iface::Iface::by_name(i).ok())
-                .filter_map(|i| weir_dataplane::attach::attached_prog_id(i.ifindex))
-                .count()
-        })
-        .join()
-        .unwrap();
-        assert_eq!(attached, 0, "{keys}: a program stayed attached");
-        assert!(
-            !d.pin_dir.exists() || std::fs::read_dir(&d.pin_dir).unwrap().next().is_none(),
-            "{keys}: state was pinned"
-        );
+        assert_nothing_left(&d, &lab.lb, &["wc0", "wb1"], &keys);
     }
 }

@@ -15,7 +15,10 @@ use weir_lab::daemon::Daemon;
 use weir_lab::topology::Lab;
 
 mod common;
-use common::{counter, dataplane, exe, lab_services, start_backends, start_daemon, worker_counter};
+use common::{
+    assert_nothing_left, counter, dataplane, exe, lab_services, start_backends, start_daemon,
+    worker_counter,
+};
 
 const NAT_VIP: &str = "10.77.100.1:80";
 const DSR_VIP: &str = "10.77.100.2:80";
@@ -215,20 +218,7 @@ fn a_queue_that_takes_no_socket_fails_the_start_cleanly() {
         msg.contains("starting the software tier") && msg.contains("wc0"),
         "{msg}"
     );
-    let ns = lab.lb.clone();
-    let attached = std::thread::spawn(move || {
-        weir_lab::netns::enter(&ns).unwrap();
-        ["wc0", "wb1", "wb2", "wb3"]
-            .iter()
-            .filter_map(|i| weir_dataplane::iface::Iface::by_name(i).ok())
-            .filter_map(|i| weir_dataplane::attach::attached_prog_id(i.ifindex))
-            .count()
-    })
-    .join()
-    .unwrap();
-    // The lab's own pass program sits on the backends' ends, not on weir's.
-    assert_eq!(attached, 0, "a program stayed attached");
-    assert!(!d.pin_dir.exists() || std::fs::read_dir(&d.pin_dir).unwrap().next().is_none());
+    assert_nothing_left(&d, &lab.lb, &["wc0", "wb1", "wb2", "wb3"], "a taken queue");
     done_tx.send(()).unwrap();
     holder.join().unwrap();
 }

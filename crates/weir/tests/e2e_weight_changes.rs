@@ -20,21 +20,19 @@
 //! comparison alike and one slowed window does not decide it. Each test
 //! sends 24 s of traffic.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use weir_lab::backend::AGENT_PORT;
 use weir_lab::client::{http_load, spawn_http, ConnRecord, LoadRecord};
 use weir_lab::daemon::Daemon;
-use weir_lab::netns::enter;
 use weir_lab::topology::Lab;
 
 mod common;
-use common::{counter, dataplane, dip, serial, start_backends, start_daemon, vip, worker_counter};
+use common::{
+    counter, dataplane, dip, http_ok, serial, start_backends, start_daemon, vip, worker_counter,
+    FakeAgent,
+};
 
 const VIP: &str = "10.77.100.1:80";
 /// How long each window sends its load, and how many rounds of
@@ -75,59 +73,15 @@ fn config(keys: &str, weights: [u32; 3], controller: bool) -> String {
 
 /// A backend's agent whose answers jump around (load 4..8 ms, rate 0..49/s),
 /// so the controller's weights change almost every interval.
-struct JumpyAgent {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl JumpyAgent {
-    fn start(ns: &str, seed: u64) -> JumpyAgent {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (flag, ns) = (stop.clone(), ns.to_string());
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            enter(&ns).unwrap();
-            let l = TcpListener::bind(("0.0.0.0", AGENT_PORT)).unwrap();
-            l.set_nonblocking(true).unwrap();
-            tx.send(()).unwrap();
-            let served = AtomicU64::new(0);
-            while !flag.load(Ordering::Relaxed) {
-                let Ok((mut s, _)) = l.accept() else {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                };
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-                let _ = s.read(&mut [0u8; 512]);
-                let n = served.fetch_add(1, Ordering::Relaxed);
-                let x = (n.wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503)) % 97;
-                let body = format!(
-                    "{{\"processing_time_s\": {}, \"rate_per_s\": {}, \"samples\": 10, \"window_s\": 0.1}}",
-                    0.004 + x as f64 * 0.00004,
-                    (x * 3) % 50
-                );
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        JumpyAgent {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for JumpyAgent {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+fn jumpy_agent(ns: &str, seed: u64) -> FakeAgent {
+    FakeAgent::start(ns, move |n| {
+        let x = (n.wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503)) % 97;
+        Some(http_ok(&format!(
+            "{{\"processing_time_s\": {}, \"rate_per_s\": {}, \"samples\": 10, \"window_s\": 0.1}}",
+            0.004 + x as f64 * 0.00004,
+            (x * 3) % 50
+        )))
+    })
 }
 
 /// What the load got in the windows of one kind.
@@ -207,11 +161,11 @@ fn weights_change_under_load(tier: &str, dataplane: &str) {
     let _g = serial();
     let lab = Lab::build(3).expect("building the lab");
     let _backends = start_backends(&lab);
-    let _agents: Vec<JumpyAgent> = lab
+    let _agents: Vec<FakeAgent> = lab
         .backends
         .iter()
         .enumerate()
-        .map(|(i, ns)| JumpyAgent::start(ns, i as u64))
+        .map(|(i, ns)| jumpy_agent(ns, i as u64))
         .collect();
     let unchanged = config(dataplane, [1, 1, 1], false);
     let mut d = start_daemon(&lab, &unchanged);
