@@ -21,7 +21,6 @@ mod common;
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::os::fd::AsFd;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -40,51 +39,28 @@ const HOST_V4: &str = "10.99.0.1";
 /// is wxb).
 const VETH_A: &str = "wxa";
 
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", args[0]));
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-}
-
 /// Runs `f` in a new network namespace, set up as the module says, on a
 /// thread of its own (namespaces are per thread, and `ip` inherits it).
 fn in_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // SAFETY: unshare affects only the calling thread's namespaces.
-            let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "unshare: {}", std::io::Error::last_os_error());
-            for cmd in [
-                "ip link set lo up",
-                "sysctl -qw net.ipv4.conf.all.forwarding=1 net.ipv6.conf.all.forwarding=1",
-                "ip link add wda type veth peer name wdb",
-                "ip addr add 10.99.0.1/24 dev wda",
-                "ip -6 addr add 2001:db8:99::1/64 dev wda nodad",
-                "ip link set wda up",
-                "ip link set wdb up",
-                "ip route add 192.0.2.0/24 via 10.99.0.2",
-                "ip -6 route add 2001:db8:c::/64 via 2001:db8:99::2",
-                "ip link add wxa numrxqueues 2 numtxqueues 2 type veth peer name wxb \
-                 numrxqueues 2 numtxqueues 2",
-                "ip link set wxa up",
-                "ip link set wxb up",
-                // Frames from wxb's stack leave with full checksums.
-                "ethtool -K wxb tx off",
-            ] {
-                sh(&cmd.split_whitespace().collect::<Vec<_>>());
-            }
-            f()
-        })
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
+    in_new_netns(
+        &[
+            "sysctl -qw net.ipv4.conf.all.forwarding=1 net.ipv6.conf.all.forwarding=1",
+            "ip link add wda type veth peer name wdb",
+            "ip addr add 10.99.0.1/24 dev wda",
+            "ip -6 addr add 2001:db8:99::1/64 dev wda nodad",
+            "ip link set wda up",
+            "ip link set wdb up",
+            "ip route add 192.0.2.0/24 via 10.99.0.2",
+            "ip -6 route add 2001:db8:c::/64 via 2001:db8:99::2",
+            "ip link add wxa numrxqueues 2 numtxqueues 2 type veth peer name wxb \
+             numrxqueues 2 numtxqueues 2",
+            "ip link set wxa up",
+            "ip link set wxb up",
+            // Frames from wxb's stack leave with full checksums.
+            "ethtool -K wxb tx off",
+        ],
+        f,
+    )
 }
 
 /// A worker's socket on `VETH_A`'s queue `queue`, registered in `xsks` for
@@ -703,7 +679,7 @@ fn a_vip_datagram_reaches_the_workers_socket() {
             format!("ip neigh add 10.78.0.1 lladdr {mac} dev wxb nud permanent"),
             "ip route add 10.0.0.0/24 via 10.78.0.1".to_string(),
         ] {
-            sh(&cmd.split_whitespace().collect::<Vec<_>>());
+            sh(&cmd);
         }
         let _attached = attach_all(
             h.lb.skel.progs.weir_lb.as_fd(),

@@ -8,6 +8,9 @@
 // Each test binary uses its own subset.
 #![allow(dead_code, unused_imports)]
 
+pub mod netns;
+
+pub use netns::{in_new_netns, sh};
 pub use weir_core::wire::{
     raw_frame, ETHERTYPE_IPV4 as ETH_P_IP, ETHERTYPE_IPV6 as ETH_P_IPV6, ETH_HLEN,
 };
