@@ -25,7 +25,6 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use rand::rngs::StdRng;

@@ -10,9 +10,9 @@
 
 mod common;
 
+use common::*;
 use std::net::IpAddr;
 
-use common::packet::*;
 use weir_core::wire::{refresh_ipv4_checksum, IpRepr, UdpRepr, UDP_HLEN};
 use weir_dataplane::decap::{Decap, DecapStats};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Pass};
@@ -22,10 +22,6 @@ const HOST_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x01, 0x01];
 const HOST_V4: &str = "10.1.0.1";
 const HOST_V6: &str = "2001:db8:1::1";
 const GUE_PORT: u16 = 6080;
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
 
 /// A client datagram (no Ethernet header) to the VIP.
 fn inner(v6: bool) -> Vec<u8> {

@@ -13,9 +13,6 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;
@@ -27,26 +24,14 @@ const VETH: &str = "wsa";
 const BUCKETS: u32 = 4096;
 
 fn in_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // SAFETY: unshare affects only the calling thread's namespaces.
-            let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "unshare: {}", std::io::Error::last_os_error());
-            for cmd in [
-                "ip link set lo up",
-                "ip link add wsa type veth peer name wsb",
-                "ip link set wsa up",
-                "ip link set wsb up",
-            ] {
-                let args: Vec<&str> = cmd.split_whitespace().collect();
-                let ok = Command::new(args[0]).args(&args[1..]).status().unwrap();
-                assert!(ok.success(), "{cmd}");
-            }
-            f()
-        })
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
+    in_new_netns(
+        &[
+            "ip link add wsa type veth peer name wsb",
+            "ip link set wsa up",
+            "ip link set wsb up",
+        ],
+        f,
+    )
 }
 
 fn harness(mode: DistMode) -> Harness {

@@ -12,7 +12,6 @@ mod common;
 
 use std::net::IpAddr;
 
-use common::packet::*;
 use common::*;
 use weir_abi::*;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
@@ -81,18 +80,6 @@ fn harness(encap: Encap) -> Harness {
         h.fx.vips.push(v);
     }
     h
-}
-
-fn client(f: Frame) -> Frame {
-    f.macs(CLIENT_MAC, VIP_MAC)
-}
-
-fn tcp(src: &str, sport: u16, dst: &str, dport: u16, flags: TcpFlags) -> Frame {
-    client(Frame::tcp(ip(src), sport, ip(dst), dport, flags))
-}
-
-fn udp(src: &str, sport: u16, dst: &str, dport: u16) -> Frame {
-    client(Frame::udp(ip(src), sport, ip(dst), dport))
 }
 
 /// The flow's entropy as encap.h defines it: the client's address words

@@ -5,15 +5,14 @@
 //! and its counters must add up: RX == runs == sum of outcome counters.
 //!
 //! A second test sends random *valid* flows and checks each output against
-//! an independently built frame (weir-core picks the DIP, etherparse builds
-//! the frame and its checksums from scratch).
+//! an independently built frame (weir-core picks the DIP, `weir_core::wire`
+//! builds the frame and its checksums from scratch).
 
 mod common;
 
 use std::net::IpAddr;
 use std::time::Instant;
 
-use common::packet::*;
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

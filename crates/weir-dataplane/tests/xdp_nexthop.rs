@@ -14,9 +14,6 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;
@@ -30,44 +27,17 @@ const OUT_IF: &str = "nha";
 const NH_DMAC: [u8; 6] = [0x02, 0, 0, 0, 0x0d, 0x0d];
 const NH_SMAC: [u8; 6] = [0x02, 0, 0, 0, 0x05, 0x05];
 
-fn sh(cmd: &str) {
-    let args: Vec<&str> = cmd.split_whitespace().collect();
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", args[0]));
-    assert!(
-        out.status.success(),
-        "{cmd}: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-}
-
 /// Runs `f` in a new network namespace with `lo` up and the veth pair, on
 /// a thread of its own (namespaces are per thread, and `ip` inherits it).
 fn in_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // SAFETY: unshare affects only the calling thread's namespaces.
-            let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "unshare: {}", std::io::Error::last_os_error());
-            for cmd in [
-                "ip link set lo up",
-                "ip link add nha type veth peer name nhb",
-                "ip link set nha up",
-                "ip link set nhb up",
-            ] {
-                sh(cmd);
-            }
-            f()
-        })
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
-}
-
-fn client(f: Frame) -> Frame {
-    f.macs(CLIENT_MAC, VIP_MAC)
+    in_new_netns(
+        &[
+            "ip link add nha type veth peer name nhb",
+            "ip link set nha up",
+            "ip link set nhb up",
+        ],
+        f,
+    )
 }
 
 fn syn(src: &str, sport: u16, vip: &str, dport: u16) -> Frame {

@@ -2,7 +2,7 @@
 //! BPF_PROG_TEST_RUN, plus one live delivery to a worker's AF_XDP socket.
 //!
 //! Each case is {name, input frame, verdict, output frame (or unchanged),
-//! counter deltas}, as in xdp_lb.rs; frames are built with etherparse and
+//! counter deltas}, as in xdp_lb.rs; frames are built with `weir_core::wire` and
 //! the expected rewrites from the fast entry the case installed, never from
 //! a run. BPF_PROG_TEST_RUN returns the program's verdict without carrying
 //! it out: a redirect to the software tier returns XDP_REDIRECT only when a
@@ -21,10 +21,8 @@ mod common;
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::os::fd::AsFd;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;
@@ -41,51 +39,28 @@ const HOST_V4: &str = "10.99.0.1";
 /// is wxb).
 const VETH_A: &str = "wxa";
 
-fn sh(args: &[&str]) {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", args[0]));
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-}
-
 /// Runs `f` in a new network namespace, set up as the module says, on a
 /// thread of its own (namespaces are per thread, and `ip` inherits it).
 fn in_netns<T: Send>(f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            // SAFETY: unshare affects only the calling thread's namespaces.
-            let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "unshare: {}", std::io::Error::last_os_error());
-            for cmd in [
-                "ip link set lo up",
-                "sysctl -qw net.ipv4.conf.all.forwarding=1 net.ipv6.conf.all.forwarding=1",
-                "ip link add wda type veth peer name wdb",
-                "ip addr add 10.99.0.1/24 dev wda",
-                "ip -6 addr add 2001:db8:99::1/64 dev wda nodad",
-                "ip link set wda up",
-                "ip link set wdb up",
-                "ip route add 192.0.2.0/24 via 10.99.0.2",
-                "ip -6 route add 2001:db8:c::/64 via 2001:db8:99::2",
-                "ip link add wxa numrxqueues 2 numtxqueues 2 type veth peer name wxb \
-                 numrxqueues 2 numtxqueues 2",
-                "ip link set wxa up",
-                "ip link set wxb up",
-                // Frames from wxb's stack leave with full checksums.
-                "ethtool -K wxb tx off",
-            ] {
-                sh(&cmd.split_whitespace().collect::<Vec<_>>());
-            }
-            f()
-        })
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
+    in_new_netns(
+        &[
+            "sysctl -qw net.ipv4.conf.all.forwarding=1 net.ipv6.conf.all.forwarding=1",
+            "ip link add wda type veth peer name wdb",
+            "ip addr add 10.99.0.1/24 dev wda",
+            "ip -6 addr add 2001:db8:99::1/64 dev wda nodad",
+            "ip link set wda up",
+            "ip link set wdb up",
+            "ip route add 192.0.2.0/24 via 10.99.0.2",
+            "ip -6 route add 2001:db8:c::/64 via 2001:db8:99::2",
+            "ip link add wxa numrxqueues 2 numtxqueues 2 type veth peer name wxb \
+             numrxqueues 2 numtxqueues 2",
+            "ip link set wxa up",
+            "ip link set wxb up",
+            // Frames from wxb's stack leave with full checksums.
+            "ethtool -K wxb tx off",
+        ],
+        f,
+    )
 }
 
 /// A worker's socket on `VETH_A`'s queue `queue`, registered in `xsks` for
@@ -106,58 +81,13 @@ fn opts(tier: Tier) -> LoadOptions {
     }
 }
 
-fn client(f: Frame) -> Frame {
-    f.macs(CLIENT_MAC, VIP_MAC)
-}
-
-fn tcp(src: &str, sport: u16, dst: &str, dport: u16, flags: TcpFlags) -> Frame {
-    client(Frame::tcp(ip(src), sport, ip(dst), dport, flags))
-}
-
-fn udp(src: &str, sport: u16, dst: &str, dport: u16) -> Frame {
-    client(Frame::udp(ip(src), sport, ip(dst), dport))
-}
-
-fn dip_port(dip: &Dip, vport: u16) -> u16 {
-    if dip.port == 0 {
-        vport
-    } else {
-        dip.port
-    }
-}
-
-/// A client frame after nat forwarding to `dip`.
-fn nat_out(f: &Frame, dip: &Dip) -> Frame {
-    f.clone()
-        .macs(LB_IF_MAC, dip_mac(dip.id))
-        .with_dst(dip.addr, dip_port(dip, f.dport))
-}
-
-/// A client frame after dsr forwarding to `dip`.
-fn dsr_out(f: &Frame, dip: &Dip) -> Frame {
-    f.clone().macs(LB_IF_MAC, dip_mac(dip.id))
-}
-
-/// `dip`'s reply to client frame `f` (nat), as it arrives from the DIP.
+/// `dip`'s data reply to client frame `f` (nat), as it arrives from the DIP.
 fn reply(f: &Frame, dip: &Dip) -> Frame {
-    let mut r = f
-        .clone()
-        .macs(dip_mac(dip.id), LB_IF_MAC)
-        .with_src(dip.addr, dip_port(dip, f.dport))
-        .with_dst(f.src, f.sport);
-    r.l4 = match f.l4 {
+    let l4 = match f.l4 {
         L4::Tcp(_) => L4::Tcp(TcpFlags::PSH_ACK),
         udp => udp,
     };
-    r.payload = b"HTTP/1.1 200 OK\r\n\r\nweir".to_vec();
-    r
-}
-
-/// The reply after reverse nat: from the VIP, to the client, L2 learned.
-fn reply_out(r: &Frame, vip: &Frame) -> Frame {
-    r.clone()
-        .macs(VIP_MAC, CLIENT_MAC)
-        .with_src(vip.dst, vip.dport)
+    weir_testkit::frames::reply(f, dip, l4)
 }
 
 /// The reverse entry the software tier writes for nat connection `f`.
@@ -749,7 +679,7 @@ fn a_vip_datagram_reaches_the_workers_socket() {
             format!("ip neigh add 10.78.0.1 lladdr {mac} dev wxb nud permanent"),
             "ip route add 10.0.0.0/24 via 10.78.0.1".to_string(),
         ] {
-            sh(&cmd.split_whitespace().collect::<Vec<_>>());
+            sh(&cmd);
         }
         let _attached = attach_all(
             h.lb.skel.progs.weir_lb.as_fd(),

@@ -10,7 +10,6 @@ mod common;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use common::packet::*;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;

@@ -15,7 +15,7 @@ use etherparse::PacketBuilder;
 use libbpf_rs::ProgramInput;
 use rand::{Rng, SeedableRng};
 use weir_abi::*;
-use weir_core::wire::{memcached_udp, Frame};
+use weir_core::wire::{memcached_udp, refresh_ipv4_checksum, Frame};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Pass, Tx};
 use weir_kv::route::{DistKind, Distribution, HashKind, Server};
 use weir_kv::xdp::{self as kv, KvForward, KvLoadOptions, KvStats, LoadedKv, ServerAddr};
@@ -1046,16 +1046,8 @@ fn cache_hits_byte_for_byte() {
         ip[0] = 0x46;
         let tot = u16::from_be_bytes([ip[2], ip[3]]) + 4;
         ip[2..4].copy_from_slice(&tot.to_be_bytes());
-        ip[10..12].copy_from_slice(&[0, 0]);
         ip.extend_from_slice(&[1, 1, 1, 0]);
-        let mut sum = 0u32;
-        for c in ip.chunks(2) {
-            sum += u16::from_be_bytes([c[0], c[1]]) as u32;
-        }
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        refresh_ipv4_checksum(&mut ip);
         let rest = with_opts[34..].to_vec();
         with_opts.truncate(14);
         with_opts.extend_from_slice(&ip);

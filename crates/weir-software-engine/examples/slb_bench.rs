@@ -18,11 +18,11 @@ use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use etherparse::PacketBuilder;
 use weir_abi::*;
 use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::addr_words;
 use weir_core::splitmix::SplitMix;
+use weir_core::wire::{Frame, TcpFlags};
 use weir_software_engine::slb::{Config, Outcome, Slb};
 
 const IFINDEX: u32 = 1;
@@ -35,23 +35,13 @@ const SRC_OFF: usize = 14 + 12;
 const RUNS: usize = 5;
 
 fn frame(tcp_flags: Option<u8>, src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
-    let ip = PacketBuilder::ethernet2(CLIENT_MAC, LB_MAC).ipv4(src, dst, 64);
-    let mut out = Vec::new();
-    let payload = [0u8; 6]; // 64-byte frames (with the 4-byte FCS on the wire)
-    match tcp_flags {
-        Some(f) => {
-            let mut t = ip.tcp(sport, dport, 1, 64240);
-            if f & 0x02 != 0 {
-                t = t.syn();
-            }
-            if f & 0x10 != 0 {
-                t = t.ack(1);
-            }
-            t.write(&mut out, &payload).unwrap();
-        }
-        None => ip.udp(sport, dport).write(&mut out, &payload).unwrap(),
-    }
-    out
+    let (src, dst) = (IpAddr::from(src), IpAddr::from(dst));
+    let f = match tcp_flags {
+        Some(bits) => Frame::tcp(src, sport, dst, dport, TcpFlags::from_bits(bits)),
+        None => Frame::udp(src, sport, dst, dport),
+    };
+    // 64-byte frames (with the 4-byte FCS on the wire).
+    f.macs(CLIENT_MAC, LB_MAC).payload(&[0; 6]).bytes()
 }
 
 /// The client address of flow `i` (10.64.0.0/10 and up).

@@ -2,44 +2,18 @@
 //! do, a non-zero exit, and nothing left attached or pinned.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use weir_lab::daemon::Daemon;
 use weir_lab::netns::{ip_in, veth, NamespaceSet};
 use weir_lab::topology::attach_pass;
 
-const WEIR: &str = env!("CARGO_BIN_EXE_weir");
-
-fn weir(args: &[&str]) -> Output {
-    Command::new(WEIR)
-        .args(args)
-        .output()
-        .expect("running weir")
-}
+mod common;
+use common::{exe, output_within, weir, WEIR};
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// Runs `cmd` to its end, or kills it after `limit` (a `weir serve` that
-/// should have been refused would otherwise serve forever).
-fn output_within(mut cmd: Command, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting the command");
-    let deadline = Instant::now() + limit;
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!("still running after {limit:?}, not refused: {}", stderr(&o));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
 }
 
 /// A config file in a private temp dir, with a private pin dir.
@@ -252,12 +226,12 @@ fn weir_decap_names_a_bad_interface_and_a_foreign_program() {
 fn an_interface_with_xdp_already_is_refused() {
     let (_set, ns) = one_link_ns();
     // Start weir once on a0, then a second one must refuse the busy link.
-    let mut first = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    let mut first = Daemon::new(exe(), &ns).unwrap();
     first
         .write_config(&format!("[dataplane]\ninterfaces = [\"a0\"]\n{VIP}"))
         .unwrap();
     first.start().unwrap();
-    let mut second = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    let mut second = Daemon::new(exe(), &ns).unwrap();
     second.pin_dir = PathBuf::from(format!("{}-2", first.pin_dir.display()));
     second
         .write_config(&format!("[dataplane]\ninterfaces = [\"a0\"]\n{VIP}"))
@@ -278,7 +252,7 @@ fn an_interface_with_xdp_already_is_refused() {
 #[test]
 fn incompatible_saved_state_is_explained_and_nothing_is_attached() {
     let (_set, ns) = one_link_ns();
-    let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    let mut d = Daemon::new(exe(), &ns).unwrap();
     // Only the IPv4 tables' size changes, so the refusal names it.
     let config = |size: u32| {
         format!(
@@ -312,7 +286,7 @@ fn incompatible_saved_state_is_explained_and_nothing_is_attached() {
 #[test]
 fn saved_state_without_the_ipv4_tables_is_taken_over() {
     let (_set, ns) = one_link_ns();
-    let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    let mut d = Daemon::new(exe(), &ns).unwrap();
     d.write_config(&format!(
         "[dataplane]\ninterfaces = [\"a0\"]\nconn_table_size = 1024\n{VIP}"
     ))
@@ -336,7 +310,7 @@ fn saved_state_without_the_ipv4_tables_is_taken_over() {
 #[test]
 fn saved_state_of_another_lru_layout_is_refused() {
     let (_set, ns) = one_link_ns();
-    let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    let mut d = Daemon::new(exe(), &ns).unwrap();
     let config = |lru: &str| {
         format!(
             "[dataplane]\ninterfaces = [\"a0\"]\nconn_table_size = 1025\nconn_lru = \"{lru}\"\n{VIP}"
@@ -364,7 +338,7 @@ fn a_foreign_xdp_program_is_named_with_the_command_to_detach_it() {
     let (_set, ns) = one_link_ns();
     attach_pass(&ns, "a1").unwrap();
     let id = xdp_prog_id(&ns, "a1").unwrap();
-    let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    let mut d = Daemon::new(exe(), &ns).unwrap();
     d.write_config(&format!("[dataplane]\ninterfaces = [\"a1\"]\n{VIP}"))
         .unwrap();
     let e = d.start().unwrap_err().to_string();
@@ -417,7 +391,7 @@ fn a_private_mount_namespace_is_refused_with_the_command_to_use() {
 #[test]
 fn takeover_refuses_a_predecessor_whose_pins_are_not_visible() {
     let (_set, ns) = one_link_ns();
-    let mut d = Daemon::new(Path::new(WEIR), &ns).unwrap();
+    let mut d = Daemon::new(exe(), &ns).unwrap();
     d.write_config(&format!("[dataplane]\ninterfaces = [\"a0\"]\n{VIP}"))
         .unwrap();
     d.start_via_ip_netns_exec().unwrap();

@@ -3,28 +3,16 @@
 //! has, every example configuration loads, and the README stays a front door
 //! whose links resolve inside the tree.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
 
-const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+mod common;
+use common::{repo, text, weir};
 
 /// The README's length limit: a front door, not a manual.
 const README_MAX_LINES: usize = 260;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn read(rel: &str) -> String {
     std::fs::read_to_string(repo().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
-}
-
-fn weir(args: &[&str]) -> Output {
-    Command::new(WEIR).args(args).output().expect("run weir")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// The lines inside fenced code blocks (```), with their line numbers; fences

@@ -15,23 +15,22 @@
 //!   token, and with one refuses writes that do not carry it.
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use weir_control::config::Config;
 use weir_control::run_record::RunRecord;
-use weir_http::client::{Call, Method, Reply};
-use weir_lab::backend::Backend;
-use weir_lab::client::{http_once, spawn_http};
+use weir_http::client::{Method, Reply};
+use weir_lab::client::spawn_http;
 use weir_lab::daemon::Daemon;
-use weir_lab::netns::enter;
 use weir_lab::topology::Lab;
+
+mod common;
+use common::{
+    assert_some_on, call, call_with, join_unbroken, new_connections, raw, send_signal,
+    start_backends, start_daemon, weir_in, Immutable,
+};
 
 const NAT_VIP: &str = "10.77.100.1:80";
 /// Requests per long-lived connection, 100 ms apart: they outlast every
@@ -81,76 +80,10 @@ fn api_addr(d: &Daemon) -> SocketAddr {
         .expect("the run record names the API")
 }
 
-/// A call to the API from inside namespace `ns`.
-fn call(ns: &str, addr: SocketAddr, method: Method, path: &str, body: Option<Value>) -> Reply {
-    call_with(ns, addr, method, path, body, None)
-}
-
-fn call_with(
-    ns: &str,
-    addr: SocketAddr,
-    method: Method,
-    path: &str,
-    body: Option<Value>,
-    token: Option<&str>,
-) -> Reply {
-    let (ns, path, token) = (ns.to_string(), path.to_string(), token.map(String::from));
-    std::thread::spawn(move || {
-        enter(&ns).unwrap();
-        let mut c = Call::new(method, &path).token(token.as_deref());
-        if let Some(b) = body {
-            c = c.json(b);
-        }
-        c.send(addr).unwrap_or_else(|e| panic!("{path}: {e:#}"))
-    })
-    .join()
-    .unwrap()
-}
-
-/// A body that is not JSON.
-fn raw(ns: &str, addr: SocketAddr, method: Method, path: &str, body: &str) -> Reply {
-    let (ns, path, body) = (ns.to_string(), path.to_string(), body.to_string());
-    std::thread::spawn(move || {
-        enter(&ns).unwrap();
-        Call::new(method, &path)
-            .body(body.into_bytes())
-            .send(addr)
-            .unwrap_or_else(|e| panic!("{path}: {e:#}"))
-    })
-    .join()
-    .unwrap()
-}
-
 fn get(lab: &Lab, addr: SocketAddr, path: &str) -> Value {
     let r = call(&lab.lb, addr, Method::GET, path, None);
     assert_eq!(r.status, 200, "GET {path}: {}", r.body);
     r.json().unwrap()
-}
-
-/// `weir <args>` inside namespace `ns` (its network only, as the daemon).
-fn weir_in(ns: &str, args: &[&str]) -> Output {
-    let netns = File::open(format!("/run/netns/{ns}")).unwrap();
-    let fd = netns.as_raw_fd();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
-    cmd.args(args);
-    // SAFETY: setns is async-signal-safe; it moves only the child.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.output().unwrap()
-}
-
-/// Backends that `n` new connections reached; every one must be answered.
-fn new_connections(lab: &Lab, n: usize) -> BTreeSet<String> {
-    let vip: SocketAddr = NAT_VIP.parse().unwrap();
-    (0..n)
-        .map(|i| http_once(&lab.client, vip).unwrap_or_else(|e| panic!("new connection {i}: {e}")))
-        .collect()
 }
 
 fn set(names: &[&str]) -> BTreeSet<String> {
@@ -181,64 +114,18 @@ fn file_weight(d: &Daemon, id: &str) -> Option<u32> {
         .map(|dip| *dip.weight.get_ref())
 }
 
-/// A directory flagged immutable (no entry may be added, even by root)
-/// until dropped: the API cannot write the configuration next to the file.
-struct Immutable(std::path::PathBuf);
-
-const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
-const FS_IOC_SETFLAGS: libc::c_ulong = 0x4008_6602;
-const FS_IMMUTABLE_FL: libc::c_long = 0x10;
-
-impl Immutable {
-    fn set(dir: &Path, on: bool) -> std::io::Result<()> {
-        let f = File::open(dir)?;
-        let mut flags: libc::c_long = 0;
-        // SAFETY: FS_IOC_[GS]ETFLAGS on an open directory with a long.
-        unsafe {
-            if libc::ioctl(f.as_raw_fd(), FS_IOC_GETFLAGS, &mut flags) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            flags = if on {
-                flags | FS_IMMUTABLE_FL
-            } else {
-                flags & !FS_IMMUTABLE_FL
-            };
-            if libc::ioctl(f.as_raw_fd(), FS_IOC_SETFLAGS, &flags) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
-        Ok(())
-    }
-
-    fn new(dir: &Path) -> std::io::Result<Immutable> {
-        Immutable::set(dir, true)?;
-        Ok(Immutable(dir.to_path_buf()))
-    }
-}
-
-impl Drop for Immutable {
-    fn drop(&mut self) {
-        Immutable::set(&self.0, false).expect("clearing the immutable flag");
-    }
-}
-
 #[test]
 fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections() {
     let lab = Lab::build(4).expect("building the lab");
-    let _backends: Vec<Backend> = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
-        .collect();
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    d.write_config(&config("listen = \"127.0.0.1:9190\""))
-        .unwrap();
-    d.start().unwrap();
+    let _backends = start_backends(&lab);
+    let mut d = start_daemon(&lab, &config("listen = \"127.0.0.1:9190\""));
     let a = api_addr(&d);
     assert_eq!(a, "127.0.0.1:9190".parse().unwrap());
     let nat: SocketAddr = NAT_VIP.parse().unwrap();
-    assert_eq!(new_connections(&lab, 20), set(&["backend-1", "backend-2"]));
+    assert_eq!(
+        new_connections(&lab.client, nat, 20),
+        set(&["backend-1", "backend-2"])
+    );
     let live = spawn_http(&lab.client, nat, 24, REQUESTS, Duration::from_millis(100));
     std::thread::sleep(Duration::from_millis(800));
 
@@ -531,7 +418,7 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
     );
     assert_eq!(v["vip"]["dips"][2]["weight"], 1, "{v}");
     assert_eq!(
-        new_connections(&lab, 40),
+        new_connections(&lab.client, nat, 40),
         set(&["backend-1", "backend-2", "backend-3"])
     );
     let text = std::fs::read_to_string(d.config_path()).unwrap();
@@ -578,7 +465,7 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
         "{said}"
     );
     assert_eq!(
-        new_connections(&lab, 40),
+        new_connections(&lab.client, nat, 40),
         set(&["backend-1", "backend-3"]),
         "a drained DIP got new connections"
     );
@@ -636,7 +523,10 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(new_connections(&lab, 40), set(&["backend-1", "backend-4"]));
+    assert_eq!(
+        new_connections(&lab.client, nat, 40),
+        set(&["backend-1", "backend-4"])
+    );
     assert_eq!(file_weight(&d, "10.77.3.2:8080"), None);
     assert_eq!(file_weight(&d, "10.77.4.2:8080"), Some(2));
     let r = call(&lab.lb, a, Method::POST, "/api/v1/reload", None);
@@ -703,8 +593,7 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
         })
     };
     while !(toggler.is_finished() && writers.iter().all(|w| w.is_finished())) {
-        // SAFETY: plain kill(2) to our child.
-        unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+        let _ = send_signal(pid, libc::SIGHUP);
         std::thread::sleep(Duration::from_millis(20));
     }
     toggler.join().unwrap();
@@ -735,17 +624,8 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
     assert_eq!(v["dips"].as_array().unwrap().len(), 4, "{v}");
 
     // The established connections: all whole, none moved.
-    let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
-    for r in &records {
-        assert!(
-            !r.violated() && r.served_by.len() == REQUESTS,
-            "a connection moved or broke: {r:?}"
-        );
-    }
-    assert!(
-        records.iter().any(|r| r.backend() == Some("backend-2")),
-        "no long-lived connection on the drained backend-2 to keep"
-    );
+    let records = join_unbroken(live, REQUESTS);
+    assert_some_on(&records, "backend-2");
 
     // A restart keeps every change: it loads the file the API wrote.
     d.stop().unwrap();

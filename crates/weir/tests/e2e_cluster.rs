@@ -11,8 +11,7 @@
 //!   each a clear error, with nothing attached or pinned.
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use weir_lab::backend::{Backend, BackendOptions};
@@ -20,16 +19,15 @@ use weir_lab::client::{http_once, spawn_http};
 use weir_lab::daemon::Daemon;
 use weir_lab::scale::topology::{ClusterLab, VIP, VIP_PORT};
 
+mod common;
+use common::{exe, wait_for};
+
 const NODES: usize = 3;
 const BACKENDS: usize = 3;
 /// Long-lived connections, and their requests 100 ms apart: they outlast
 /// the kill, the route change and the election.
 const CONNS: usize = 60;
 const REQUESTS: usize = 70;
-
-fn exe() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_weir"))
-}
 
 fn vip() -> SocketAddr {
     SocketAddr::from((VIP, VIP_PORT))
@@ -39,18 +37,6 @@ fn cluster(d: &Daemon) -> Value {
     d.status_json()
         .map(|s| s["cluster"].clone())
         .unwrap_or(Value::Null)
-}
-
-/// Waits until `cond` holds, at most `limit`.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let until = Instant::now() + limit;
-    while Instant::now() < until {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    cond()
 }
 
 /// The version of VIP `web` in force on each daemon.

@@ -8,8 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use weir_dataplane::maps::Maps;
@@ -21,44 +19,27 @@ use weir_lab::topology::Lab;
 use weir_lab::traffic::{mac_in, offer, OfferSpec, Offered};
 use weir_traffic::gen::GenSpec;
 
+mod common;
+use common::{counter, dataplane, dip, serial, start_backends, start_daemon, vip};
+
 const NAT_VIP: &str = "10.77.100.1:80";
 const DSR_VIP: &str = "10.77.100.2:80";
 
-/// One flood at a time: each is sized against the whole machine (two at once
-/// starve each other's keep-alive clients of CPU, which is not what they test).
-static FLOODS: Mutex<()> = Mutex::new(());
-
-fn one_flood_at_a_time() -> MutexGuard<'static, ()> {
-    FLOODS.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A nat and a dsr VIP over the given (backend, weight) DIPs.
-fn config(dips: &[(usize, u32)], extra: &str) -> String {
-    let mut s =
-        format!("[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\", \"wb3\"]\n{extra}\n");
+/// A nat and a dsr VIP over the given (backend, weight) DIPs of a lab of
+/// `backends` backends.
+fn config(backends: usize, dips: &[(usize, u32)], extra: &str) -> String {
+    let mut s = dataplane(backends, extra);
     for (name, addr, mode) in [
         ("web", "10.77.100.1", "nat"),
         ("web-dsr", "10.77.100.2", "dsr"),
     ] {
-        s += &format!(
-            "\n[[vip]]\nname = \"{name}\"\naddress = \"{addr}\"\nport = 80\nprotocol = \"tcp\"\nmode = \"{mode}\"\n"
-        );
+        s += &vip(name, addr, 80, "tcp", mode);
         for (b, w) in dips {
-            let port = if mode == "nat" { "\nport = 8080" } else { "" };
-            s += &format!("[[vip.dip]]\naddress = \"10.77.{b}.2\"{port}\nweight = {w}\n");
+            let port = if mode == "nat" { "port = 8080\n" } else { "" };
+            s += &dip(*b, &format!("{port}weight = {w}"));
         }
     }
     s
-}
-
-fn counter(status: &serde_json::Value, name: &str) -> u64 {
-    status["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c[0] == name)
-        .and_then(|c| c[1].as_u64())
-        .unwrap_or_else(|| panic!("no counter {name}"))
 }
 
 /// How many connections from each of `ports`, `cycles` times over, each
@@ -78,15 +59,8 @@ fn shares(ns: &str, vip: SocketAddr, ports: &[u16], cycles: usize) -> BTreeMap<S
 #[test]
 fn clients_reusing_ports_follow_the_current_table() {
     let lab = Lab::build(3).expect("building the lab");
-    let _backends: Vec<Backend> = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
-        .collect();
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    d.write_config(&config(&[(1, 1), (2, 1)], "")).unwrap();
-    d.start().unwrap();
+    let _backends = start_backends(&lab);
+    let mut d = start_daemon(&lab, &config(3, &[(1, 1), (2, 1)], ""));
     let ports: Vec<u16> = (31000..31030).collect();
 
     for vip in [NAT_VIP, DSR_VIP] {
@@ -99,7 +73,7 @@ fn clients_reusing_ports_follow_the_current_table() {
     }
 
     // Drain backend-1: the same client ports, many times over, reach it no more.
-    d.reload(&config(&[(1, 0), (2, 1)], "")).unwrap();
+    d.reload(&config(3, &[(1, 0), (2, 1)], "")).unwrap();
     for vip in [NAT_VIP, DSR_VIP] {
         let vip: SocketAddr = vip.parse().unwrap();
         let seen = shares(&lab.client, vip, &ports, 3);
@@ -111,7 +85,7 @@ fn clients_reusing_ports_follow_the_current_table() {
     }
 
     // Add backend-3 at the same weight as backend-2: it gets its share.
-    d.reload(&config(&[(1, 0), (2, 1), (3, 1)], "")).unwrap();
+    d.reload(&config(3, &[(1, 0), (2, 1), (3, 1)], "")).unwrap();
     for vip in [NAT_VIP, DSR_VIP] {
         let vip: SocketAddr = vip.parse().unwrap();
         let seen = shares(&lab.client, vip, &ports, 3);
@@ -151,17 +125,9 @@ struct Flooded {
 /// checks that every established connection got all 30 replies unbroken.
 fn flood_a_small_table(extra: &str, rate: f64, seed: u64) -> Flooded {
     let lab = Lab::build(2).expect("building the lab");
-    let backends: Vec<Backend> = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
-        .collect();
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
+    let backends = start_backends(&lab);
     let small = format!("{extra}conn_table_size = 4096\nhalf_open_table_size = 1024");
-    d.write_config(&config(&[(1, 1), (2, 1)], &small).replace(", \"wb3\"", ""))
-        .unwrap();
-    d.start().unwrap();
+    let d = start_daemon(&lab, &config(2, &[(1, 1), (2, 1)], &small));
     let leaks = LeakWatch::start(&lab.client, "eth0").unwrap();
     let vip: SocketAddr = NAT_VIP.parse().unwrap();
 
@@ -196,7 +162,7 @@ fn flood_a_small_table(extra: &str, rate: f64, seed: u64) -> Flooded {
 
 #[test]
 fn a_syn_flood_breaks_no_established_connection() {
-    let _turn = one_flood_at_a_time();
+    let _turn = serial();
     // Bound whole, so the lab lives to the end of the test.
     let mut flooded = flood_a_small_table("", 100_000.0, 7);
     let Flooded {
@@ -252,7 +218,7 @@ fn a_syn_flood_breaks_no_established_connection() {
 /// no budget, the rings overflow and most of them break: `weir-lab
 /// synflood --tiers software,hybrid --syn-rates 10000,0` shows both.)
 fn a_syn_flood_through_the_workers_breaks_no_established_connection(tier: &str) {
-    let _turn = one_flood_at_a_time();
+    let _turn = serial();
     // 200k SYNs a second for 8 s: 1.6M SYNs, past what a worker's ring
     // absorbs. (Far faster, the veth's own queue in front of XDP drops the
     // connections' packets, which no check in XDP can help.)

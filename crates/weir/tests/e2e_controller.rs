@@ -14,11 +14,11 @@
 //!   established ones.
 //!
 //! Bounds are generous and every wait is bounded: the machine is shared.
+//! One lab at a time (`serial`): the reaction-time assertions want the CPU.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -30,14 +30,13 @@ use weir_lab::daemon::Daemon;
 use weir_lab::netns::enter;
 use weir_lab::topology::Lab;
 
+mod common;
+use common::{
+    alive, assert_some_on, counter, http_ok, join_unbroken, serial, start_backends_with,
+    start_daemon, FakeAgent,
+};
+
 const VIP: &str = "10.77.100.1:80";
-
-/// One lab at a time: the reaction-time assertions want the CPU.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The lab configuration: one nat VIP over `n` backends with agents.
 fn config(n: usize, interval_ms: u64, on_silent: &str, extra: &str) -> String {
@@ -57,13 +56,6 @@ fn config(n: usize, interval_ms: u64, on_silent: &str, extra: &str) -> String {
         );
     }
     s
-}
-
-fn start_daemon(lab: &Lab, cfg: &str) -> Daemon {
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    d.write_config(cfg).unwrap();
-    d.start().unwrap();
-    d
 }
 
 /// One HTTP GET on a new connection; the answering backend's name.
@@ -156,69 +148,6 @@ fn share_of(log: &Log, backend: &str, from: Instant, to: Instant) -> (f64, usize
     (n as f64 / ok.len().max(1) as f64, ok.len())
 }
 
-/// A fake agent inside `ns` on AGENT_PORT: `reply(n)` is the n-th answer
-/// (raw bytes; `None` = sleep past the controller's timeout).
-struct FakeAgent {
-    stop: Arc<AtomicBool>,
-    served: Arc<AtomicU64>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl FakeAgent {
-    fn start(ns: &str, reply: impl Fn(u64) -> Option<Vec<u8>> + Send + 'static) -> FakeAgent {
-        let stop = Arc::new(AtomicBool::new(false));
-        let served = Arc::new(AtomicU64::new(0));
-        let (st, sv, ns) = (stop.clone(), served.clone(), ns.to_string());
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            enter(&ns).unwrap();
-            let l = TcpListener::bind(("0.0.0.0", AGENT_PORT)).unwrap();
-            l.set_nonblocking(true).unwrap();
-            tx.send(()).unwrap();
-            while !st.load(Ordering::Relaxed) {
-                let Ok((mut s, _)) = l.accept() else {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                };
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-                let mut buf = [0u8; 512];
-                let _ = s.read(&mut buf);
-                let n = sv.fetch_add(1, Ordering::Relaxed);
-                match reply(n) {
-                    Some(bytes) => {
-                        let _ = s.write_all(&bytes);
-                    }
-                    None => std::thread::sleep(Duration::from_millis(250)),
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        FakeAgent {
-            stop,
-            served,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for FakeAgent {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn http_ok(body: &str) -> Vec<u8> {
-    format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
 /// The controller's view of DIP `i` (1-based) in `weir status --json`.
 fn dip_view(status: &Value, i: usize) -> Value {
     let addr = format!("10.77.{i}.2");
@@ -250,25 +179,11 @@ fn wait_status(d: &Daemon, what: &str, limit: Duration, pred: impl Fn(&Value) ->
     }
 }
 
-fn daemon_alive(d: &Daemon) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    d.pid()
-        .is_some_and(|p| unsafe { libc::kill(p as i32, 0) } == 0)
-}
-
-fn backends(lab: &Lab, opts: &BackendOptions) -> Vec<Backend> {
-    lab.backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start_with(ns, &format!("backend-{}", i + 1), opts).unwrap())
-        .collect()
-}
-
 #[test]
 fn a_table_updates_under_traffic_keep_established_connections() {
     let _g = serial();
     let lab = Lab::build(3).expect("building the lab");
-    let _backends = backends(&lab, &BackendOptions::default());
+    let _backends = start_backends_with(&lab, &BackendOptions::default());
     // Agents whose answers jump around (C = 125..250/s, R = 0..49/s): the
     // weights (1..4) change almost every interval, so tables are published
     // under traffic all the time.
@@ -301,15 +216,8 @@ fn a_table_updates_under_traffic_keep_established_connections() {
     assert!(log.contains("reloaded"), "{log}");
     std::thread::sleep(Duration::from_millis(2000));
     let after = d.status_json().unwrap();
-    let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
+    let records = join_unbroken(live, 60);
     let results = load.finish();
-
-    for r in &records {
-        assert!(
-            !r.violated() && r.served_by.len() == 60,
-            "a connection moved or broke under table updates: {r:?}"
-        );
-    }
     let used: std::collections::BTreeSet<_> = records.iter().filter_map(|r| r.backend()).collect();
     assert!(used.len() >= 2, "long-lived connections on {used:?} only");
     let failed = results.iter().filter(|(_, r)| r.is_err()).count();
@@ -333,15 +241,7 @@ fn a_table_updates_under_traffic_keep_established_connections() {
         Some(10),
         "{after:#}"
     );
-    let counter = |name: &str| {
-        after["counters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c[0] == name)
-            .and_then(|c| c[1].as_u64())
-            .unwrap()
-    };
+    let counter = |name: &str| counter(&after, name);
     assert_eq!(counter("conn_stale"), 0, "{after:#}");
     assert_eq!(counter("drop_no_backend"), 0, "{after:#}");
     eprintln!(
@@ -362,7 +262,7 @@ fn b_a_backend_that_slows_down_loses_its_share() {
         delay_us: 5_000,
         agent_window: Some(Duration::from_millis(500)),
     };
-    let bs = backends(&lab, &opts);
+    let bs = start_backends_with(&lab, &opts);
     let d = start_daemon(&lab, &config(3, 100, "keep", ""));
     let load = Load::start(&lab.client, 4, Duration::from_millis(30));
     // Warm up until every backend has an estimate.
@@ -432,7 +332,7 @@ fn c_a_silent_agent_is_kept_or_drained_as_configured() {
         delay_us: 2_000,
         agent_window: Some(Duration::from_millis(500)),
     };
-    let mut bs = backends(&lab, &opts);
+    let mut bs = start_backends_with(&lab, &opts);
     let mut d = start_daemon(&lab, &config(3, 100, "keep", ""));
     let vip: SocketAddr = VIP.parse().unwrap();
     let load = Load::start(&lab.client, 3, Duration::from_millis(30));
@@ -493,18 +393,9 @@ fn c_a_silent_agent_is_kept_or_drained_as_configured() {
         v["agent_silent"] == false && v["weight"].as_u64().unwrap_or(0) > 0
     });
     assert!(dip_view(&s, 1)["agent_errors"]["connect"].as_u64().unwrap() >= 3);
-    let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
+    let records = join_unbroken(live, 75);
     let results = load.finish();
-    for r in &records {
-        assert!(
-            !r.violated() && r.served_by.len() == 75,
-            "an established connection broke or moved: {r:?}"
-        );
-    }
-    assert!(
-        records.iter().any(|r| r.backend() == Some("backend-1")),
-        "no long-lived connection was on backend-1"
-    );
+    assert_some_on(&records, "backend-1");
     let failed = results.iter().filter(|(_, r)| r.is_err()).count();
     assert!(
         failed * 50 <= results.len(),
@@ -569,8 +460,12 @@ fn d_bad_agent_replies_are_counted_and_never_crash() {
                 .all(|k| e[*k].as_u64().unwrap_or(0) >= 2)
         },
     );
-    assert!(agent.served.load(Ordering::Relaxed) >= 20);
-    assert!(daemon_alive(&d), "the daemon died:\n{}", d.new_log());
+    assert!(agent.served() >= 20);
+    assert!(
+        d.pid().is_some_and(alive),
+        "the daemon died:\n{}",
+        d.new_log()
+    );
     // The good DIPs keep their estimates and weights; bad data never
     // became an estimate of backend-1.
     for i in [2, 3] {
@@ -631,7 +526,7 @@ fn d_bad_agent_replies_are_counted_and_never_crash() {
         "{ok} of {} served",
         results.len()
     );
-    assert!(daemon_alive(&d));
+    assert!(d.pid().is_some_and(alive));
     drop(agent);
 }
 
@@ -649,7 +544,7 @@ fn e_passive_telemetry_and_health_checks() {
         // not a telemetry source: stopping it fails the check only.
         agent_window: Some(Duration::from_millis(500)),
     };
-    let mut bs = backends(&lab, &opts);
+    let mut bs = start_backends_with(&lab, &opts);
     let health = format!(
         "  [vip.health]\n  kind = \"http\"\n  path = \"/load\"\n  port = {AGENT_PORT}\n  \
          interval_ms = 100\n  timeout_ms = 100\n  rise = 2\n  fall = 2\n"
@@ -706,17 +601,8 @@ fn e_passive_telemetry_and_health_checks() {
         let v = dip_view(s, 3);
         v["healthy"] == true && v["weight"].as_u64().unwrap_or(0) > 0
     });
-    let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
-    for r in &records {
-        assert!(
-            !r.violated() && r.served_by.len() == 30,
-            "an established connection broke or moved: {r:?}"
-        );
-    }
-    assert!(
-        records.iter().any(|r| r.backend() == Some("backend-3")),
-        "no long-lived connection was on backend-3"
-    );
+    let records = join_unbroken(live, 30);
+    assert_some_on(&records, "backend-3");
     let results = load.finish();
     let failed = results.iter().filter(|(_, r)| r.is_err()).count();
     assert!(

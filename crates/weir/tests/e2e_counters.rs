@@ -5,33 +5,29 @@
 //! dropped by the kernel on its way to the socket (RX ring full, no frame,
 //! invalid descriptor).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use weir_core::csum::checksum;
 use weir_lab::daemon::Daemon;
 use weir_lab::topology::Lab;
+
+mod common;
+use common::{counter, dataplane, dip, start_daemon, vip, PacketSocket};
 
 const NAT_VIP: [u8; 4] = [10, 77, 100, 1];
 const CLIENT: [u8; 4] = [10, 77, 0, 2];
 /// The load balancer's own address: traffic for no VIP.
 const LB_ADDR: [u8; 4] = [10, 77, 0, 1];
-const ETH_P_ALL: u16 = 0x0003;
 /// Rounds of the mix; each round is one frame of every kind.
 const ROUNDS: u16 = 600;
 
 fn config(tier: &str) -> String {
-    let mut s = format!(
-        "[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\", \"wb3\"]\nworkers = [1]\n{tier}\n"
-    );
+    let mut s = dataplane(3, &format!("workers = [1]\n{tier}"));
     for (name, port, proto) in [("web", 80, "tcp"), ("dns", 5353, "udp")] {
-        s += &format!(
-            "\n[[vip]]\nname = \"{name}\"\naddress = \"10.77.100.1\"\nport = {port}\nprotocol = \"{proto}\"\nmode = \"nat\"\n"
-        );
+        s += &vip(name, "10.77.100.1", port, proto, "nat");
         for b in 1..=3 {
-            s += &format!("[[vip.dip]]\naddress = \"10.77.{b}.2\"\nweight = 1\n");
+            s += &dip(b, "weight = 1");
         }
     }
     s
@@ -122,42 +118,11 @@ fn send_mix(lab: &Lab) -> Result<usize> {
     std::thread::spawn(move || -> Result<usize> {
         weir_lab::netns::enter(&client)?;
         let eth0 = weir_dataplane::iface::Iface::by_name("eth0")?;
-        // SAFETY: plain socket(2); the fd is owned right after.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW,
-                i32::from(ETH_P_ALL.to_be()),
-            )
-        };
-        if fd < 0 {
-            bail!("packet socket: {}", std::io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh socket we own.
-        let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: a zeroed sockaddr_ll is valid; the fields are set below.
-        let mut to: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        to.sll_family = libc::AF_PACKET as u16;
-        to.sll_ifindex = eth0.ifindex as i32;
-        to.sll_halen = 6;
-        to.sll_addr[..6].copy_from_slice(&lb_mac);
+        let sock = PacketSocket::open(eth0.ifindex, lb_mac)?;
         let mut sent = 0;
         for round in 0..ROUNDS {
             for frame in mix((eth0.mac, lb_mac), round) {
-                // SAFETY: sendto with a live buffer and a sized address.
-                let n = unsafe {
-                    libc::sendto(
-                        sock.as_raw_fd(),
-                        frame.as_ptr().cast(),
-                        frame.len(),
-                        0,
-                        (&to as *const libc::sockaddr_ll).cast(),
-                        std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                    )
-                };
-                if n < 0 {
-                    bail!("sending a frame: {}", std::io::Error::last_os_error());
-                }
+                sock.send(&frame)?;
                 sent += 1;
             }
             if round % 50 == 49 {
@@ -168,16 +133,6 @@ fn send_mix(lab: &Lab) -> Result<usize> {
     })
     .join()
     .map_err(|_| anyhow::anyhow!("the sender panicked"))?
-}
-
-fn xdp_counter(status: &serde_json::Value, name: &str) -> u64 {
-    status["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c[0] == name)
-        .and_then(|c| c[1].as_u64())
-        .unwrap_or_else(|| panic!("no counter {name}: {status}"))
 }
 
 /// Over every socket of every worker: (received by the worker, dropped by
@@ -205,7 +160,7 @@ fn settled(d: &Daemon) -> (u64, (u64, u64)) {
     loop {
         std::thread::sleep(Duration::from_millis(2000));
         let baseline = weir_control::tier::read_baseline(&d.run_dir()).expect("tier.json");
-        let to_software = xdp_counter(&d.status_json().unwrap(), "to_software");
+        let to_software = counter(&d.status_json().unwrap(), "to_software");
         let now = (to_software - baseline.to_software_at_start, socket_sums(d));
         if last == Some(now) || Instant::now() > deadline {
             return now;
@@ -216,9 +171,7 @@ fn settled(d: &Daemon) -> (u64, (u64, u64)) {
 
 fn every_steered_frame_is_in_a_socket_counter(tier: &str) {
     let lab = Lab::build(3).expect("building the lab");
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    d.write_config(&config(tier)).unwrap();
-    d.start().unwrap();
+    let mut d = start_daemon(&lab, &config(tier));
     let sent = send_mix(&lab).expect("sending the mix");
     assert_eq!(sent, ROUNDS as usize * 9);
     // A second daemon finds the pinned state, XDP's counters included,
@@ -247,7 +200,7 @@ fn every_steered_frame_is_in_a_socket_counter(tier: &str) {
     assert_eq!(a["unaccounted"].as_i64(), Some(0), "{status}");
     // The malformed frames and the traffic for no VIP never reached a worker.
     assert!(
-        xdp_counter(&status, "drop_malformed") + xdp_counter(&status, "pass_malformed") > 0,
+        counter(&status, "drop_malformed") + counter(&status, "pass_malformed") > 0,
         "{status}"
     );
     d.stop().unwrap();

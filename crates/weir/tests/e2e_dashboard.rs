@@ -29,36 +29,26 @@
 //! served holds none of them.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use weir_http::client::{Call, Method, Reply};
-use weir_lab::backend::Backend;
+use weir_http::client::{Call, Method};
 use weir_lab::browser::Browser;
 use weir_lab::client::http_once;
-use weir_lab::daemon::Daemon;
 use weir_lab::kv::lab::{in_ns, KvLab, UdpMc, MC_PORT, PROXY_PORT, SWITCH_IP, VIP};
 use weir_lab::kv::testbed::McClient;
-use weir_lab::netns::enter;
 use weir_lab::topology::Lab;
+
+mod common;
+use common::{call, command_in, serial, start_backends, start_daemon, Interrupted, TempDir};
 
 const API: &str = "127.0.0.1:9190";
 const KV_METRICS: &str = "127.0.0.1:9122";
 const DIPS: [&str; 3] = ["10.77.1.2:8080", "10.77.2.2:8080", "10.77.3.2:8080"];
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// The nat VIP `web` over 3 DIPs; `extra` goes into `[dataplane]`, and
 /// `controller` after it.
@@ -79,23 +69,14 @@ fn config(extra: &str, controller: &str) -> String {
     s
 }
 
-/// A call to an HTTP server reachable inside namespace `ns`.
-fn call(ns: &str, addr: &str, method: Method, path: &str, body: Option<Value>) -> Reply {
-    let (ns, addr, path) = (ns.to_string(), addr.parse().unwrap(), path.to_string());
-    std::thread::spawn(move || {
-        enter(&ns).unwrap();
-        let mut c = Call::new(method, &path);
-        if let Some(b) = body {
-            c = c.json(b);
-        }
-        c.send(addr).unwrap_or_else(|e| panic!("{path}: {e:#}"))
-    })
-    .join()
-    .unwrap()
-}
-
 fn status(ns: &str, addr: &str) -> Value {
-    let r = call(ns, addr, Method::GET, "/api/v1/status", None);
+    let r = call(
+        ns,
+        addr.parse().unwrap(),
+        Method::GET,
+        "/api/v1/status",
+        None,
+    );
     assert_eq!(r.status, 200, "{}", r.body);
     r.json().unwrap()
 }
@@ -170,14 +151,6 @@ fn api_dips(st: &Value) -> BTreeMap<String, Value> {
         .collect()
 }
 
-fn backends(lab: &Lab) -> Vec<Backend> {
-    lab.backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
-        .collect()
-}
-
 /// `n` as the page writes a count (digits; "–" for none).
 fn text(n: &Value) -> String {
     n.as_u64().map_or("–".into(), |n| n.to_string())
@@ -187,18 +160,18 @@ fn text(n: &Value) -> String {
 fn the_dashboard_of_weir_serve_draws_the_live_numbers_of_the_api() {
     let _one = serial();
     let lab = Lab::build(3).expect("building the lab");
-    let _backends = backends(&lab);
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    d.write_config(&config(
-        "",
-        "[controller]\npolicy = \"awfd\"\nm = 4\nupdate_interval_ms = 100\ntelemetry = \"passive\"\n",
-    ))
-    .unwrap();
-    d.start().unwrap();
+    let _backends = start_backends(&lab);
+    let mut d = start_daemon(
+        &lab,
+        &config(
+            "",
+            "[controller]\npolicy = \"awfd\"\nm = 4\nupdate_interval_ms = 100\ntelemetry = \"passive\"\n",
+        ),
+    );
 
     // Both paths serve the page, as files with the page's policy.
     for path in ["/", "/dashboard"] {
-        let r = call(&lab.lb, API, Method::GET, path, None);
+        let r = call(&lab.lb, API.parse().unwrap(), Method::GET, path, None);
         assert_eq!(r.status, 200, "{path}");
         assert!(r.body.contains("/dashboard/app.js"), "{path}: {}", r.body);
         assert!(
@@ -319,7 +292,7 @@ fn the_dashboard_of_weir_serve_draws_the_live_numbers_of_the_api() {
     let drained = DIPS[2];
     let r = call(
         &lab.lb,
-        API,
+        API.parse().unwrap(),
         Method::POST,
         &format!("/api/v1/vips/web/dips/{drained}/drain"),
         None,
@@ -379,11 +352,8 @@ const READ_WORKERS: &str = r#"(() => {
 fn the_dashboard_shows_the_software_tiers_workers() {
     let _one = serial();
     let lab = Lab::build(3).expect("building the lab");
-    let _backends = backends(&lab);
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    d.write_config(&config("tier = \"software\"\nworkers = [1]", ""))
-        .unwrap();
-    d.start().unwrap();
+    let _backends = start_backends(&lab);
+    let _d = start_daemon(&lab, &config("tier = \"software\"\nworkers = [1]", ""));
     let vip: SocketAddr = "10.77.100.1:80".parse().unwrap();
     for i in 0..40 {
         http_once(&lab.client, vip).unwrap_or_else(|e| panic!("connection {i}: {e:#}"));
@@ -430,58 +400,6 @@ fn the_dashboard_shows_the_software_tiers_workers() {
     }
 }
 
-/// `weir <args>` in namespace `ns` (its network only).
-fn spawn_in(ns: &str, args: &[&str]) -> Child {
-    let netns = File::open(format!("/run/netns/{ns}")).unwrap();
-    let fd = netns.as_raw_fd();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
-    cmd.args(args).stdout(Stdio::null()).stderr(Stdio::null());
-    // SAFETY: setns is async-signal-safe; it moves only the child.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn().unwrap()
-}
-
-/// A child stopped with SIGINT (weir kv detaches its XDP program), then
-/// killed if it lingers; also on a panic.
-struct Stopped(Child);
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.0.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A directory removed on drop, also on a panic.
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn new(what: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("{what}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 const READ_KV: &str = r#"(() => {
   const pool = document.querySelector("section[data-pool]");
   if (!pool) return null;
@@ -513,16 +431,19 @@ fn the_dashboard_of_weir_kv_draws_the_pool_of_its_status() {
     let _one = serial();
     let lab = KvLab::new(2, 1).expect("building the memcached lab");
     let dir = TempDir::new("weir-e2e-dashboard-kv");
-    let cfg = dir.0.join("kv.toml");
+    let cfg = dir.path().join("kv.toml");
     let toml = lab
         .toml("l2", true)
         .replace("metrics = \"\"", &format!("metrics = \"{KV_METRICS}\""));
     assert!(toml.contains(KV_METRICS), "{toml}");
     std::fs::write(&cfg, toml).unwrap();
-    let _kv = Stopped(spawn_in(
-        &lab.switch,
-        &["kv", "--config", cfg.to_str().unwrap()],
-    ));
+    let mut kv = command_in(&lab.switch, &["kv", "--config", cfg.to_str().unwrap()]);
+    let _kv = Interrupted(
+        kv.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     let sw = lab.switch.clone();
     let first = loop {

@@ -4,34 +4,31 @@
 //! on their loopback), and the replies go straight back to the client.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use weir_lab::backend::Backend;
 use weir_lab::client::{spawn_http, udp_requests};
-use weir_lab::daemon::Daemon;
 use weir_lab::netns::ip_in;
 use weir_lab::topology::Lab;
 
-const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+mod common;
+use common::{counter, dataplane, dip, send_signal, start_backends, start_daemon, vip, WEIR};
+
 const IPIP_VIP: &str = "10.77.100.1:80";
 const GUE_VIP: &str = "10.77.100.2:80";
 const GUE_UDP_VIP: &str = "10.77.100.2:5353";
 
 fn config() -> String {
-    let mut s = "[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\"]\n".to_string();
+    let mut s = dataplane(2, "");
     for (name, addr, port, proto, mode) in [
         ("web-ipip", "10.77.100.1", 80, "tcp", "ipip"),
         ("web-gue", "10.77.100.2", 80, "tcp", "gue"),
         ("dns-gue", "10.77.100.2", 5353, "udp", "gue"),
     ] {
-        s += &format!(
-            "\n[[vip]]\nname = \"{name}\"\naddress = \"{addr}\"\nport = {port}\n\
-             protocol = \"{proto}\"\nmode = \"{mode}\"\n"
-        );
+        s += &vip(name, addr, port, proto, mode);
         for b in [1, 2] {
-            s += &format!("[[vip.dip]]\naddress = \"10.77.{b}.2\"\n");
+            s += &dip(b, "");
         }
     }
     s
@@ -84,8 +81,8 @@ impl Decap {
     /// SIGTERM; returns the counters it printed on the way out.
     fn stop(mut self) -> Vec<(String, u64)> {
         let child = self.child.take().unwrap();
-        // SAFETY: kill(2) on our own child's pid (ip netns exec execs weir).
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        // ip netns exec execs weir: the child's pid is weir's.
+        send_signal(child.id(), libc::SIGTERM).unwrap();
         let out = child.wait_with_output().unwrap();
         assert!(out.status.success(), "weir decap: {out:?}");
         parse_counters(&String::from_utf8_lossy(&out.stdout))
@@ -118,25 +115,10 @@ fn get(counters: &[(String, u64)], name: &str) -> u64 {
         .1
 }
 
-fn counter(status: &serde_json::Value, name: &str) -> u64 {
-    status["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c[0] == name)
-        .and_then(|c| c[1].as_u64())
-        .unwrap_or_else(|| panic!("no counter {name}"))
-}
-
 #[test]
 fn tcp_and_udp_through_ipip_and_gue_vips_reach_decapsulating_backends() {
     let lab = Lab::build(2).expect("building the lab");
-    let backends: Vec<Backend> = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
-        .collect();
+    let backends = start_backends(&lab);
     let decaps: Vec<Decap> = lab.backends.iter().map(|ns| Decap::start(ns)).collect();
     // A busy interface is refused, and the running one is left alone.
     let busy = Command::new("ip")
@@ -156,9 +138,7 @@ fn tcp_and_udp_through_ipip_and_gue_vips_reach_decapsulating_backends() {
         String::from_utf8_lossy(&busy.stderr).contains("already has an XDP program"),
         "{busy:?}"
     );
-    let mut d = Daemon::new(Path::new(WEIR), &lab.lb).unwrap();
-    d.write_config(&config()).unwrap();
-    d.start().unwrap();
+    let mut d = start_daemon(&lab, &config());
 
     // 20 keep-alive connections per VIP, 5 requests each: every request is
     // answered (by the backend's own socket, so the inner packets arrived

@@ -5,13 +5,13 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
-use weir_lab::backend::Backend;
 use weir_lab::client::{http_once, spawn_http, udp_requests};
-use weir_lab::daemon::Daemon;
 use weir_lab::topology::Lab;
+
+mod common;
+use common::{counter, dataplane, lab_services, start_backends, start_daemon};
 
 const NAT_VIP: &str = "10.77.100.1:80";
 const DSR_VIP: &str = "10.77.100.2:80";
@@ -19,23 +19,7 @@ const UDP_VIP: &str = "10.77.100.1:5353";
 
 /// The lab configuration with the given (backend, weight) DIPs on every VIP.
 fn config(dips: &[(usize, u32)]) -> String {
-    let mut s = String::from(
-        "[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\", \"wb3\", \"wb4\"]\nconn_table_size = 65536\n",
-    );
-    for (name, addr, port, proto, mode) in [
-        ("web", "10.77.100.1", 80, "tcp", "nat"),
-        ("web-dsr", "10.77.100.2", 80, "tcp", "dsr"),
-        ("dns", "10.77.100.1", 5353, "udp", "nat"),
-    ] {
-        s += &format!(
-            "\n[[vip]]\nname = \"{name}\"\naddress = \"{addr}\"\nport = {port}\nprotocol = \"{proto}\"\nmode = \"{mode}\"\n"
-        );
-        for (b, w) in dips {
-            let dip_port = if name == "web" { "\nport = 8080" } else { "" };
-            s += &format!("[[vip.dip]]\naddress = \"10.77.{b}.2\"{dip_port}\nweight = {w}\n");
-        }
-    }
-    s
+    dataplane(4, "conn_table_size = 65536") + &lab_services(dips)
 }
 
 fn backends_of(ns_client: &str, vip: SocketAddr, n: usize) -> BTreeSet<String> {
@@ -47,15 +31,8 @@ fn backends_of(ns_client: &str, vip: SocketAddr, n: usize) -> BTreeSet<String> {
 #[test]
 fn connections_stay_on_their_backend_through_changes_and_restart() {
     let lab = Lab::build(4).expect("building the lab");
-    let _backends: Vec<Backend> = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
-        .collect();
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    d.write_config(&config(&[(1, 1), (2, 1), (3, 1)])).unwrap();
-    d.start().unwrap();
+    let _backends = start_backends(&lab);
+    let mut d = start_daemon(&lab, &config(&[(1, 1), (2, 1), (3, 1)]));
 
     let nat: SocketAddr = NAT_VIP.parse().unwrap();
     let dsr: SocketAddr = DSR_VIP.parse().unwrap();
@@ -138,15 +115,7 @@ fn connections_stay_on_their_backend_through_changes_and_restart() {
     assert!(kept >= 20, "only {kept} connections were on kept backends");
 
     let status = d.status_json().unwrap();
-    let counter = |name: &str| {
-        status["counters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c[0] == name)
-            .and_then(|c| c[1].as_u64())
-            .unwrap()
-    };
+    let counter = |name: &str| counter(&status, name);
     assert!(
         counter("redirect") > 1000,
         "XDP redirected too little: {status}"

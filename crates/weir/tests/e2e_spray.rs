@@ -7,12 +7,14 @@
 //! backend in every distribution mode; and a distribution that needs more
 //! workers than configured, or a bad cost, is refused with nothing left
 //! attached.
+//!
+//! The tests run one at a time (`serial`): each runs two busy-polling
+//! workers on the machine's two CPUs, and side by side they would starve
+//! each other.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -23,21 +25,18 @@ use weir_lab::daemon::Daemon;
 use weir_lab::netns::enter;
 use weir_lab::topology::Lab;
 
+mod common;
+use common::{
+    assert_nothing_left, dataplane, dip, exe, lab_services, serial, start_backends, start_daemon,
+    vip,
+};
+
 const NAT_VIP: &str = "10.77.100.1:80";
 const DSR_VIP: &str = "10.77.100.2:80";
 const UDP_VIP: &str = "10.77.100.1:5353";
 /// One nat DIP behind it, backend 1's bulk server.
 const BULK_VIP: &str = "10.77.100.3:9000";
 const BULK_PORT: u16 = 9000;
-
-/// Each test runs two busy-polling workers on the machine's two CPUs, plus
-/// its clients and servers: run side by side, they would starve each other
-/// (a worker waiting for a CPU for seconds is no test of weir).
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Two workers, on the machine's first two usable CPUs.
 fn workers() -> String {
@@ -49,41 +48,16 @@ fn workers() -> String {
 /// The software tier on two workers with `keys` added to [dataplane]:
 /// nat, dsr and UDP VIPs over backends 1..=3, and the bulk VIP.
 fn config(keys: &str) -> String {
-    let mut s = format!(
-        "[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\", \"wb3\"]\ntier = \"software\"\n\
-         workers = {}\n{keys}\n",
-        workers()
-    );
-    for (name, addr, port, proto, mode) in [
-        ("web", "10.77.100.1", 80, "tcp", "nat"),
-        ("web-dsr", "10.77.100.2", 80, "tcp", "dsr"),
-        ("dns", "10.77.100.1", 5353, "udp", "nat"),
-    ] {
-        s += &format!(
-            "\n[[vip]]\nname = \"{name}\"\naddress = \"{addr}\"\nport = {port}\n\
-             protocol = \"{proto}\"\nmode = \"{mode}\"\n"
-        );
-        for b in 1..=3 {
-            let dip_port = if name == "web" { "\nport = 8080" } else { "" };
-            s += &format!("[[vip.dip]]\naddress = \"10.77.{b}.2\"{dip_port}\n");
-        }
-    }
-    s += "\n[[vip]]\nname = \"bulk\"\naddress = \"10.77.100.3\"\nport = 9000\nprotocol = \"tcp\"\n\
-          mode = \"nat\"\n[[vip.dip]]\naddress = \"10.77.1.2\"\n";
-    s
+    let head = format!("tier = \"software\"\nworkers = {}\n{keys}", workers());
+    dataplane(3, &head)
+        + &lab_services(&[(1, 1), (2, 1), (3, 1)])
+        + &vip("bulk", "10.77.100.3", 9000, "tcp", "nat")
+        + &dip(1, "")
 }
 
 fn start(lab: &Lab, keys: &str) -> (Daemon, Vec<Backend>) {
-    let backends = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
-        .collect();
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    d.write_config(&config(keys)).unwrap();
-    d.start().unwrap();
-    (d, backends)
+    let backends = start_backends(lab);
+    (start_daemon(lab, &config(keys)), backends)
 }
 
 /// FNV-1a over a byte stream, to compare what was sent and received.
@@ -267,7 +241,7 @@ fn client_side_rx(workers: &[Value]) -> Vec<u64> {
 
 #[test]
 fn a_tcp_transfer_through_a_sprayed_nat_vip_arrives_intact_and_in_order() {
-    let _serial = one_at_a_time();
+    let _serial = serial();
     let lab = Lab::build(3).expect("building the lab");
     // The workers share two CPUs with the transfer's own threads, and a
     // preempted worker stalls for a scheduler slice (a few ms), far longer
@@ -304,7 +278,7 @@ fn a_tcp_transfer_through_a_sprayed_nat_vip_arrives_intact_and_in_order() {
 
 #[test]
 fn adaptive_spreads_a_flow_one_worker_cannot_carry() {
-    let _serial = one_at_a_time();
+    let _serial = serial();
     let lab = Lab::build(3).expect("building the lab");
     // 100,000 cycles a packet: one worker carries some 25,000 packets a
     // second. The flow is one UDP 5-tuple sent as fast as a thread can, far
@@ -347,20 +321,15 @@ fn adaptive_spreads_a_flow_one_worker_cannot_carry() {
 
 #[test]
 fn every_packet_of_a_connection_reaches_the_same_backend_in_every_mode() {
-    let _serial = one_at_a_time();
+    let _serial = serial();
     let lab = Lab::build(3).expect("building the lab");
     let (nat, dsr, udp): (SocketAddr, SocketAddr, SocketAddr) = (
         NAT_VIP.parse().unwrap(),
         DSR_VIP.parse().unwrap(),
         UDP_VIP.parse().unwrap(),
     );
-    let _backends: Vec<Backend> = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
-        .collect();
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
+    let _backends = start_backends(&lab);
+    let mut d = Daemon::new(exe(), &lab.lb).unwrap();
     for mode in [
         "distribution = \"flow\"",
         "distribution = \"spray\"",
@@ -420,9 +389,9 @@ fn every_packet_of_a_connection_reaches_the_same_backend_in_every_mode() {
 
 #[test]
 fn a_distribution_the_workers_cannot_carry_out_is_refused_with_nothing_attached() {
-    let _serial = one_at_a_time();
+    let _serial = serial();
     let lab = Lab::build(1).expect("building the lab");
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
+    let mut d = Daemon::new(exe(), &lab.lb).unwrap();
     let cpu = weir_control::cpus::usable()[0];
     for (keys, field, what) in [
         (
@@ -449,21 +418,6 @@ fn a_distribution_the_workers_cannot_carry_out_is_refused_with_nothing_attached(
         d.write_config(&text).unwrap();
         let err = format!("{:#}", d.start().expect_err("weir serve started"));
         assert!(err.contains(field) && err.contains(what), "{keys}: {err}");
-        let ns = lab.lb.clone();
-        let attached = std::thread::spawn(move || {
-            enter(&ns).unwrap();
-            ["wc0", "wb1"]
-                .iter()
-                .filter_map(|i| weir_dataplane::iface::Iface::by_name(i).ok())
-                .filter_map(|i| weir_dataplane::attach::attached_prog_id(i.ifindex))
-                .count()
-        })
-        .join()
-        .unwrap();
-        assert_eq!(attached, 0, "{keys}: a program stayed attached");
-        assert!(
-            !d.pin_dir.exists() || std::fs::read_dir(&d.pin_dir).unwrap().next().is_none(),
-            "{keys}: state was pinned"
-        );
+        assert_nothing_left(&d, &lab.lb, &["wc0", "wb1"], &keys);
     }
 }

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use weir_lab::backend::Backend;
@@ -15,66 +14,26 @@ use weir_lab::client::{http_once, spawn_http, udp_requests};
 use weir_lab::daemon::Daemon;
 use weir_lab::topology::Lab;
 
+mod common;
+use common::{
+    assert_nothing_left, counter, dataplane, exe, lab_services, start_backends, start_daemon,
+    worker_counter,
+};
+
 const NAT_VIP: &str = "10.77.100.1:80";
 const DSR_VIP: &str = "10.77.100.2:80";
 const UDP_VIP: &str = "10.77.100.1:5353";
 
-/// nat and dsr HTTP VIPs and a nat UDP VIP over backends 1..=3.
-fn config(dataplane: &str, weights: [u32; 3]) -> String {
-    let mut s = format!(
-        "[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\", \"wb3\"]\nworkers = [1]\n{dataplane}\n"
-    );
-    for (name, addr, port, proto, mode) in [
-        ("web", "10.77.100.1", 80, "tcp", "nat"),
-        ("web-dsr", "10.77.100.2", 80, "tcp", "dsr"),
-        ("dns", "10.77.100.1", 5353, "udp", "nat"),
-    ] {
-        s += &format!(
-            "\n[[vip]]\nname = \"{name}\"\naddress = \"{addr}\"\nport = {port}\nprotocol = \"{proto}\"\nmode = \"{mode}\"\n"
-        );
-        for (b, w) in weights.iter().enumerate() {
-            let dip_port = if name == "web" { "\nport = 8080" } else { "" };
-            s += &format!(
-                "[[vip.dip]]\naddress = \"10.77.{}.2\"{dip_port}\nweight = {w}\n",
-                b + 1
-            );
-        }
-    }
-    s
+/// nat and dsr HTTP VIPs and a nat UDP VIP over backends 1..=3, a worker
+/// on CPU 1 and the `keys` of `[dataplane]`.
+fn config(keys: &str, weights: [u32; 3]) -> String {
+    let dips: Vec<(usize, u32)> = (1..).zip(weights).collect();
+    dataplane(3, &format!("workers = [1]\n{keys}")) + &lab_services(&dips)
 }
 
-fn counter(status: &serde_json::Value, name: &str) -> u64 {
-    status["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c[0] == name)
-        .and_then(|c| c[1].as_u64())
-        .unwrap_or_else(|| panic!("no counter {name}: {status}"))
-}
-
-/// The worker's load-balancer counter `stat` (index of `enum weir_stat`).
-fn worker_counter(d: &Daemon, stat: u32) -> u64 {
-    let workers = weir_control::tier::read_workers(&d.run_dir()).expect("workers.json");
-    workers
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["slb"][stat as usize].as_u64().unwrap_or(0))
-        .sum()
-}
-
-fn start(lab: &Lab, dataplane: &str) -> (Daemon, Vec<Backend>) {
-    let backends = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
-        .collect();
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    d.write_config(&config(dataplane, [1, 1, 1])).unwrap();
-    d.start().unwrap();
-    (d, backends)
+fn start(lab: &Lab, keys: &str) -> (Daemon, Vec<Backend>) {
+    let backends = start_backends(lab);
+    (start_daemon(lab, &config(keys, [1, 1, 1])), backends)
 }
 
 fn check_traffic(lab: &Lab, d: &mut Daemon, dataplane: &str) {
@@ -250,7 +209,7 @@ fn a_queue_that_takes_no_socket_fails_the_start_cleanly() {
         held_rx.recv().unwrap(),
         "the test could not take wc0's queue"
     );
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
+    let mut d = Daemon::new(exe(), &lab.lb).unwrap();
     d.write_config(&config("tier = \"software\"", [1, 1, 1]))
         .unwrap();
     let err = d.start().expect_err("weir serve started on a taken queue");
@@ -259,20 +218,7 @@ fn a_queue_that_takes_no_socket_fails_the_start_cleanly() {
         msg.contains("starting the software tier") && msg.contains("wc0"),
         "{msg}"
     );
-    let ns = lab.lb.clone();
-    let attached = std::thread::spawn(move || {
-        weir_lab::netns::enter(&ns).unwrap();
-        ["wc0", "wb1", "wb2", "wb3"]
-            .iter()
-            .filter_map(|i| weir_dataplane::iface::Iface::by_name(i).ok())
-            .filter_map(|i| weir_dataplane::attach::attached_prog_id(i.ifindex))
-            .count()
-    })
-    .join()
-    .unwrap();
-    // The lab's own pass program sits on the backends' ends, not on weir's.
-    assert_eq!(attached, 0, "a program stayed attached");
-    assert!(!d.pin_dir.exists() || std::fs::read_dir(&d.pin_dir).unwrap().next().is_none());
+    assert_nothing_left(&d, &lab.lb, &["wc0", "wb1", "wb2", "wb3"], "a taken queue");
     done_tx.send(()).unwrap();
     holder.join().unwrap();
 }

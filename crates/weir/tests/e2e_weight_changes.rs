@@ -20,19 +20,19 @@
 //! comparison alike and one slowed window does not decide it. Each test
 //! sends 24 s of traffic.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener};
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use weir_lab::backend::{Backend, AGENT_PORT};
+use weir_lab::backend::AGENT_PORT;
 use weir_lab::client::{http_load, spawn_http, ConnRecord, LoadRecord};
 use weir_lab::daemon::Daemon;
-use weir_lab::netns::enter;
 use weir_lab::topology::Lab;
+
+mod common;
+use common::{
+    counter, dataplane, dip, http_ok, serial, start_backends, start_daemon, vip, worker_counter,
+    FakeAgent,
+};
 
 const VIP: &str = "10.77.100.1:80";
 /// How long each window sends its load, and how many rounds of
@@ -52,25 +52,20 @@ const LIVE_PAUSE: Duration = Duration::from_millis(100);
 /// The least share of the unchanged rate a changing phase must reach.
 const RATE_FLOOR: f64 = 0.9;
 
-/// One lab at a time: two would share the workers' CPU.
-static SERIAL: Mutex<()> = Mutex::new(());
-
 /// The nat VIP over backends 1..=3 with `weights`; with `controller`, the
 /// load-aware controller every 100 ms over the backends' agents.
-fn config(dataplane: &str, weights: [u32; 3], controller: bool) -> String {
-    let mut s = format!(
-        "[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\", \"wb3\"]\nworkers = [1]\n{dataplane}\n"
-    );
+fn config(keys: &str, weights: [u32; 3], controller: bool) -> String {
+    let mut s = dataplane(3, &format!("workers = [1]\n{keys}"));
     if controller {
         s += "\n[controller]\npolicy = \"awfd\"\nm = 4\nupdate_interval_ms = 100\n\
               telemetry = \"agent\"\newma_alpha = 0.5\nagent_timeout_ms = 100\n\
               on_agent_silent = \"keep\"\nsilent_after = 3\n";
     }
-    s += "\n[[vip]]\nname = \"web\"\naddress = \"10.77.100.1\"\nport = 80\nprotocol = \"tcp\"\nmode = \"nat\"\n";
-    for (i, w) in weights.iter().enumerate() {
-        let b = i + 1;
-        s += &format!(
-            "[[vip.dip]]\naddress = \"10.77.{b}.2\"\nport = 8080\nweight = {w}\nagent = \"10.77.{b}.2:{AGENT_PORT}\"\n"
+    s += &vip("web", "10.77.100.1", 80, "tcp", "nat");
+    for (b, w) in (1..).zip(weights) {
+        s += &dip(
+            b,
+            &format!("port = 8080\nweight = {w}\nagent = \"10.77.{b}.2:{AGENT_PORT}\""),
         );
     }
     s
@@ -78,82 +73,15 @@ fn config(dataplane: &str, weights: [u32; 3], controller: bool) -> String {
 
 /// A backend's agent whose answers jump around (load 4..8 ms, rate 0..49/s),
 /// so the controller's weights change almost every interval.
-struct JumpyAgent {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl JumpyAgent {
-    fn start(ns: &str, seed: u64) -> JumpyAgent {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (flag, ns) = (stop.clone(), ns.to_string());
-        let (tx, rx) = std::sync::mpsc::channel();
-        let thread = std::thread::spawn(move || {
-            enter(&ns).unwrap();
-            let l = TcpListener::bind(("0.0.0.0", AGENT_PORT)).unwrap();
-            l.set_nonblocking(true).unwrap();
-            tx.send(()).unwrap();
-            let served = AtomicU64::new(0);
-            while !flag.load(Ordering::Relaxed) {
-                let Ok((mut s, _)) = l.accept() else {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                };
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-                let _ = s.read(&mut [0u8; 512]);
-                let n = served.fetch_add(1, Ordering::Relaxed);
-                let x = (n.wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503)) % 97;
-                let body = format!(
-                    "{{\"processing_time_s\": {}, \"rate_per_s\": {}, \"samples\": 10, \"window_s\": 0.1}}",
-                    0.004 + x as f64 * 0.00004,
-                    (x * 3) % 50
-                );
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        JumpyAgent {
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for JumpyAgent {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// The workers' load-balancer counter `stat` (index of `enum weir_stat`),
-/// from the run directory's workers.json.
-fn worker_counter(d: &Daemon, stat: u32) -> u64 {
-    let workers = weir_control::tier::read_workers(&d.run_dir()).expect("workers.json");
-    workers
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["slb"][stat as usize].as_u64().unwrap_or(0))
-        .sum()
-}
-
-/// An XDP counter of `weir status --json`.
-fn xdp_counter(status: &serde_json::Value, name: &str) -> u64 {
-    status["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c[0] == name)
-        .and_then(|c| c[1].as_u64())
-        .unwrap_or_else(|| panic!("no counter {name}: {status}"))
+fn jumpy_agent(ns: &str, seed: u64) -> FakeAgent {
+    FakeAgent::start(ns, move |n| {
+        let x = (n.wrapping_mul(2_654_435_761) ^ seed.wrapping_mul(40_503)) % 97;
+        Some(http_ok(&format!(
+            "{{\"processing_time_s\": {}, \"rate_per_s\": {}, \"samples\": 10, \"window_s\": 0.1}}",
+            0.004 + x as f64 * 0.00004,
+            (x * 3) % 50
+        )))
+    })
 }
 
 /// What the load got in the windows of one kind.
@@ -229,24 +157,18 @@ impl Kind {
 /// Rounds of: no change, (a) reloads that change weights every 200 ms, no
 /// change, (b) the controller every 100 ms; asserts as the file says.
 fn weights_change_under_load(tier: &str, dataplane: &str) {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // One lab at a time: two would share the workers' CPU.
+    let _g = serial();
     let lab = Lab::build(3).expect("building the lab");
-    let _backends: Vec<Backend> = lab
+    let _backends = start_backends(&lab);
+    let _agents: Vec<FakeAgent> = lab
         .backends
         .iter()
         .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
+        .map(|(i, ns)| jumpy_agent(ns, i as u64))
         .collect();
-    let _agents: Vec<JumpyAgent> = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| JumpyAgent::start(ns, i as u64))
-        .collect();
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
     let unchanged = config(dataplane, [1, 1, 1], false);
-    d.write_config(&unchanged).unwrap();
-    d.start().unwrap();
+    let mut d = start_daemon(&lab, &unchanged);
     let vip: SocketAddr = VIP.parse().unwrap();
     // Every backend answers before anything is measured.
     for _ in 0..30 {
@@ -255,7 +177,7 @@ fn weights_change_under_load(tier: &str, dataplane: &str) {
     std::thread::sleep(Duration::from_millis(1200));
     let no_route = |d: &Daemon| worker_counter(d, weir_abi::WEIR_STAT_DROP_NO_ROUTE);
     let no_route_before = no_route(&d);
-    let xdp_no_route_before = xdp_counter(&d.status_json().unwrap(), "drop_no_route");
+    let xdp_no_route_before = counter(&d.status_json().unwrap(), "drop_no_route");
     let published = |d: &Daemon| {
         d.status_json().unwrap()["controller"]["tables_published"]
             .as_u64()
@@ -303,7 +225,7 @@ fn weights_change_under_load(tier: &str, dataplane: &str) {
     // The workers write their counters twice a second.
     std::thread::sleep(Duration::from_millis(1200));
     let no_route_after = no_route(&d);
-    let xdp_no_route_after = xdp_counter(&d.status_json().unwrap(), "drop_no_route");
+    let xdp_no_route_after = counter(&d.status_json().unwrap(), "drop_no_route");
     d.stop().unwrap();
 
     for k in [&baseline, &reloading, &controlled] {

@@ -5,7 +5,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -13,23 +12,24 @@ use weir_lab::daemon::Daemon;
 use weir_lab::netns::{enter, ip_in};
 use weir_lab::topology::{attach_pass, Lab};
 
+mod common;
+use common::{dataplane, dip, start_daemon, vip, WEIR};
+
 const METRICS_PORT: u16 = 9100;
 
 fn config() -> String {
-    let mut s = format!(
-        "[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\", \"wb3\"]\n\n\
-         [metrics]\nlisten = \"127.0.0.1:{METRICS_PORT}\"\n\n\
-         [[vip]]\nname = \"web\"\naddress = \"10.77.100.1\"\nport = 80\nprotocol = \"tcp\"\nmode = \"nat\"\n"
-    );
+    let mut s = dataplane(3, "")
+        + &format!("\n[metrics]\nlisten = \"127.0.0.1:{METRICS_PORT}\"\n")
+        + &vip("web", "10.77.100.1", 80, "tcp", "nat");
     for b in 1..=3 {
-        s += &format!("[[vip.dip]]\naddress = \"10.77.{b}.2\"\nweight = 1\n");
+        s += &dip(b, "weight = 1");
     }
     s
 }
 
 /// `weir status` in human form.
 fn status_text(d: &Daemon) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+    let out = Command::new(WEIR)
         .args(["status", "--run-dir"])
         .arg(d.run_dir())
         .arg("--pin-dir")
@@ -83,9 +83,7 @@ fn within_seconds(what: &str, mut ok: impl FnMut() -> bool) {
 #[test]
 fn a_detached_or_replaced_program_is_reported_and_a_restart_clears_it() {
     let lab = Lab::build(3).expect("building the lab");
-    let mut d = Daemon::new(Path::new(env!("CARGO_BIN_EXE_weir")), &lab.lb).unwrap();
-    d.write_config(&config()).unwrap();
-    d.start().unwrap();
+    let mut d = start_daemon(&lab, &config());
     within_seconds("every interface reported attached", || {
         ["wc0", "wb1", "wb2", "wb3"].iter().all(|i| {
             d.status_json().unwrap()["xdp_attach"].is_array()

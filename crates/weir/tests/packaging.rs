@@ -9,40 +9,18 @@
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use weir_lab::backend::{Backend, BackendOptions, AGENT_PORT};
 use weir_lab::client::http_once;
-use weir_lab::daemon::Daemon;
 use weir_lab::netns::{enter, ip_in, veth, NamespaceSet};
 use weir_lab::topology::Lab;
 
-const WEIR: &str = env!("CARGO_BIN_EXE_weir");
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn weir(args: &[&str]) -> Output {
-    Command::new(WEIR)
-        .args(args)
-        .output()
-        .expect("running weir")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn temp_dir(what: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("weir-packaging-{what}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+mod common;
+use common::{repo, start_daemon, text, weir, Interrupted, TempDir, WEIR};
 
 #[test]
 fn every_example_configuration_loads_without_warnings() {
@@ -100,7 +78,8 @@ fn completions_and_man_pages_come_from_the_cli() {
         text(&bad.stderr)
     );
 
-    let dir = temp_dir("man");
+    let tmp = TempDir::new("weir-packaging-man");
+    let dir = tmp.path();
     let out = weir(&["man", dir.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     for page in [
@@ -125,7 +104,6 @@ fn completions_and_man_pages_come_from_the_cli() {
     ] {
         assert!(!dir.join(hidden).exists(), "{hidden} was generated");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn make_install(weir: &str, destdir: &Path) -> Output {
@@ -197,7 +175,8 @@ fn settings(unit: &str) -> Vec<(String, String)> {
 #[test]
 fn systemd_units_verify_and_keep_what_weir_needs() {
     let units = ["weir.service", "weir-kv.service", "weir-agent.service"];
-    let dir = temp_dir("units");
+    let tmp = TempDir::new("weir-packaging-units");
+    let dir = tmp.path();
     let man = dir.join("man/man1");
     std::fs::create_dir_all(&man).unwrap();
     assert!(weir(&["man", man.to_str().unwrap()]).status.success());
@@ -248,7 +227,6 @@ fn systemd_units_verify_and_keep_what_weir_needs() {
     assert!(has("RuntimeDirectory", "weir") && has("RuntimeDirectoryPreserve", "yes"));
     assert!(has("ExecStart", "--run-dir /run/weir"));
     assert!(has("CapabilityBoundingSet", "CAP_SYS_ADMIN"));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// `GET /metrics` on 127.0.0.1:`port` inside namespace `ns`, retried (with
@@ -349,42 +327,25 @@ fn dashboard_queries(d: &Value) -> Vec<String> {
 
 /// `weir kv` with the UDP path on a veth in namespace `ns`, metrics on
 /// 127.0.0.1:9122 there; stopped (SIGINT: detach) on drop.
-struct Kv(Child);
-
-impl Kv {
-    fn start(ns: &str, dir: &Path) -> Kv {
-        let cfg = dir.join("kv.toml");
-        std::fs::write(
-            &cfg,
-            "[pool]\nlisten = \"127.0.0.1:22122\"\nmetrics = \"127.0.0.1:9122\"\n\
-             [[pool.server]]\naddress = \"10.79.0.2\"\nport = 11211\nname = \"mc1\"\n\
-             mac = \"02:00:00:00:00:02\"\n\
-             [udp]\ninterfaces = [\"v0\"]\nxdp_mode = \"generic\"\n[cache]\nenabled = true\n",
-        )
+fn start_kv(ns: &str, dir: &Path) -> Interrupted {
+    let cfg = dir.join("kv.toml");
+    std::fs::write(
+        &cfg,
+        "[pool]\nlisten = \"127.0.0.1:22122\"\nmetrics = \"127.0.0.1:9122\"\n\
+         [[pool.server]]\naddress = \"10.79.0.2\"\nport = 11211\nname = \"mc1\"\n\
+         mac = \"02:00:00:00:00:02\"\n\
+         [udp]\ninterfaces = [\"v0\"]\nxdp_mode = \"generic\"\n[cache]\nenabled = true\n",
+    )
+    .unwrap();
+    let child = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{ns}"))
+        .args([WEIR, "kv", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
         .unwrap();
-        let child = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{ns}"))
-            .args([WEIR, "kv", "--config"])
-            .arg(&cfg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Kv(child)
-    }
-}
-
-impl Drop for Kv {
-    fn drop(&mut self) {
-        // SAFETY: plain kill(2) on our child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while self.0.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    Interrupted(child)
 }
 
 #[test]
@@ -409,9 +370,9 @@ fn grafana_dashboard_queries_the_metrics_weir_exports() {
         ..BackendOptions::default()
     };
     let _backend = Backend::start_with(&lab.backends[0], "backend-1", &opts).unwrap();
-    let mut daemon = Daemon::new(Path::new(WEIR), &lab.lb).unwrap();
-    daemon
-        .write_config(&format!(
+    let mut daemon = start_daemon(
+        &lab,
+        &format!(
             "[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\"]\nconn_table_size = 4096\n\
              tier = \"hybrid\"\nworkers = [1]\nfast_table_size = 64\n\
              [controller]\nupdate_interval_ms = 100\nagent_timeout_ms = 50\n\
@@ -421,9 +382,8 @@ fn grafana_dashboard_queries_the_metrics_weir_exports() {
              [vip.health]\nkind = \"tcp\"\ninterval_ms = 100\ntimeout_ms = 50\n\
              [[vip.dip]]\naddress = \"10.77.1.2\"\nport = 8080\nagent = \"10.77.1.2:{AGENT_PORT}\"\n\
              [[vip.dip]]\naddress = \"10.77.2.2\"\nport = 8080\nagent = \"10.77.2.2:{AGENT_PORT}\"\n"
-        ))
-        .unwrap();
-    daemon.start().unwrap();
+        ),
+    );
     let vip: SocketAddr = "10.77.100.1:80".parse().unwrap();
     let serve = scrape(
         &lab.lb,
@@ -450,8 +410,9 @@ fn grafana_dashboard_queries_the_metrics_weir_exports() {
     ip_in(&sw, &["addr", "add", "10.79.0.1/24", "dev", "v0"]).unwrap();
     ip_in(&sw, &["link", "set", "v0", "up"]).unwrap();
     ip_in(&peer, &["link", "set", "v1", "up"]).unwrap();
-    let dir = temp_dir("kv");
-    let kv_switch = Kv::start(&sw, &dir);
+    let tmp = TempDir::new("weir-packaging-kv");
+    let dir = tmp.path();
+    let kv_switch = start_kv(&sw, dir);
     let kv = scrape(
         &sw,
         9122,
@@ -459,7 +420,6 @@ fn grafana_dashboard_queries_the_metrics_weir_exports() {
         &mut || {},
     );
     drop(kv_switch);
-    std::fs::remove_dir_all(&dir).unwrap();
 
     assert!(serve.contains("weir_dip_weight"), "weir serve: {serve:?}");
     assert!(kv.contains("weir_kv_requests_total"), "weir kv: {kv:?}");

@@ -52,8 +52,6 @@ mod rewrite;
 mod services;
 
 #[cfg(test)]
-mod testframes;
-#[cfg(test)]
 mod tests;
 
 pub use config::{Action, Config, ConfigError, NonSynMiss};

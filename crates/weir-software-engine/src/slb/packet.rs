@@ -393,7 +393,10 @@ fn parse_l4(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slb::testframes::*;
+    use weir_testkit::fixture::*;
+    use weir_testkit::frames::*;
+    // The view under test, not the packet model's frame.
+    use super::Frame;
     use weir_core::flow::{FlowTuple, Proto};
 
     fn l4(frame: &[u8]) -> Packet {
@@ -437,14 +440,30 @@ mod tests {
 
     #[test]
     fn classes_follow_parse_h() {
-        let icmp = icmp_echo("192.0.2.1", "10.0.0.100");
+        let icmp = icmp_echo(CLIENT_MAC, VIP_MAC, ip("192.0.2.1"), ip("10.0.0.100"));
         assert_eq!(parse(&icmp), Parsed::Icmp);
         assert_eq!(
-            parse(&icmp_echo("2001:db8::1", "2001:db8::2")),
+            parse(&icmp_echo(
+                CLIENT_MAC,
+                VIP_MAC,
+                ip("2001:db8::1"),
+                ip("2001:db8::2")
+            )),
             Parsed::Icmp
         );
-        assert_eq!(parse(&arp()), Parsed::NotIp);
-        assert_eq!(parse(&gre_v4()), Parsed::OtherL4);
+        assert_eq!(
+            parse(&arp_request(CLIENT_MAC, [192, 0, 2, 1], [10, 0, 0, 100])),
+            Parsed::NotIp
+        );
+        assert_eq!(
+            parse(&ipv4_other_proto(
+                CLIENT_MAC,
+                VIP_MAC,
+                [192, 0, 2, 1],
+                [10, 0, 0, 100]
+            )),
+            Parsed::OtherL4
+        );
         let mut frag = tcp("192.0.2.1", 1, "10.0.0.1", 2, SYN).bytes();
         frag[ETH_HLEN + 6] = 0x20; // MF
         assert_eq!(parse(&frag), Parsed::Fragment);
@@ -525,7 +544,7 @@ mod tests {
                 .payload(b"x")
                 .bytes(),
             udp("2001:db8:c::1", 5353, "2001:db8::100", 53).bytes(),
-            icmp_echo("192.0.2.1", "10.0.0.100"),
+            icmp_echo(CLIENT_MAC, VIP_MAC, ip("192.0.2.1"), ip("10.0.0.100")),
         ];
         for full in &frames {
             for len in 0..full.len() {

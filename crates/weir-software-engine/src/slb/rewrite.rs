@@ -15,6 +15,7 @@
 use std::fmt;
 
 use super::packet::{Frame, Packet, ETH_HLEN, IPPROTO_TCP, IPPROTO_UDP};
+use weir_core::csum::finish;
 
 /// Where the IPv4 header checksum and addresses sit (from the IP header).
 const V4_CHECKSUM: usize = 10;
@@ -48,17 +49,11 @@ impl fmt::Display for OutOfBounds {
 
 impl std::error::Error for OutOfBounds {}
 
-fn fold32(mut sum: u32) -> u16 {
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum = (sum & 0xffff) + (sum >> 16);
-    sum as u16
-}
-
 /// csum.h's `csum_replace2`: the 16-bit word `from` becomes `to` under
 /// checksum `sum` (HC' = ~(~HC + ~m + m')).
 pub fn csum_replace2(sum: u16, from: u16, to: u16) -> u16 {
     let acc = u32::from(!sum) + u32::from(!from) + u32::from(to);
-    !fold32(acc)
+    finish(acc)
 }
 
 /// csum.h's `csum_replace4`: the 32-bit field `from` becomes `to`.
@@ -69,7 +64,7 @@ pub fn csum_replace4(sum: u16, from: [u8; 4], to: [u8; 4]) -> u16 {
         + (!half(from, 2) & 0xffff)
         + half(to, 0)
         + half(to, 2);
-    !fold32(acc)
+    finish(acc)
 }
 
 fn get16(b: &[u8], off: usize) -> Result<u16, OutOfBounds> {
@@ -176,8 +171,10 @@ pub fn set_macs(frame: &mut [u8], dst: [u8; 6], src: [u8; 6]) -> Result<(), OutO
 mod tests {
     use super::*;
     use crate::slb::packet::{parse, Parsed};
-    use crate::slb::testframes::*;
     use weir_core::flow::addr_words;
+    use weir_testkit::fixture::ip;
+    use weir_testkit::frames::Frame;
+    use weir_testkit::frames::*;
 
     fn packet(frame: &[u8]) -> Packet {
         match parse(frame) {
@@ -187,8 +184,8 @@ mod tests {
     }
 
     /// Rewrites with weir's rules and compares with a frame built from
-    /// scratch with the new endpoint (etherparse computes every checksum).
-    fn check(input: TestFrame, end: End, to: &str, port: u16, want: TestFrame) {
+    /// scratch with the new endpoint (`weir_core::wire` computes every checksum).
+    fn check(input: Frame, end: End, to: &str, port: u16, want: Frame) {
         let mut b = input.bytes();
         let p = packet(&b);
         let (addr, _) = addr_words(to.parse().unwrap());
@@ -209,20 +206,26 @@ mod tests {
                     End::Dst,
                     dip,
                     8080,
-                    f.clone().with_dst(dip, 8080),
+                    f.clone().with_dst(ip(dip), 8080),
                 );
                 // Port 0 keeps the VIP's port.
-                check(f.clone(), End::Dst, dip, 0, f.clone().with_dst(dip, 80));
+                check(f.clone(), End::Dst, dip, 0, f.clone().with_dst(ip(dip), 80));
                 let u = udp(client, 5353, vip, 53).payload(payload);
                 check(
                     u.clone(),
                     End::Dst,
                     dip,
                     5300,
-                    u.clone().with_dst(dip, 5300),
+                    u.clone().with_dst(ip(dip), 5300),
                 );
                 let r = tcp(dip, 8080, client, 40001, SYN_ACK).payload(payload);
-                check(r.clone(), End::Src, vip, 80, r.clone().with_src(vip, 80));
+                check(
+                    r.clone(),
+                    End::Src,
+                    vip,
+                    80,
+                    r.clone().with_src(ip(vip), 80),
+                );
             }
         }
     }
@@ -230,7 +233,7 @@ mod tests {
     #[test]
     fn ipv4_udp_without_checksum_stays_without() {
         let u = udp("192.0.2.1", 5353, "10.0.0.100", 53).zero_udp_csum();
-        let want = u.clone().with_dst("10.1.0.1", 5300).zero_udp_csum();
+        let want = u.clone().with_dst(ip("10.1.0.1"), 5300).zero_udp_csum();
         check(u, End::Dst, "10.1.0.1", 5300, want);
     }
 
@@ -242,7 +245,7 @@ mod tests {
         let off = base.l4_off() + 6;
         let found = (0..=u16::MAX).find_map(|w| {
             let f = base.clone().payload(&w.to_be_bytes());
-            let want = f.clone().with_dst("10.1.0.1", 8080);
+            let want = f.clone().with_dst(ip("10.1.0.1"), 8080);
             (want.bytes()[off..off + 2] == [0xff, 0xff]).then_some((f, want))
         });
         let (f, want) = found.expect("some payload sums to zero");

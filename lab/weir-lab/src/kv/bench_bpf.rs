@@ -14,7 +14,7 @@ use anyhow::{ensure, Context, Result};
 use clap::Args;
 use libbpf_rs::ProgramInput;
 use serde::Serialize;
-use weir_core::csum::checksum;
+use weir_core::wire::Frame;
 use weir_dataplane::testrun::XdpAction;
 use weir_kv::route::{DistKind, Distribution, HashKind, Server};
 use weir_kv::xdp::{self, KvLoadOptions, LoadedKv, ServerAddr};
@@ -241,25 +241,11 @@ fn once(kv: &LoadedKv, frame: &[u8]) -> Result<(XdpAction, f64)> {
 
 /// Ethernet + IPv4 (checksummed) + UDP (checksum 0: none, as IPv4 allows).
 fn udp_frame(payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(42 + payload.len());
-    f.extend_from_slice(&[2, 0, 0, 0, 0, 0xaa, 2, 0, 0, 0, 0, 0xcc, 0x08, 0x00]);
-    let total = (20 + 8 + payload.len()) as u16;
-    let mut ip = [0u8; 20];
-    ip[0] = 0x45;
-    ip[2..4].copy_from_slice(&total.to_be_bytes());
-    ip[8] = 64;
-    ip[9] = 17;
-    ip[12..16].copy_from_slice(&CLIENT.octets());
-    ip[16..20].copy_from_slice(&VIP.octets());
-    let csum = checksum(&ip, 0);
-    ip[10..12].copy_from_slice(&csum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&40000u16.to_be_bytes());
-    f.extend_from_slice(&PORT.to_be_bytes());
-    f.extend_from_slice(&(8 + payload.len() as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    f.extend_from_slice(payload);
-    f
+    Frame::udp(CLIENT.into(), 40000, VIP.into(), PORT)
+        .macs([2, 0, 0, 0, 0, 0xcc], [2, 0, 0, 0, 0, 0xaa])
+        .payload(payload)
+        .zero_udp_csum()
+        .bytes()
 }
 
 #[cfg(test)]
@@ -269,16 +255,10 @@ mod tests {
     #[test]
     fn frames_carry_a_valid_ipv4_header() {
         let f = udp_frame(b"\x12\x34\0\0\0\x01\0\0get k\r\n");
-        let ip = &f[14..34];
-        let sum: u32 = ip
-            .chunks(2)
-            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
-            .sum();
-        let folded = (sum & 0xffff) + (sum >> 16);
         assert_eq!(
-            (folded & 0xffff) + (folded >> 16),
-            0xffff,
-            "header checksum"
+            weir_core::csum::checksum(&f[14..34], 0),
+            0,
+            "a correct IPv4 header sums to zero"
         );
         assert_eq!(
             usize::from(u16::from_be_bytes([f[16], f[17]])),

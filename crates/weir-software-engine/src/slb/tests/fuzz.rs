@@ -33,27 +33,42 @@ fn seeds(fx: &Fixture) -> Vec<Vec<u8>> {
             .bytes(),
     );
     for d in &fx.dips {
-        let client = if d.addr.contains(':') {
+        let peer = ip(if d.addr.is_ipv6() {
             "2001:db8:c::1"
         } else {
             "192.0.2.1"
-        };
+        });
         for flags in [SYN_ACK, PSH_ACK, FIN_ACK, RST] {
             s.push(
-                tcp(d.addr, d.port_for(80), client, 40001, flags)
+                Frame::tcp(d.addr, d.port_for(80), peer, 40001, flags)
                     .macs(dip_mac(d.id), LB_IF_MAC)
                     .bytes(),
             );
         }
-        s.push(udp(d.addr, d.port_for(53), client, 5353).bytes());
+        s.push(client(Frame::udp(d.addr, d.port_for(53), peer, 5353)).bytes());
     }
     let v6 = tcp("2001:db8:c::1", 40001, "2001:db8::100", 80, SYN);
     s.push(ipv6_with_exts(&v6, &ext_chain(3)));
     s.push(ipv6_with_exts(&v6, &[fragment_ext()]));
-    s.push(icmp_echo("192.0.2.1", "10.0.0.100"));
-    s.push(icmp_echo("2001:db8:c::1", "2001:db8::100"));
-    s.push(arp());
-    s.push(gre_v4());
+    s.push(icmp_echo(
+        CLIENT_MAC,
+        VIP_MAC,
+        ip("192.0.2.1"),
+        ip("10.0.0.100"),
+    ));
+    s.push(icmp_echo(
+        CLIENT_MAC,
+        VIP_MAC,
+        ip("2001:db8:c::1"),
+        ip("2001:db8::100"),
+    ));
+    s.push(arp_request(CLIENT_MAC, [192, 0, 2, 1], [10, 0, 0, 100]));
+    s.push(ipv4_other_proto(
+        CLIENT_MAC,
+        VIP_MAC,
+        [192, 0, 2, 1],
+        [10, 0, 0, 100],
+    ));
     s
 }
 

@@ -1,0 +1,46 @@
+//! Starting the lab's backends and `weir serve` in it.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use weir_lab::backend::{Backend, BackendOptions};
+use weir_lab::daemon::Daemon;
+use weir_lab::topology::Lab;
+
+/// The `weir` binary under test.
+pub const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+
+pub fn exe() -> &'static Path {
+    Path::new(WEIR)
+}
+
+/// One heavy test of a file at a time: the ones that load the CPU (floods,
+/// timed reactions, a browser) starve each other's clients otherwise, which
+/// is not what they test.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An HTTP backend `backend-{i}` in each of the lab's backend namespaces.
+pub fn start_backends(lab: &Lab) -> Vec<Backend> {
+    start_backends_with(lab, &BackendOptions::default())
+}
+
+/// [`start_backends`] with `opts`.
+pub fn start_backends_with(lab: &Lab, opts: &BackendOptions) -> Vec<Backend> {
+    lab.backends
+        .iter()
+        .enumerate()
+        .map(|(i, ns)| Backend::start_with(ns, &format!("backend-{}", i + 1), opts).unwrap())
+        .collect()
+}
+
+/// `weir serve` in the lab's load-balancer namespace with `config`,
+/// started (ready); stopped when dropped.
+pub fn start_daemon(lab: &Lab, config: &str) -> Daemon {
+    let mut d = Daemon::new(exe(), &lab.lb).unwrap();
+    d.write_config(config).unwrap();
+    d.start().unwrap();
+    d
+}
