@@ -102,7 +102,9 @@ fn run(
                     break;
                 }
                 Err(e) => {
-                    log::warn!("next hops: reading netlink changes: {e}; resolving every {REFRESH:?} only");
+                    log::warn!(
+                        "next hops: reading netlink changes: {e}; resolving every {REFRESH:?} only"
+                    );
                     std::thread::sleep(TICK);
                 }
             }

@@ -19,8 +19,8 @@ use weir_core::flow::{addr_words, FlowTuple, Proto};
 use weir_dataplane::iface::Iface;
 use weir_dataplane::loader::{self, LoadOptions};
 use weir_dataplane::maps::Maps;
-use weir_sys::RouteWatch;
 use weir_dataplane::testrun::{self, XdpAction};
+use weir_sys::RouteWatch;
 
 const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x77, 0x02];
 const GW_MAC2: [u8; 6] = [0x02, 0, 0, 0, 0x77, 0x03];

@@ -67,11 +67,7 @@ impl CacheIndex {
             "Unified" => CacheKind::Unified,
             _ => return Err(TopologyError::Kind(kind.to_string())),
         };
-        Ok(CacheIndex {
-            level,
-            kind,
-            cpus,
-        })
+        Ok(CacheIndex { level, kind, cpus })
     }
 }
 
@@ -208,7 +204,7 @@ mod tests {
             per_cpu
                 .iter()
                 .flatten()
-                .map(|(l, k, s)| CacheIndex::parse(l, k, s).unwrap()),
+                .map(|(l, k, s)| CacheIndex::parse(l, k, cpu_list(s)).unwrap()),
         );
         assert_eq!(t.groups.len(), 4 + 4 + 2, "each shared cache once");
         assert_eq!(t.closeness(0, 4), Closeness::Cache(1));

@@ -130,8 +130,19 @@ mod tests {
         assert_eq!(parse_cpu_list(" \n").unwrap(), Vec::<usize>::new());
         assert_eq!(parse_cpu_list("8191").unwrap(), vec![MAX_CPU]);
         for bad in [
-            "x", "3-1", "1-", "-1", "0,,a", "1,,2", "1 2", "+1", "0x1", "1-2-3", "8192",
-            "0-4294967295", "99999999999",
+            "x",
+            "3-1",
+            "1-",
+            "-1",
+            "0,,a",
+            "1,,2",
+            "1 2",
+            "+1",
+            "0x1",
+            "1-2-3",
+            "8192",
+            "0-4294967295",
+            "99999999999",
         ] {
             assert!(parse_cpu_list(bad).is_none(), "{bad}");
         }

@@ -24,9 +24,8 @@ pub fn is_bpffs(dir: &Path) -> io::Result<bool> {
 pub fn mount_bpffs(target: &Path, options: &str) -> io::Result<()> {
     let target = c_path(target)?;
     let kind = CString::new("bpf").expect("no NUL");
-    let options = CString::new(options).map_err(|_| {
-        io::Error::new(io::ErrorKind::InvalidInput, "mount options contain NUL")
-    })?;
+    let options = CString::new(options)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "mount options contain NUL"))?;
     // SAFETY: mount(2) with valid NUL-terminated strings.
     let rc = unsafe {
         libc::mount(

@@ -35,10 +35,16 @@ mod tests {
             let home = File::open("/proc/thread-self/ns/net").unwrap();
             let before = std::fs::read_link("/proc/thread-self/ns/net").unwrap();
             unshare_netns().unwrap();
-            assert_ne!(std::fs::read_link("/proc/thread-self/ns/net").unwrap(), before);
+            assert_ne!(
+                std::fs::read_link("/proc/thread-self/ns/net").unwrap(),
+                before
+            );
             assert_eq!(crate::ifindex("lo").unwrap(), Some(1));
             enter_netns(&home).unwrap();
-            assert_eq!(std::fs::read_link("/proc/thread-self/ns/net").unwrap(), before);
+            assert_eq!(
+                std::fs::read_link("/proc/thread-self/ns/net").unwrap(),
+                before
+            );
         })
         .join()
         .unwrap();

@@ -189,7 +189,10 @@ mod tests {
         let cpu = crate::allowed_cpus().unwrap()[0];
         let (r, w) = crate::pipe().unwrap();
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", "echo hi >&7; grep Cpus_allowed_list /proc/self/status"]);
+        cmd.args([
+            "-c",
+            "echo hi >&7; grep Cpus_allowed_list /proc/self/status",
+        ]);
         cmd.stdout(std::process::Stdio::piped());
         ChildSetup {
             cpu: Some(cpu),
