@@ -25,11 +25,11 @@ use weir_dataplane::maps::Maps;
 use weir_software_engine::offload::{FastEntry, OffloadPolicy};
 use weir_software_engine::slb::NextHop;
 
-use crate::nexthop::resolve;
 use crate::spread::Spreader;
 use crate::stats::WorkerStats;
 use crate::tables::Snapshot;
 use crate::worker::{Services, ToControl, ToWorker};
+use weir_dataplane::nexthop::resolve;
 use weir_sys::monotonic_coarse_ns as coarse_now_ns;
 
 const VERSION_POLL: Duration = Duration::from_millis(5);
