@@ -78,7 +78,7 @@ impl Default for Config {
 impl Config {
     /// Refuses what the kernel would refuse, naming the field.
     pub fn validate(&self) -> Result<()> {
-        let page = page_size();
+        let page = weir_sys::page_size();
         if self.frame_count == 0 {
             return Err(Error::Config(
                 "frame_count is 0: the UMEM needs frames to receive into (use at least \
@@ -123,12 +123,6 @@ impl Config {
     pub fn umem_bytes(&self) -> u64 {
         self.frame_count as u64 * self.frame_size as u64
     }
-}
-
-pub(crate) fn page_size() -> u32 {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u32::try_from(size).unwrap_or(4096)
 }
 
 #[cfg(test)]

@@ -1,28 +1,10 @@
 //! The interface a socket binds to: its index and how many queues it has,
-//! asked of the kernel with ioctls so the answer is for the caller's network
-//! namespace (sysfs shows the namespace it was mounted in).
+//! asked of the kernel (`weir_sys`) so the answer is for the caller's
+//! network namespace.
 
 use std::io;
 
 use crate::error::{Error, Result};
-
-/// ETHTOOL_GCHANNELS from linux/ethtool.h (the libc crate lacks it).
-const ETHTOOL_GCHANNELS: u32 = 0x3c;
-
-/// struct ethtool_channels from linux/ethtool.h.
-#[repr(C)]
-#[derive(Default)]
-struct EthtoolChannels {
-    cmd: u32,
-    max_rx: u32,
-    max_tx: u32,
-    max_other: u32,
-    max_combined: u32,
-    rx_count: u32,
-    tx_count: u32,
-    other_count: u32,
-    combined_count: u32,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Interface {
@@ -60,33 +42,7 @@ impl Interface {
 
     /// Queues the kernel accepts an AF_XDP socket on (ETHTOOL_GCHANNELS).
     fn queue_count(&self) -> io::Result<u32> {
-        let mut channels = EthtoolChannels {
-            cmd: ETHTOOL_GCHANNELS,
-            ..Default::default()
-        };
-        // SAFETY: ifreq is plain data; zero is a valid value.
-        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-        for (d, s) in req.ifr_name.iter_mut().zip(self.name.bytes()) {
-            *d = s as libc::c_char;
-        }
-        req.ifr_ifru.ifru_data = (&mut channels as *mut EthtoolChannels).cast();
-        // SAFETY: plain socket(2); closed below.
-        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is open; req names the interface and points at a
-        // channels struct that outlives the call.
-        let rc = unsafe { libc::ioctl(fd, libc::SIOCETHTOOL, &mut req) };
-        let err = io::Error::last_os_error();
-        // SAFETY: fd is ours.
-        unsafe { libc::close(fd) };
-        if rc < 0 {
-            return Err(err);
-        }
-        let rx = channels.rx_count + channels.combined_count;
-        let tx = channels.tx_count + channels.combined_count;
-        Ok(rx.max(tx))
+        weir_sys::queue_count(&self.name)
     }
 }
 

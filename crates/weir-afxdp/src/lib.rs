@@ -39,17 +39,17 @@
 //! API); this crate adds the frame ownership that makes in-place access and
 //! zero-copy forwarding safe, the burst loop, and the errors.
 
-pub mod config;
-pub mod cpu;
-pub mod error;
-pub mod frame;
+mod config;
+mod cpu;
+mod error;
+mod frame;
 mod iface;
-pub mod poll;
+mod poll;
 mod rings;
-pub mod socket;
+mod socket;
 mod sockopt;
-pub mod stats;
-pub mod xskmap;
+mod stats;
+mod xskmap;
 
 pub use config::{BusyPoll, Config, Mode};
 pub use cpu::pin_current_thread;

@@ -308,13 +308,7 @@ fn create_umem(
 }
 
 fn physical_memory() -> u64 {
-    // SAFETY: sysinfo fills a plain struct.
-    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
-    // SAFETY: info is valid for writes.
-    if unsafe { libc::sysinfo(&mut info) } != 0 {
-        return u64::MAX;
-    }
-    info.totalram as u64 * info.mem_unit as u64
+    weir_sys::physical_memory().unwrap_or(u64::MAX)
 }
 
 /// How long a bind waits for a queue whose previous socket is closing:

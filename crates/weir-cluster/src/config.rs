@@ -242,49 +242,19 @@ impl ClusterCfg {
 
 /// The first address of `iface` (IPv4 preferred), for peers to send to.
 pub fn interface_address(iface: &str) -> Result<IpAddr, String> {
-    let mut addrs: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs allocates a list that is freed below.
-    if unsafe { libc::getifaddrs(&mut addrs) } != 0 {
-        return Err(format!(
-            "listing interfaces: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    let mut found: Vec<IpAddr> = Vec::new();
-    let mut exists = false;
-    let mut p = addrs;
-    while !p.is_null() {
-        // SAFETY: p walks the list getifaddrs returned.
-        let ifa = unsafe { &*p };
-        p = ifa.ifa_next;
-        // SAFETY: ifa_name is a C string.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-        if name.to_bytes() != iface.as_bytes() {
-            continue;
-        }
-        exists = true;
-        if ifa.ifa_addr.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr points at a sockaddr of the family it says.
-        match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
-            libc::AF_INET => {
-                let sa = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                found.push(IpAddr::from(sa.sin_addr.s_addr.to_ne_bytes()));
-            }
-            libc::AF_INET6 => {
-                let sa = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                let a = std::net::Ipv6Addr::from(sa.sin6_addr.s6_addr);
-                // A link-local address needs a scope a peer cannot give.
-                if a.segments()[0] & 0xffc0 != 0xfe80 {
-                    found.push(IpAddr::V6(a));
-                }
-            }
-            _ => {}
-        }
-    }
-    // SAFETY: the list getifaddrs allocated.
-    unsafe { libc::freeifaddrs(addrs) };
+    let all = weir_sys::interface_addrs().map_err(|e| format!("listing interfaces: {e}"))?;
+    let ours: Vec<Option<IpAddr>> = all
+        .into_iter()
+        .filter(|(name, _)| name == iface)
+        .map(|(_, addr)| addr)
+        .collect();
+    let exists = !ours.is_empty();
+    // A link-local IPv6 address needs a scope a peer cannot give.
+    let mut found: Vec<IpAddr> = ours
+        .into_iter()
+        .flatten()
+        .filter(|a| !matches!(a, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80))
+        .collect();
     if !exists {
         return Err(format!(
             "cluster.sync_interface `{iface}` does not exist (in this network namespace)"

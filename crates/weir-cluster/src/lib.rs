@@ -15,8 +15,8 @@
 pub mod agent;
 pub mod apply;
 pub mod config;
-pub mod etcd;
-pub mod realtime;
+mod etcd;
+mod realtime;
 pub mod record;
 pub mod sync;
 pub mod view;

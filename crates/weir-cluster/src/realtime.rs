@@ -12,13 +12,10 @@
 /// (kernel.sched_rt_runtime_us). Without CAP_SYS_NICE it says so, once,
 /// and the thread stays as it is.
 pub fn go_realtime(what: &str) {
-    let param = libc::sched_param { sched_priority: 1 };
-    // SAFETY: sched_setscheduler on the calling thread (pid 0).
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+    if let Err(e) = weir_sys::process::set_realtime(0, 1) {
         eprintln!(
-            "weir: cluster: the {what} stays at normal priority ({}); real-time priority needs \
-             CAP_SYS_NICE",
-            std::io::Error::last_os_error()
+            "weir: cluster: the {what} stays at normal priority ({e}); real-time priority needs \
+             CAP_SYS_NICE"
         );
     }
 }

@@ -10,12 +10,11 @@
 //! namespace (init's) sees the same filesystem, unless told that state may
 //! be ephemeral.
 
-use std::ffi::CString;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 
 /// The conventional mount point of the BPF filesystem.
 pub const BPFFS: &str = "/sys/fs/bpf";
@@ -182,36 +181,14 @@ fn netns_name() -> Option<String> {
 }
 
 fn mount_bpffs() -> Result<()> {
-    let target = CString::new(BPFFS).unwrap();
-    let kind = CString::new("bpf").unwrap();
-    let opts = CString::new("mode=0700").unwrap();
-    // SAFETY: mount(2) with valid NUL-terminated strings.
-    let rc = unsafe {
-        libc::mount(
-            kind.as_ptr(),
-            target.as_ptr(),
-            kind.as_ptr(),
-            0,
-            opts.as_ptr().cast(),
+    weir_sys::fs::mount_bpffs(Path::new(BPFFS), "mode=0700").map_err(|e| {
+        anyhow!(
+            "{BPFFS} is not a BPF filesystem and mounting one failed: {e}; mount it with \
+             `mount -t bpf bpf {BPFFS}`"
         )
-    };
-    if rc != 0 {
-        bail!(
-            "{BPFFS} is not a BPF filesystem and mounting one failed: {}; mount it with \
-             `mount -t bpf bpf {BPFFS}`",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
+    })
 }
 
 fn is_bpffs(dir: &Path) -> bool {
-    const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-    let Ok(c) = CString::new(dir.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: statfs into a zeroed struct with a valid path.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
-    rc == 0 && st.f_type as i64 == BPF_FS_MAGIC
+    weir_sys::fs::is_bpffs(dir).unwrap_or(false)
 }

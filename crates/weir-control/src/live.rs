@@ -347,7 +347,7 @@ impl Staged {
         f.write_all(text.as_bytes())?;
         // Keep the owner: a file an operator owns stays theirs. Root may do
         // this; anyone else keeps their own file, which is the same owner.
-        if meta.uid() != euid() {
+        if meta.uid() != weir_sys::process::euid() {
             std::os::unix::fs::fchown(&f, Some(meta.uid()), Some(meta.gid()))?;
         }
         f.sync_all()?;
@@ -364,12 +364,6 @@ impl Staged {
         }
         Ok(())
     }
-}
-
-/// This process's effective user id.
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
 }
 
 impl Drop for Staged {

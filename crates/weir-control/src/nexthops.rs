@@ -23,7 +23,8 @@ use anyhow::{Context, Result};
 use weir_abi::*;
 use weir_core::flow::words_addr;
 use weir_dataplane::maps::Maps;
-use weir_dataplane::nexthop::{resolve, Watch};
+use weir_dataplane::nexthop::resolve;
+use weir_sys::RouteWatch;
 
 /// Resolve everything at least this often, changes or not.
 pub const REFRESH: Duration = Duration::from_secs(5);
@@ -47,7 +48,8 @@ impl NextHops {
         table_lock: Arc<Mutex<()>>,
     ) -> Result<NextHops> {
         let maps = Maps::pinned(pin_dir)?;
-        let watch = Watch::new()?;
+        let watch =
+            RouteWatch::new().context("subscribing to route and neighbour changes (netlink)")?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -72,7 +74,7 @@ impl Drop for NextHops {
 
 fn run(
     maps: &Maps,
-    watch: &Watch,
+    watch: &RouteWatch,
     ifaces: &HashMap<String, (u32, [u8; 6])>,
     table_lock: &Mutex<()>,
     stop: &AtomicBool,
@@ -100,7 +102,9 @@ fn run(
                     break;
                 }
                 Err(e) => {
-                    log::warn!("next hops: {e:#}; resolving every {REFRESH:?} only");
+                    log::warn!(
+                        "next hops: reading netlink changes: {e}; resolving every {REFRESH:?} only"
+                    );
                     std::thread::sleep(TICK);
                 }
             }

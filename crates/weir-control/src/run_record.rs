@@ -41,27 +41,16 @@ impl RunRecord {
     }
 }
 
-pub(crate) fn is_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    unsafe { libc::kill(pid as i32, 0) == 0 }
-}
-
 /// Sends SIGHUP to the running daemon.
 pub fn request_reload(run_dir: &Path) -> Result<u32> {
     let rec = RunRecord::read(run_dir)?;
-    if !is_alive(rec.pid) {
+    if !weir_sys::process::alive(rec.pid) {
         bail!(
             "weir serve (pid {}) is not running; start it again",
             rec.pid
         );
     }
-    // SAFETY: plain kill(2).
-    if unsafe { libc::kill(rec.pid as i32, libc::SIGHUP) } != 0 {
-        bail!(
-            "signalling pid {}: {}",
-            rec.pid,
-            std::io::Error::last_os_error()
-        );
-    }
+    weir_sys::process::send_signal(rec.pid, libc::SIGHUP)
+        .with_context(|| format!("signalling weir serve (pid {})", rec.pid))?;
     Ok(rec.pid)
 }

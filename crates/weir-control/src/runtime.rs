@@ -21,7 +21,7 @@ use crate::bpffs::{self, Persistence};
 use crate::config::{Config, ConnLru, NonSynMiss, Tier, Verdict, XdpModeCfg};
 use crate::controller::Shared;
 use crate::live::{log_warnings, Live};
-use crate::run_record::{is_alive, RunRecord};
+use crate::run_record::RunRecord;
 use crate::takeover::{self, Predecessor, Takeover};
 use weir_sys::SignalSet;
 
@@ -63,8 +63,7 @@ pub struct Preflight {
 /// XDP slots (or, with --takeover, the program to replace and its pins),
 /// bpffs and whether pins there persist, another daemon.
 pub fn preflight(opts: &ServeOptions) -> Result<Preflight> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if weir_sys::process::euid() != 0 {
         bail!("weir serve must run as root (it loads BPF programs and attaches XDP); run it with sudo");
     }
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
@@ -96,7 +95,7 @@ pub fn preflight(opts: &ServeOptions) -> Result<Preflight> {
     };
     if let Some(rec) = RunRecord::read(&opts.run_dir)
         .ok()
-        .filter(|r| !opts.takeover && is_alive(r.pid))
+        .filter(|r| !opts.takeover && weir_sys::process::alive(r.pid))
     {
         bail!(
             "another weir serve (pid {}) is running with {}; stop it first, restart with --takeover, \
@@ -477,10 +476,12 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
 
 /// Tells the daemon we replaced to exit without detaching, and waits.
 fn retire_predecessor(pid: u32) {
-    // SAFETY: plain kill(2).
-    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
+    if let Err(e) = weir_sys::process::send_signal(pid, libc::SIGUSR1) {
+        log::warn!("telling predecessor pid {pid} to exit: {e}");
+        return;
+    }
     for _ in 0..200 {
-        if !is_alive(pid) {
+        if !weir_sys::process::alive(pid) {
             return;
         }
         std::thread::sleep(Duration::from_millis(25));

@@ -259,29 +259,14 @@ fn check_pins(h: &Held, predecessor: &Predecessor, pin_dir: &Path) -> Result<()>
 /// Interfaces of this network namespace, other than `ifaces`, that carry
 /// program `prog`.
 fn other_interfaces_with(prog: u32, ifaces: &[Iface]) -> Vec<String> {
-    let mut out = Vec::new();
-    // SAFETY: if_nameindex returns an array ended by a zero entry, freed
-    // below with if_freenameindex.
-    unsafe {
-        let all = libc::if_nameindex();
-        if all.is_null() {
-            return out;
-        }
-        let mut p = all;
-        while (*p).if_index != 0 {
-            let idx = (*p).if_index;
-            if !ifaces.iter().any(|i| i.ifindex == idx) && attached_prog_id(idx) == Some(prog) {
-                out.push(
-                    std::ffi::CStr::from_ptr((*p).if_name)
-                        .to_string_lossy()
-                        .into_owned(),
-                );
-            }
-            p = p.add(1);
-        }
-        libc::if_freenameindex(all);
-    }
-    out
+    weir_sys::interfaces()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(idx, _)| {
+            !ifaces.iter().any(|i| i.ifindex == *idx) && attached_prog_id(*idx) == Some(prog)
+        })
+        .map(|(_, name)| name)
+        .collect()
 }
 
 /// The processes (other than this one) holding a file descriptor of BPF

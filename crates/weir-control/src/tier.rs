@@ -100,8 +100,10 @@ pub fn release_predecessor(pid: u32, run_dir: &Path) {
     if !file.exists() {
         return;
     }
-    // SAFETY: plain kill(2).
-    unsafe { libc::kill(pid as i32, libc::SIGUSR2) };
+    if let Err(e) = weir_sys::process::send_signal(pid, libc::SIGUSR2) {
+        log::warn!("asking predecessor pid {pid} to release its workers: {e}");
+        return;
+    }
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
     while file.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));

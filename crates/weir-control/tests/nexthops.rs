@@ -19,8 +19,8 @@ use weir_core::flow::{addr_words, FlowTuple, Proto};
 use weir_dataplane::iface::Iface;
 use weir_dataplane::loader::{self, LoadOptions};
 use weir_dataplane::maps::Maps;
-use weir_dataplane::nexthop::Watch;
 use weir_dataplane::testrun::{self, XdpAction};
+use weir_sys::RouteWatch;
 
 const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x77, 0x02];
 const GW_MAC2: [u8; 6] = [0x02, 0, 0, 0, 0x77, 0x03];
@@ -203,7 +203,7 @@ fn udp_frame(t: &FlowTuple) -> Vec<u8> {
 fn next_hops_follow_the_kernels_tables_into_the_slots() {
     in_netns(|| {
         let l = lab();
-        let watch = Watch::new().unwrap();
+        let watch = RouteWatch::new().unwrap();
         assert_eq!(l.nh().ifindex, 0, "a new slot starts unresolved");
 
         // Unresolved: the FIB answers per packet (the gateway's MAC).

@@ -1,5 +1,9 @@
 //! Attaching XDP programs to interfaces, all or nothing; what holds an
 //! interface already; taking over from a previous weir without a gap.
+//!
+//! The `unsafe` here is libbpf's XDP attach and query calls, which
+//! libbpf-rs does not wrap with the replace-this-program option weir needs;
+//! BPF objects stay with the data plane.
 
 use std::ffi::CStr;
 use std::fmt;

@@ -1,6 +1,10 @@
 //! Loading `weir_lb`: load-time constants (.rodata) and map sizes come from
 //! the configuration, so nothing is recompiled; state maps are reused from
 //! their pins when a previous daemon left them, and pinned otherwise.
+//!
+//! Its `unsafe` calls are libbpf's on the maps of the object being loaded
+//! (flags, key and value sizes), which libbpf-rs does not wrap; they stay
+//! here, next to the BPF objects they read, rather than in weir-sys.
 
 use std::fs;
 use std::mem::MaybeUninit;

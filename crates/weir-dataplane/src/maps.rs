@@ -1,5 +1,9 @@
 //! Typed access to the maps of `weir_lb`, from a loaded program or from the
 //! pins of a running one. Values go in and out as the `weir-abi` structs.
+//!
+//! Its `unsafe` is BPF map memory: batch lookups into buffers sized for
+//! every CPU, and the byte view of the version word; both belong with the
+//! maps, not with the operating-system calls of weir-sys.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd};

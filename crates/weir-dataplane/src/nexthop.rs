@@ -2,13 +2,11 @@
 //! the MACs a frame to a DIP leaves with, from the kernel's route and
 //! neighbour tables (over netlink, `weir_sys`), not per packet. `weir
 //! serve` writes them into the DIPs' slots (`weir_dip.nh`); the software tier
-//! hands them to its workers. [`Watch`] says when those tables change, so a
-//! resolved next hop is refreshed on a change, not polled.
+//! hands them to its workers. `weir_sys::RouteWatch` says when those tables
+//! change, so a resolved next hop is refreshed on a change, not polled.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::time::Duration;
 
 use anyhow::{Context, Result};
 use weir_abi::weir_next_hop;
@@ -57,98 +55,6 @@ pub fn resolve(addr: IpAddr, ifaces: &HashMap<String, (u32, [u8; 6])>) -> Result
         src_mac,
         dst_mac,
     }))
-}
-
-/// Messages [`Watch::wait`] reads at most per wake-up.
-const MAX_READS: usize = 1024;
-
-/// Changes of the kernel's links, addresses, routes and neighbours: a
-/// NETLINK_ROUTE socket subscribed to their multicast groups. A message is
-/// only a wake-up; what changed is read again with [`resolve`].
-pub struct Watch {
-    fd: OwnedFd,
-}
-
-impl Watch {
-    /// Subscribes in this thread's network namespace.
-    pub fn new() -> Result<Watch> {
-        // SAFETY: plain syscalls; a non-negative fd is ours to own.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                libc::NETLINK_ROUTE,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error()).context("opening a netlink socket");
-        }
-        // SAFETY: fd was just returned and nothing else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: sockaddr_nl is plain data; zero is a valid start.
-        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        sa.nl_family = libc::AF_NETLINK as u16;
-        sa.nl_groups = (libc::RTMGRP_LINK
-            | libc::RTMGRP_NEIGH
-            | libc::RTMGRP_IPV4_IFADDR
-            | libc::RTMGRP_IPV6_IFADDR
-            | libc::RTMGRP_IPV4_ROUTE
-            | libc::RTMGRP_IPV6_ROUTE) as u32;
-        // SAFETY: sa is a valid sockaddr_nl of the length given.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sa as *const libc::sockaddr_nl).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as u32,
-            )
-        };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error())
-                .context("subscribing to route and neighbour changes (netlink)");
-        }
-        Ok(Watch { fd })
-    }
-
-    /// Waits up to `timeout` for a change; true if there was one. Reads
-    /// every message already queued, so a burst of changes is one wake-up.
-    /// A lost message (the socket's buffer overran) counts as a change.
-    pub fn wait(&self, timeout: Duration) -> Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                return Ok(false);
-            }
-            return Err(e).context("waiting for netlink changes");
-        }
-        if rc == 0 {
-            return Ok(false);
-        }
-        let mut buf = [0u8; 8192];
-        // Bounded: under a storm of changes the caller re-resolves anyway.
-        for _ in 0..MAX_READS {
-            // SAFETY: buf is writable for its length.
-            let n =
-                unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n >= 0 {
-                continue;
-            }
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EAGAIN) => break,
-                Some(libc::ENOBUFS) | Some(libc::EINTR) => continue,
-                _ => return Err(e).context("reading netlink changes"),
-            }
-        }
-        Ok(true)
-    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,9 @@
 //! `run_cnt`, which count only while statistics are enabled
 //! (BPF_ENABLE_STATS, or sysctl kernel.bpf_stats_enabled=1). Benchmarks hold
 //! a [`StatsEnabled`] while they measure; /metrics reads what is there.
+//!
+//! The `unsafe` here is libbpf's BPF syscalls on program ids and fds, which
+//! libbpf-rs does not wrap; BPF objects stay with the data plane.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 

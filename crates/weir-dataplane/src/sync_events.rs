@@ -23,8 +23,7 @@ pub fn ring_size(conn_sync: bool) -> u32 {
     if conn_sync {
         RING_BYTES
     } else {
-        // SAFETY: sysconf has no preconditions.
-        (unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).max(4096) as u32
+        weir_sys::page_size()
     }
 }
 

@@ -64,6 +64,7 @@ use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, OpenObject, RingBuffer, RingBufferBuilder};
 use weir_abi::*;
 use weir_core::csum::sum_be16;
+use weir_sys::monotonic_ns;
 
 use crate::route::{DistKind, Distribution, HashKind};
 use crate::skel::{OpenWeirKvSkel, WeirKvSkel, WeirKvSkelBuilder};
@@ -264,13 +265,15 @@ struct Mmap {
     len: usize,
 }
 
+// The one kind of `unsafe` left in this crate: memory of a BPF array map
+// mapped into the process, which the kernel shares with the XDP program.
 // SAFETY: the mapping is shared memory accessed only through atomics.
 unsafe impl Send for Mmap {}
 unsafe impl Sync for Mmap {}
 
 impl Mmap {
     fn new(fd: BorrowedFd<'_>, len: usize) -> Result<Mmap> {
-        let page = 4096;
+        let page = weir_sys::page_size() as usize;
         let len = len.div_ceil(page) * page;
         // SAFETY: mapping a BPF array map fd, checked for failure.
         let p = unsafe {
@@ -338,16 +341,6 @@ impl CacheTicket {
     pub fn key(&self) -> &[u8] {
         &self.key
     }
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: plain clock read into a local (bpf_ktime_get_ns is CLOCK_MONOTONIC).
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The cache map's key for `key` (1..=250 bytes).

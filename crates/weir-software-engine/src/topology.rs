@@ -5,22 +5,15 @@
 //!
 //! Sans-IO: the caller reads, for every CPU `N` and cache index `I`,
 //! `/sys/devices/system/cpu/cpuN/cache/indexI/{level,type,shared_cpu_list}`
-//! and hands the three strings to [`CacheIndex::parse`]; [`Topology::new`]
-//! takes the result. Instruction caches are ignored: sharing one says
+//! and hands the first two strings and the parsed CPU list to
+//! [`CacheIndex::parse`]; [`Topology::new`] takes the result. Instruction caches are ignored: sharing one says
 //! nothing about where a packet's data is.
 
 use std::fmt;
 
-/// CPU numbers above this are refused (the kernel's largest NR_CPUS).
-pub const MAX_CPU: u32 = 8191;
-
-/// Why a CPU list or a cache description was refused.
+/// Why a cache description was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TopologyError {
-    /// Not a CPU list ("0-3,8,10-11"); carries the text.
-    CpuList(String),
-    /// A CPU number above [`MAX_CPU`].
-    CpuTooLarge(u32),
     /// A cache level that is not a number from 1 to 9.
     Level(String),
     /// A cache type other than Data, Instruction or Unified.
@@ -30,13 +23,6 @@ pub enum TopologyError {
 impl fmt::Display for TopologyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TopologyError::CpuList(s) => write!(
-                f,
-                "{s:?} is not a CPU list (expected numbers and ranges such as 0-3,8,10-11)"
-            ),
-            TopologyError::CpuTooLarge(cpu) => {
-                write!(f, "CPU {cpu} is above the largest possible CPU, {MAX_CPU}")
-            }
             TopologyError::Level(s) => {
                 write!(f, "cache level {s:?} is not a number from 1 to 9")
             }
@@ -48,41 +34,6 @@ impl fmt::Display for TopologyError {
 }
 
 impl std::error::Error for TopologyError {}
-
-/// Parses the kernel's CPU list format ("0-3,8,10-11", surrounding
-/// whitespace allowed; an empty list is empty) into sorted, distinct CPUs.
-pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, TopologyError> {
-    let text = s.trim();
-    let bad = || TopologyError::CpuList(s.to_string());
-    let mut cpus = Vec::new();
-    if text.is_empty() {
-        return Ok(cpus);
-    }
-    for part in text.split(',') {
-        let (lo, hi) = match part.split_once('-') {
-            Some((lo, hi)) => (lo, hi),
-            None => (part, part),
-        };
-        let number = |n: &str| -> Result<u32, TopologyError> {
-            if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(bad());
-            }
-            let cpu: u32 = n.parse().map_err(|_| bad())?;
-            if cpu > MAX_CPU {
-                return Err(TopologyError::CpuTooLarge(cpu));
-            }
-            Ok(cpu)
-        };
-        let (lo, hi) = (number(lo)?, number(hi)?);
-        if lo > hi {
-            return Err(bad());
-        }
-        cpus.extend(lo..=hi);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(cpus)
-}
 
 /// What a cache holds (`type` in sysfs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,13 +54,9 @@ pub struct CacheIndex {
 }
 
 impl CacheIndex {
-    /// From the contents of the index's `level`, `type` and
-    /// `shared_cpu_list` files.
-    pub fn parse(
-        level: &str,
-        kind: &str,
-        shared_cpu_list: &str,
-    ) -> Result<CacheIndex, TopologyError> {
+    /// From the contents of the index's `level` and `type` files and the
+    /// CPUs its `shared_cpu_list` names.
+    pub fn parse(level: &str, kind: &str, cpus: Vec<u32>) -> Result<CacheIndex, TopologyError> {
         let level = match level.trim().parse::<u8>() {
             Ok(l @ 1..=9) => l,
             _ => return Err(TopologyError::Level(level.to_string())),
@@ -120,11 +67,7 @@ impl CacheIndex {
             "Unified" => CacheKind::Unified,
             _ => return Err(TopologyError::Kind(kind.to_string())),
         };
-        Ok(CacheIndex {
-            level,
-            kind,
-            cpus: parse_cpu_list(shared_cpu_list)?,
-        })
+        Ok(CacheIndex { level, kind, cpus })
     }
 }
 
@@ -184,45 +127,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_the_kernel_cpu_list_format() {
-        assert_eq!(parse_cpu_list("0\n").unwrap(), [0]);
-        assert_eq!(parse_cpu_list("0-1").unwrap(), [0, 1]);
-        assert_eq!(
-            parse_cpu_list("0-3,8,10-11").unwrap(),
-            [0, 1, 2, 3, 8, 10, 11]
-        );
-        assert_eq!(parse_cpu_list("8,0-2,1").unwrap(), [0, 1, 2, 8]);
-        assert_eq!(parse_cpu_list(" \n").unwrap(), Vec::<u32>::new());
-        assert_eq!(parse_cpu_list("8191").unwrap(), [8191]);
-    }
-
-    #[test]
-    fn refuses_what_is_not_a_cpu_list() {
-        for bad in ["a", "1-", "-1", "3-1", "1,,2", "1 2", "+1", "0x1", "1-2-3"] {
-            assert_eq!(
-                parse_cpu_list(bad),
-                Err(TopologyError::CpuList(bad.to_string())),
-                "{bad}"
-            );
-        }
-        assert_eq!(
-            parse_cpu_list("0-4294967295"),
-            Err(TopologyError::CpuTooLarge(4_294_967_295))
-        );
-        assert_eq!(
-            parse_cpu_list("99999999999"),
-            Err(TopologyError::CpuList("99999999999".into()))
-        );
-        assert_eq!(
-            TopologyError::CpuList("3-1".into()).to_string(),
-            "\"3-1\" is not a CPU list (expected numbers and ranges such as 0-3,8,10-11)"
-        );
-    }
-
-    #[test]
     fn parses_a_cache_index() {
         assert_eq!(
-            CacheIndex::parse("3\n", "Unified\n", "0-1\n").unwrap(),
+            CacheIndex::parse("3\n", "Unified\n", vec![0, 1]).unwrap(),
             CacheIndex {
                 level: 3,
                 kind: CacheKind::Unified,
@@ -230,14 +137,22 @@ mod tests {
             }
         );
         assert_eq!(
-            CacheIndex::parse("0", "Data", "0"),
+            CacheIndex::parse("0", "Data", vec![0]),
             Err(TopologyError::Level("0".into()))
         );
         assert_eq!(
-            CacheIndex::parse("1", "Trace", "0"),
+            CacheIndex::parse("1", "Trace", vec![0]),
             Err(TopologyError::Kind("Trace".into()))
         );
-        assert!(CacheIndex::parse("1", "Data", "x").is_err());
+    }
+
+    /// A CPU list as the caller parses it.
+    fn cpu_list(s: &str) -> Vec<u32> {
+        weir_sys::parse_cpu_list(s)
+            .unwrap()
+            .into_iter()
+            .map(|c| c as u32)
+            .collect()
     }
 
     /// The caches of cpu0..cpuN as sysfs lists them: (level, type, shared).
@@ -245,7 +160,7 @@ mod tests {
         Topology::new(per_cpu.iter().flat_map(|indexes| {
             indexes
                 .iter()
-                .map(|&(l, t, s)| CacheIndex::parse(l, t, s).unwrap())
+                .map(|&(l, t, s)| CacheIndex::parse(l, t, cpu_list(s)).unwrap())
         }))
     }
 
@@ -289,7 +204,7 @@ mod tests {
             per_cpu
                 .iter()
                 .flatten()
-                .map(|(l, k, s)| CacheIndex::parse(l, k, s).unwrap()),
+                .map(|(l, k, s)| CacheIndex::parse(l, k, cpu_list(s)).unwrap()),
         );
         assert_eq!(t.groups.len(), 4 + 4 + 2, "each shared cache once");
         assert_eq!(t.closeness(0, 4), Closeness::Cache(1));

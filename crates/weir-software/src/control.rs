@@ -25,11 +25,11 @@ use weir_dataplane::maps::Maps;
 use weir_software_engine::offload::{FastEntry, OffloadPolicy};
 use weir_software_engine::slb::NextHop;
 
-use crate::nexthop::resolve;
 use crate::spread::Spreader;
 use crate::stats::WorkerStats;
 use crate::tables::Snapshot;
 use crate::worker::{Services, ToControl, ToWorker};
+use weir_dataplane::nexthop::resolve;
 use weir_sys::monotonic_coarse_ns as coarse_now_ns;
 
 const VERSION_POLL: Duration = Duration::from_millis(5);
@@ -268,35 +268,10 @@ fn prime(addr: IpAddr) {
     });
 }
 
-/// This host's addresses (in the load balancer's network namespace).
+/// This host's addresses (in the load balancer's network namespace); none
+/// if the kernel will not list them.
 fn local_addrs() -> Vec<IpAddr> {
-    let mut out = Vec::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs allocates a list we free below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return out;
-    }
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: cur is a node of the list getifaddrs returned.
-        let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() {
-            // SAFETY: the family says which sockaddr it is.
-            match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
-                libc::AF_INET => {
-                    let sa = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                    out.push(IpAddr::from(u32::from_be(sa.sin_addr.s_addr).to_be_bytes()));
-                }
-                libc::AF_INET6 => {
-                    let sa = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                    out.push(IpAddr::from(sa.sin6_addr.s6_addr));
-                }
-                _ => {}
-            }
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: head came from getifaddrs.
-    unsafe { libc::freeifaddrs(head) };
-    out
+    weir_sys::interface_addrs()
+        .map(|all| all.into_iter().filter_map(|(_, addr)| addr).collect())
+        .unwrap_or_default()
 }

@@ -20,17 +20,19 @@
 //!   fast-table writes, adaptive distribution ([`spread`]), stats for
 //!   `weir status` and /metrics.
 //! - [`tables`]: VIPs, DIP slots and active AWFD tables from the maps.
-//! - [`nexthop`]: each DIP's egress interface and MACs.
+//! - Next hops come from `weir_dataplane::nexthop`, the resolver `weir
+//!   serve` uses for the XDP data plane; an unresolved DIP is primed (a TCP
+//!   connect makes the kernel resolve its neighbour) and retried on the
+//!   next refresh.
 
-pub mod balancer;
-pub mod control;
+mod balancer;
+mod control;
 pub mod cost;
-pub mod nexthop;
-pub mod spread;
+mod spread;
 pub mod stats;
-pub mod streams;
-pub mod tables;
-pub mod worker;
+mod streams;
+mod tables;
+mod worker;
 
 use std::collections::HashMap;
 use std::os::fd::BorrowedFd;
@@ -146,6 +148,8 @@ impl SoftwareTier {
                     }
                 };
                 for (w, socket) in group.into_iter().enumerate() {
+                    // An AF_XDP socket's descriptor, borrowed for the XSKMAP
+                    // update (xsk-rs hands out only the raw number).
                     // SAFETY: the socket outlives this call.
                     let fd = unsafe { BorrowedFd::borrow_raw(socket.fd()) };
                     maps.put_worker(iface.xsk_slot, queue, w as u32, &fd)?;

@@ -103,9 +103,18 @@ fn read_topology(root: &Path, cpus: &[usize]) -> Result<Topology> {
                 continue;
             }
             let read = |f: &str| fs::read_to_string(index.join(f));
-            let cache =
-                CacheIndex::parse(&read("level")?, &read("type")?, &read("shared_cpu_list")?)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", index.display()))?;
+            let list = read("shared_cpu_list")?;
+            let shared = weir_sys::parse_cpu_list(&list).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{}/shared_cpu_list: {:?} is not a CPU list (expected numbers and ranges \
+                     such as 0-3,8,10-11)",
+                    index.display(),
+                    list.trim()
+                )
+            })?;
+            let shared = shared.into_iter().map(|c| c as u32).collect();
+            let cache = CacheIndex::parse(&read("level")?, &read("type")?, shared)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", index.display()))?;
             caches.push(cache);
         }
     }

@@ -1,4 +1,5 @@
-//! The one clock_gettime wrapper: each clock weir reads, in nanoseconds.
+//! The one clock_gettime wrapper: each clock weir reads, in nanoseconds;
+//! and the unit of the CPU times /proc reports.
 
 fn now_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
@@ -32,6 +33,14 @@ pub fn thread_cpu_ns() -> u64 {
     now_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// Clock ticks per second (USER_HZ), the unit of CPU times in /proc.
+pub fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf reads a constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    // Linux has reported 100 on every architecture since 2.6.
+    u64::try_from(ticks).ok().filter(|&t| t > 0).unwrap_or(100)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,5 +53,6 @@ mod tests {
         assert!(monotonic_coarse_ns() > c);
         assert!(boottime_ns() > b);
         assert!(thread_cpu_ns() > 0);
+        assert!(clock_ticks_per_second() >= 100);
     }
 }

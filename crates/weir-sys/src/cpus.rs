@@ -61,21 +61,34 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     }
 }
 
-/// Parses the kernel's CPU list format ("0-3,8,10-11").
+/// CPU numbers above this are refused (the kernel's largest NR_CPUS).
+pub const MAX_CPU: usize = 8191;
+
+/// Parses the kernel's CPU list format ("0-3,8,10-11", surrounding
+/// whitespace allowed; an empty list is empty) into sorted, distinct CPUs;
+/// `None` for anything else, or a CPU above [`MAX_CPU`].
 pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let text = s.trim();
     let mut cpus = Vec::new();
-    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
-                if a > b {
-                    return None;
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse().ok()?),
-        }
+    if text.is_empty() {
+        return Some(cpus);
     }
+    let number = |n: &str| -> Option<usize> {
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        n.parse().ok().filter(|&cpu| cpu <= MAX_CPU)
+    };
+    for part in text.split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let (lo, hi) = (number(lo)?, number(hi)?);
+        if lo > hi {
+            return None;
+        }
+        cpus.extend(lo..=hi);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
     Some(cpus)
 }
 
@@ -113,7 +126,24 @@ mod tests {
             assert_eq!(format_cpu_list(&cpus), s);
         }
         assert_eq!(parse_cpu_list("0-3,8").unwrap(), vec![0, 1, 2, 3, 8]);
-        for bad in ["x", "3-1", "1-", "0,,a"] {
+        assert_eq!(parse_cpu_list("8,0-2,1").unwrap(), vec![0, 1, 2, 8]);
+        assert_eq!(parse_cpu_list(" \n").unwrap(), Vec::<usize>::new());
+        assert_eq!(parse_cpu_list("8191").unwrap(), vec![MAX_CPU]);
+        for bad in [
+            "x",
+            "3-1",
+            "1-",
+            "-1",
+            "0,,a",
+            "1,,2",
+            "1 2",
+            "+1",
+            "0x1",
+            "1-2-3",
+            "8192",
+            "0-4294967295",
+            "99999999999",
+        ] {
             assert!(parse_cpu_list(bad).is_none(), "{bad}");
         }
         assert_eq!(format_cpu_list(&[]), "none");

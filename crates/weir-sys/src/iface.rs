@@ -1,4 +1,4 @@
-//! Network interfaces: index, name and MAC address, asked of the kernel so
+//! Network interfaces: index, name, MAC address and queues, asked of the kernel so
 //! the answer is for the caller's network namespace (sysfs shows the
 //! namespace it was mounted in).
 
@@ -27,16 +27,32 @@ pub fn ifname(index: u32) -> Option<String> {
     Some(name.to_string_lossy().into_owned())
 }
 
+/// Every interface of this network namespace: (index, name).
+pub fn interfaces() -> io::Result<Vec<(u32, String)>> {
+    // SAFETY: if_nameindex returns an array ended by a zero entry, or null.
+    let all = unsafe { libc::if_nameindex() };
+    if all.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let mut out = Vec::new();
+    let mut p = all;
+    // SAFETY: p walks the array up to its zero entry; each if_name is a
+    // NUL-terminated string in it; the array is freed once, after the walk.
+    unsafe {
+        while (*p).if_index != 0 {
+            let name = CStr::from_ptr((*p).if_name).to_string_lossy().into_owned();
+            out.push(((*p).if_index, name));
+            p = p.add(1);
+        }
+        libc::if_freenameindex(all);
+    }
+    Ok(out)
+}
+
 /// The MAC address of interface `name`.
 pub fn mac_address(name: &str) -> io::Result<[u8; 6]> {
     c_name(name)?;
-    // SAFETY: plain socket(2).
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned and nothing else owns it.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = control_socket()?;
     // SAFETY: ifreq is plain data; zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
@@ -54,6 +70,61 @@ pub fn mac_address(name: &str) -> io::Result<[u8; 6]> {
         *m = *b as u8;
     }
     Ok(mac)
+}
+
+/// ETHTOOL_GCHANNELS from linux/ethtool.h (the libc crate lacks it).
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
+
+/// struct ethtool_channels from linux/ethtool.h.
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolChannels {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+/// The queues of interface `name` in the larger direction (ETHTOOL_GCHANNELS:
+/// RX or TX queues plus combined ones). Drivers without channels say
+/// EOPNOTSUPP.
+pub fn queue_count(name: &str) -> io::Result<u32> {
+    c_name(name)?;
+    let mut channels = EthtoolChannels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..Default::default()
+    };
+    // SAFETY: ifreq is plain data; zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    req.ifr_ifru.ifru_data = (&mut channels as *mut EthtoolChannels).cast();
+    let fd = control_socket()?;
+    // SAFETY: fd is open; req names the interface (NUL-terminated, checked
+    // by c_name) and points at a channels struct that outlives the call.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCETHTOOL, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let rx = channels.rx_count + channels.combined_count;
+    let tx = channels.tx_count + channels.combined_count;
+    Ok(rx.max(tx))
+}
+
+/// A datagram socket to send interface ioctls on.
+fn control_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2).
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn c_name(name: &str) -> io::Result<CString> {
@@ -83,6 +154,9 @@ mod tests {
         let lo = ifindex("lo").unwrap().expect("every namespace has lo");
         assert_eq!(ifname(lo).as_deref(), Some("lo"));
         assert_eq!(mac_address("lo").unwrap(), [0; 6]);
+        // Loopback has no channels to report.
+        assert!(queue_count("lo").is_err());
+        assert!(interfaces().unwrap().contains(&(lo, "lo".to_string())));
         assert_eq!(ifindex("weir-no-such").unwrap(), None);
         assert_eq!(ifname(u32::MAX), None);
         assert!(ifindex("a-name-far-too-long-for-linux").is_err());

@@ -1,18 +1,36 @@
 //! The operating-system calls weir makes, in one place: clocks, CPU sets,
-//! network interfaces, and the kernel's route, neighbour and address tables
-//! (over NETLINK_ROUTE), and signals taken synchronously. Every `unsafe` block of these wrappers lives here,
-//! each with the reason it is sound; the crates above call safe functions.
+//! network interfaces and their addresses, the kernel's route, neighbour and
+//! address tables (over NETLINK_ROUTE), signals taken synchronously,
+//! processes, namespaces, the BPF filesystem, sockets and random bytes.
+//! Every `unsafe` block of these wrappers lives here, each with the reason
+//! it is sound; the crates above call safe functions.
 
+mod addrs;
 mod clock;
 mod cpus;
+pub mod fs;
 mod iface;
+mod memory;
+pub mod namespaces;
 mod netlink;
+mod netlink_watch;
+mod pipe;
+pub mod process;
+mod random;
 mod signals;
+pub mod socket;
 
-pub use clock::{boottime_ns, monotonic_coarse_ns, monotonic_ns, thread_cpu_ns};
+pub use addrs::interface_addrs;
+pub use clock::{
+    boottime_ns, clock_ticks_per_second, monotonic_coarse_ns, monotonic_ns, thread_cpu_ns,
+};
 pub use cpus::{
     allowed_cpus, format_cpu_list, online_cpus, parse_cpu_list, pin_current_thread, pin_thread,
 };
-pub use iface::{ifindex, ifname, mac_address};
+pub use iface::{ifindex, ifname, interfaces, mac_address, queue_count};
+pub use memory::{page_size, physical_memory};
 pub use netlink::{local_addrs, neighbour_mac, route_to, Route};
+pub use netlink_watch::RouteWatch;
+pub use pipe::{pipe, PIPE_FD_FLOOR};
+pub use random::fill_random;
 pub use signals::SignalSet;

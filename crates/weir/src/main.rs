@@ -92,7 +92,7 @@ enum Command {
     Dip(weir_control::api::cli::DipArgs),
     /// Run on a backend of ipip/gue VIPs: strip the outer IPIP/IPv6/GUE header of packets to
     /// this host in XDP (`weir decap --interface IF`, `weir decap status --interface IF`).
-    Decap(weir_control::decap::DecapArgs),
+    Decap(weir_backend::decap::DecapArgs),
     /// Make the running daemon re-read its configuration (same as SIGHUP).
     Reload {
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
@@ -177,7 +177,7 @@ fn run(cli: Cli) -> Result<()> {
             listen,
             stats_file,
             window_ms,
-        } => weir_control::agent::run(
+        } => weir_backend::agent::run(
             listen,
             stats_file,
             std::time::Duration::from_millis(window_ms),
@@ -193,7 +193,7 @@ fn run(cli: Cli) -> Result<()> {
             .and_then(|()| clap_mangen::generate_to(Cli::command(), &dir))
             .with_context(|| format!("writing man pages into {}", dir.display())),
         Command::Dip(args) => weir_control::api::cli::run(&args),
-        Command::Decap(args) => weir_control::decap::run(&args),
+        Command::Decap(args) => weir_backend::decap::run(&args),
         Command::Reload { run_dir } => {
             let pid = run_record::request_reload(&run_dir)?;
             println!("asked weir serve (pid {pid}) to reload its configuration");

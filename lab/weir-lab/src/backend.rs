@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use weir_control::agent::{Agent, LoadMeter, StatsSource};
+use weir_backend::agent::{Agent, LoadMeter, StatsSource};
 
 use crate::netns::enter;
 

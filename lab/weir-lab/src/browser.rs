@@ -13,7 +13,6 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -54,29 +53,6 @@ pub struct Browser {
     profile: PathBuf,
 }
 
-/// A pipe, both ends close-on-exec and numbered 10 or above, so that the
-/// child's dup2 to 3 and 4 never overwrites one of them: (read, write).
-fn pipe() -> Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two descriptors that we then own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("pipe2");
-    }
-    // SAFETY: both are fresh descriptors owned by no one else.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    Ok((high(r)?, high(w)?))
-}
-
-fn high(fd: OwnedFd) -> Result<OwnedFd> {
-    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor that we then own.
-    let n = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error()).context("fcntl(F_DUPFD_CLOEXEC)");
-    }
-    // SAFETY: as above.
-    Ok(unsafe { OwnedFd::from_raw_fd(n) })
-}
-
 /// A fresh profile directory per browser: one process may open several.
 fn profile_dir() -> Result<PathBuf> {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -99,8 +75,8 @@ impl Browser {
             "no chromium on PATH: install it (apt-get install chromium, as scripts/deps.sh does)",
         )?;
         let profile = profile_dir()?;
-        let (cmd_r, cmd_w) = pipe()?;
-        let (ans_r, ans_w) = pipe()?;
+        let (cmd_r, cmd_w) = weir_sys::pipe().context("pipe2")?;
+        let (ans_r, ans_w) = weir_sys::pipe().context("pipe2")?;
         let netns = ns
             .map(|ns| {
                 File::open(format!("/run/netns/{ns}")).with_context(|| format!("namespace {ns}"))
@@ -130,23 +106,14 @@ impl Browser {
         .stdout(Stdio::null())
         .stderr(File::create(profile.join(STDERR))?)
         .process_group(0);
-        let (cr, aw) = (cmd_r.as_raw_fd(), ans_w.as_raw_fd());
-        let ns_fd = netns.as_ref().map(|f| f.as_raw_fd());
-        // SAFETY: setns and dup2 are async-signal-safe; they change only the
-        // child. dup2 to 3 and 4 clears close-on-exec there.
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(fd) = ns_fd {
-                    if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                if libc::dup2(cr, 3) < 0 || libc::dup2(aw, 4) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        // The child reads commands on 3 and answers on 4; the pipe's ends
+        // are numbered 10 and above, so neither dup2 overwrites the other.
+        weir_sys::process::ChildSetup {
+            netns,
+            fds: vec![(cmd_r, 3), (ans_w, 4)],
+            ..Default::default()
         }
+        .apply_to(&mut cmd)?;
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -154,7 +121,9 @@ impl Browser {
                 return Err(e).with_context(|| format!("starting {}", exe.display()));
             }
         };
-        drop((cmd_r, ans_w));
+        // Our copies of the child's ends close with `cmd`, so that a child
+        // that dies is seen as end of file.
+        drop(cmd);
         let (tx, from) = mpsc::channel();
         // From here on, drop ends the browser whatever fails.
         let mut b = Browser {
@@ -317,15 +286,14 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        let pgid = self.child.id() as i32;
+        let pgid = self.child.id();
         // Ask the browser to quit; then its group goes, whatever is left.
         let _ = self.send(None, "Browser.close", json!({}));
         let deadline = Instant::now() + Duration::from_secs(5);
         while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        // SAFETY: kill(2) on the process group this browser leads.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = weir_sys::process::signal_group(pgid, libc::SIGKILL);
         let _ = self.child.wait();
         if let Some(r) = self.reader.take() {
             let _ = r.join();

@@ -39,17 +39,8 @@ pub fn pin(tid: u32, cpu: usize) -> Result<()> {
 /// that ordinary work on its CPU cannot preempt it. The kernel's RT
 /// throttling still leaves others 5% of the CPU.
 pub fn realtime(tid: u32, priority: i32) -> Result<()> {
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: a thread id and a parameter that outlives the call.
-    if unsafe { libc::sched_setscheduler(tid as i32, libc::SCHED_FIFO, &param) } != 0 {
-        bail!(
-            "SCHED_FIFO {priority} for thread {tid}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
+    weir_sys::process::set_realtime(tid, priority)
+        .with_context(|| format!("SCHED_FIFO {priority} for thread {tid}"))
 }
 
 /// Thread `tid` of process `pid`'s CPU time (utime + stime), in clock
@@ -108,8 +99,7 @@ pub fn threads_cpu_time(pid: u32, prefix: &str) -> Option<std::time::Duration> {
 
 /// Clock ticks per second (USER_HZ), the unit of /proc CPU times.
 pub fn ticks_per_second() -> f64 {
-    // SAFETY: sysconf reads a constant.
-    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
+    weir_sys::clock_ticks_per_second() as f64
 }
 
 #[cfg(test)]
@@ -142,8 +132,7 @@ mod tests {
 
     #[test]
     fn a_spinning_thread_accumulates_cpu_time() {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u32;
+        let tid = weir_sys::process::current_tid();
         let pid = std::process::id();
         let before = thread_cpu_ticks(pid, tid).unwrap();
         let process_before = thread_cpu_ticks(pid, pid).unwrap();

@@ -8,8 +8,6 @@
 //! that on purpose, for tests of what weir does about it.
 
 use std::fs::{self, File};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -134,7 +132,6 @@ impl Daemon {
             .open(self.log_path())?;
         self.log_offset = log.metadata()?.len();
         let netns = File::open(format!("/run/netns/{}", self.ns))?;
-        let ns_fd = netns.as_raw_fd();
         let mut cmd = match launch {
             Launch::NetNs => Command::new(&self.exe),
             Launch::IpNetnsExec => {
@@ -153,21 +150,17 @@ impl Daemon {
             .stdout(log.try_clone()?)
             .stderr(log);
         if launch == Launch::NetNs {
-            // SAFETY: setns is async-signal-safe; it moves the child (only)
-            // into the lab's network namespace before exec.
-            unsafe {
-                cmd.pre_exec(move || {
-                    if libc::setns(ns_fd, libc::CLONE_NEWNET) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
+            weir_sys::process::ChildSetup {
+                netns: Some(netns),
+                ..Default::default()
             }
+            .apply_to(&mut cmd)?;
         }
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {}", self.exe.display()))?;
-        drop(netns);
+        // The namespace's descriptor closes with the command.
+        drop(cmd);
         self.child = Some(child);
         let record = self.run_dir().join("serve.json");
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -209,8 +202,8 @@ impl Daemon {
         let pid = self.pid().context("not running")?;
         let before = self.new_log().len();
         self.write_config(text)?;
-        // SAFETY: plain kill(2) to our child.
-        unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+        weir_sys::process::send_signal(pid, libc::SIGHUP)
+            .with_context(|| format!("sending SIGHUP to weir serve (pid {pid})"))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let log = self.new_log();
@@ -233,8 +226,7 @@ impl Daemon {
         let Some(mut child) = self.child.take() else {
             return Ok(());
         };
-        // SAFETY: plain kill(2) to our child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        weir_sys::process::send_signal(child.id(), libc::SIGTERM)?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while child.try_wait()?.is_none() {
             if Instant::now() > deadline {

@@ -6,7 +6,6 @@
 //! Addresses exist only inside these namespaces.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -125,14 +124,7 @@ pub fn veth(ns_a: &str, name_a: &str, ns_b: &str, name_b: &str) -> Result<()> {
 pub fn enter(ns: &str) -> Result<()> {
     let f = File::open(format!("/run/netns/{ns}"))
         .with_context(|| format!("opening namespace {ns}"))?;
-    // SAFETY: setns on a valid namespace fd.
-    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        bail!(
-            "entering namespace {ns}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
+    weir_sys::namespaces::enter_netns(&f).with_context(|| format!("entering namespace {ns}"))
 }
 
 /// On SIGINT or SIGTERM, remove every live namespace and exit 130. Call once

@@ -21,7 +21,6 @@
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
@@ -53,7 +52,7 @@ const BULK_PAUSE: Duration = Duration::from_millis(1);
 /// Senders a receiver keeps replay windows for.
 const MAX_SENDERS: usize = 256;
 /// The sync socket's receive buffer: room for a bulk's bursts.
-const RCVBUF: usize = 8 << 20;
+const RCVBUF: u32 = 8 << 20;
 /// A joiner asks a peer again this often until the peer challenges it: the
 /// peer learns of the joiner's registration through its etcd watch, which
 /// may lag the joiner's own start by a little.
@@ -110,11 +109,7 @@ enum JoinEvent {
 /// A fresh random nonce from the kernel's CSPRNG.
 fn fresh_nonce() -> std::io::Result<Nonce> {
     let mut n: Nonce = [0; wire::NONCE_LEN];
-    // SAFETY: getrandom writes at most `n.len()` bytes into `n`.
-    let got = unsafe { libc::getrandom(n.as_mut_ptr().cast(), n.len(), 0) };
-    if got != n.len() as isize {
-        return Err(std::io::Error::last_os_error());
-    }
+    weir_sys::fill_random(&mut n)?;
     Ok(n)
 }
 
@@ -151,17 +146,9 @@ fn open_socket(bind: SocketAddr) -> Result<UdpSocket> {
         )
     })?;
     s.set_read_timeout(Some(TICK))?;
-    let size = RCVBUF as libc::c_int;
-    // SAFETY: setsockopt with an int option. SO_RCVBUFFORCE (root) passes
-    // net.core.rmem_max; without it the kernel's cap applies.
-    unsafe {
-        let fd = s.as_raw_fd();
-        let p = (&size as *const libc::c_int).cast();
-        let len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-        if libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, p, len) != 0 {
-            libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, p, len);
-        }
-    }
+    // Past net.core.rmem_max as root; else the kernel's cap applies, and
+    // the smaller buffer only costs datagrams under a burst.
+    let _ = weir_sys::socket::set_receive_buffer(&s, RCVBUF);
     Ok(s)
 }
 

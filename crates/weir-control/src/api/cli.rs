@@ -13,7 +13,7 @@ use clap::{Args, Subcommand};
 use super::edit::{DipRef, NewDip};
 use super::{reachable, Changed};
 use crate::config::Config;
-use crate::run_record::{is_alive, RunRecord, DEFAULT_RUN_DIR};
+use crate::run_record::{RunRecord, DEFAULT_RUN_DIR};
 use weir_http::client::Call;
 
 #[derive(Args, Debug)]
@@ -151,7 +151,7 @@ fn target(args: &DipArgs) -> Result<(SocketAddr, Option<String>)> {
         (Some(a), _) => a,
         (None, Err(e)) => bail!("{e:#}"),
         (None, Ok(r)) => {
-            if !is_alive(r.pid) {
+            if !weir_sys::process::alive(r.pid) {
                 bail!(
                     "weir serve (pid {}) recorded in {} is not running; start it",
                     r.pid,

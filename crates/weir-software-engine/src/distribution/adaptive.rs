@@ -431,10 +431,10 @@ mod tests {
     fn four_cpus() -> Topology {
         let mut caches = Vec::new();
         for cpu in 0..4u32 {
-            let pair = if cpu < 2 { "0-1" } else { "2-3" };
-            caches.push(CacheIndex::parse("1", "Data", &cpu.to_string()).unwrap());
+            let pair = if cpu < 2 { vec![0, 1] } else { vec![2, 3] };
+            caches.push(CacheIndex::parse("1", "Data", vec![cpu]).unwrap());
             caches.push(CacheIndex::parse("2", "Unified", pair).unwrap());
-            caches.push(CacheIndex::parse("3", "Unified", "0-3").unwrap());
+            caches.push(CacheIndex::parse("3", "Unified", vec![0, 1, 2, 3]).unwrap());
         }
         Topology::new(caches)
     }

@@ -119,7 +119,7 @@ fn weir_threads_ticks() -> u64 {
 }
 
 pub fn ticks_per_s() -> f64 {
-    unsafe { libc::sysconf(libc::_SC_CLK_TCK) as f64 }
+    weir_sys::clock_ticks_per_second() as f64
 }
 
 /// Run the load: `conns` connections in one thread, `depth` GETs per batch.

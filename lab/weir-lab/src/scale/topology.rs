@@ -16,7 +16,6 @@
 //! data plane and pinned state go with the machine ([`ClusterLab::wipe`]).
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -182,11 +181,7 @@ impl ClusterLab {
 
     fn write_key(&self) -> Result<()> {
         let mut key = [0u8; 32];
-        // SAFETY: getrandom into a buffer of that size.
-        let n = unsafe { libc::getrandom(key.as_mut_ptr().cast(), key.len(), 0) };
-        if n != key.len() as isize {
-            bail!("getrandom: {}", std::io::Error::last_os_error());
-        }
+        weir_sys::fill_random(&mut key).context("getrandom")?;
         let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
         std::fs::write(self.key_file(), hex + "\n")?;
         Ok(())
@@ -196,7 +191,6 @@ impl ClusterLab {
     /// for leases of a second, and waits until it answers.
     fn start_etcd(&mut self) -> Result<()> {
         let ns = std::fs::File::open(format!("/run/netns/{}", self.router))?;
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&ns);
         let client = format!("http://{ROUTER_FABRIC}:{ETCD_PORT}");
         let peer = "http://127.0.0.1:2380";
         let log = std::fs::File::create(self.dir.join("etcd.log"))?;
@@ -220,22 +214,15 @@ impl ClusterLab {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
-        // SAFETY: setns and sched_setscheduler are async-signal-safe; only
-        // the child moves. etcd runs at real-time priority, as if it had a
-        // machine of its own (its guidance for production): on this shared
-        // machine compilers would otherwise hold every publication back.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let param = libc::sched_param { sched_priority: 1 };
-                if libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        // etcd runs at real-time priority, as if it had a machine of its
+        // own (its guidance for production): on this shared machine
+        // compilers would otherwise hold every publication back.
+        weir_sys::process::ChildSetup {
+            netns: Some(ns),
+            realtime: Some(1),
+            ..Default::default()
         }
+        .apply_to(&mut cmd)?;
         let child = cmd
             .spawn()
             .context("starting etcd (scripts/deps.sh installs etcd-server)")?;

@@ -26,7 +26,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use std::sync::Arc;
-use weir_control::agent::{Agent, LoadMeter, StatsSource};
+use weir_backend::agent::{Agent, LoadMeter, StatsSource};
 use weir_progress::Progress;
 
 use crate::daemon::Daemon;

@@ -17,7 +17,6 @@
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -203,17 +202,6 @@ impl Drop for FileServer {
     }
 }
 
-/// Waits up to `ms` for `fd` to be readable.
-fn poll_readable(fd: i32, ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd.
-    unsafe { libc::poll(&mut p, 1, ms) > 0 }
-}
-
 fn accept_loop(
     l: TcpListener,
     spec: ServerSpec,
@@ -224,7 +212,7 @@ fn accept_loop(
     let slots = Arc::new(Slots::new(spec.slots.max(1)));
     let mut conns: Vec<JoinHandle<()>> = Vec::new();
     while !stop.load(Ordering::SeqCst) {
-        if !poll_readable(l.as_raw_fd(), 100) {
+        if !weir_sys::socket::wait_readable(&l, Duration::from_millis(100)).unwrap_or(false) {
             conns.retain(|h| !h.is_finished());
             continue;
         }
@@ -267,27 +255,7 @@ fn accept_loop(
 /// True when the client closed or reset the connection (it gave up while
 /// the request waited for a worker).
 fn peer_gone(s: &TcpStream) -> bool {
-    let mut b = [0u8; 1];
-    // SAFETY: a 1-byte buffer we own; MSG_PEEK leaves the data queued.
-    let n = unsafe {
-        libc::recv(
-            s.as_raw_fd(),
-            b.as_mut_ptr().cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    match n {
-        0 => true,
-        n if n > 0 => false,
-        _ => {
-            let e = std::io::Error::last_os_error();
-            !matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-            )
-        }
-    }
+    weir_sys::socket::peer_gone(s)
 }
 
 /// Reads the request head (at most 4 KiB, 5 s) and returns the file size.

@@ -5,8 +5,6 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,27 +14,14 @@ use anyhow::{bail, Context, Result};
 pub fn spawn_in(ns: &str, cpu: Option<usize>, cmd: &mut Command) -> Result<Child> {
     let netns = File::open(format!("/run/netns/{ns}"))
         .with_context(|| format!("opening namespace {ns}"))?;
-    let ns_fd = netns.as_raw_fd();
     let program = cmd.get_program().to_string_lossy().into_owned();
-    // SAFETY: setns, prctl and sched_setaffinity are async-signal-safe and
-    // touch only the child between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setns(ns_fd, libc::CLONE_NEWNET) != 0
-                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            if let Some(cpu) = cpu {
-                let mut set: libc::cpu_set_t = std::mem::zeroed();
-                libc::CPU_SET(cpu, &mut set);
-                if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
+    weir_sys::process::ChildSetup {
+        netns: Some(netns),
+        die_with_parent: true,
+        cpu,
+        ..Default::default()
     }
+    .apply_to(cmd)?;
     cmd.spawn()
         .with_context(|| format!("starting {program} in {ns} (is it installed?)"))
 }
@@ -93,8 +78,7 @@ pub fn stop(child: &mut Child, grace: Duration) -> Result<()> {
     if child.try_wait()?.is_some() {
         return Ok(());
     }
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    weir_sys::process::send_signal(child.id(), libc::SIGTERM)?;
     let deadline = Instant::now() + grace;
     while child.try_wait()?.is_none() {
         if Instant::now() > deadline {

@@ -31,11 +31,7 @@ fn sh(cmd: &str) -> Result<()> {
 /// module says (the kernel removes it with the veth pair when the process
 /// ends); returns the egress interface.
 pub(super) fn enter() -> Result<Iface> {
-    // SAFETY: unshare affects only the calling thread's namespaces.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error())
-            .context("unshare(CLONE_NEWNET): the bench needs root");
-    }
+    weir_sys::namespaces::unshare_netns().context("unshare(CLONE_NEWNET): the bench needs root")?;
     let gw = GW_MAC.map(|b| format!("{b:02x}")).join(":");
     for cmd in [
         "ip link set lo up".to_string(),

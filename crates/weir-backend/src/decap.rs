@@ -46,10 +46,7 @@ pub enum DecapCmd {
 
 /// The interface `--interface` names, with an error that says so.
 fn interface(name: &str) -> Result<Iface> {
-    let known = std::ffi::CString::new(name)
-        // SAFETY: a valid NUL-terminated string.
-        .map(|c| unsafe { libc::if_nametoindex(c.as_ptr()) } != 0)
-        .unwrap_or(false);
+    let known = matches!(weir_sys::ifindex(name), Ok(Some(_)));
     if !known {
         bail!(
             "no network interface named {name:?} here (see `ip link`): --interface names the \

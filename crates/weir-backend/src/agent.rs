@@ -353,7 +353,8 @@ mod tests {
         assert!((r.processing_time_s - 0.002).abs() < 1e-9, "{r:?}");
         assert!(r.rate_per_s > 0.0 && r.window_s > 0.0, "{r:?}");
         // The controller's own poller reads it.
-        let polled = crate::telemetry::agent::poll(agent.addr, Duration::from_secs(2)).unwrap();
+        let polled =
+            weir_control::telemetry::agent::poll(agent.addr, Duration::from_secs(2)).unwrap();
         assert!((polled.processing_time_s.unwrap() - 0.002).abs() < 1e-9);
         std::fs::write(&f, "garbage").unwrap();
         let out = get_load(agent.addr);

@@ -1,0 +1,104 @@
+//! Socket calls the standard library leaves out: waiting for input with a
+//! timeout, peeking whether a peer has gone, and a forced receive buffer.
+
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::{AsFd, AsRawFd};
+use std::time::Duration;
+
+/// Waits up to `timeout` for `fd` to have input (or a hang-up); true if it
+/// does. An interrupted wait counts as none.
+pub fn wait_readable(fd: impl AsFd, timeout: Duration) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd for the length given.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::Interrupted => Ok(false),
+            _ => Err(e),
+        };
+    }
+    Ok(rc > 0)
+}
+
+/// True when the peer of `s` closed or reset the connection, without
+/// taking any data it sent from the queue.
+pub fn peer_gone(s: &TcpStream) -> bool {
+    let mut b = [0u8; 1];
+    // SAFETY: a 1-byte buffer we own; MSG_PEEK leaves the data queued.
+    let n = unsafe {
+        libc::recv(
+            s.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        0 => true,
+        n if n > 0 => false,
+        _ => !matches!(
+            io::Error::last_os_error().kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ),
+    }
+}
+
+/// Sets `socket`'s receive buffer to `bytes`: past net.core.rmem_max with
+/// CAP_NET_ADMIN (SO_RCVBUFFORCE), else up to it (SO_RCVBUF).
+pub fn set_receive_buffer(socket: impl AsFd, bytes: u32) -> io::Result<()> {
+    let fd = socket.as_fd().as_raw_fd();
+    let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    let set = |name| {
+        // SAFETY: setsockopt on an open socket with a c_int of the size given.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                name,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    if set(libc::SO_RCVBUFFORCE) == 0 || set(libc::SO_RCVBUF) == 0 {
+        return Ok(());
+    }
+    Err(io::Error::last_os_error())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::{TcpListener, UdpSocket};
+
+    #[test]
+    fn input_wakes_a_wait_and_a_closed_peer_is_seen_gone() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        assert!(!wait_readable(&s, Duration::from_millis(10)).unwrap());
+        assert!(!peer_gone(&s));
+        c.write_all(b"x").unwrap();
+        assert!(wait_readable(&s, Duration::from_secs(5)).unwrap());
+        assert!(!peer_gone(&s), "queued data is not a close");
+        drop(c);
+        let mut b = [0u8; 1];
+        std::io::Read::read_exact(&mut &s, &mut b).unwrap();
+        assert!(wait_readable(&s, Duration::from_secs(5)).unwrap());
+        assert!(peer_gone(&s));
+    }
+
+    #[test]
+    fn a_receive_buffer_is_set() {
+        let u = UdpSocket::bind("127.0.0.1:0").unwrap();
+        set_receive_buffer(&u, 1 << 20).unwrap();
+    }
+}
