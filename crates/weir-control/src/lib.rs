@@ -1,8 +1,8 @@
 //! weir's control plane: the configuration and its diagnostics, applying it
 //! to the data plane without moving established connections, the load-aware
 //! controller with its telemetry (agent and passive) and health checks, the
-//! `weir agent` server, `weir decap` for backends, metrics, status, and the
-//! management API with the one path (`live`) through which reloads and API
+//! `weir agent` server, `weir decap` for backends, metrics, status, the
+//! watches over the interfaces weir sends by, and the management API with the one path (`live`) through which reloads and API
 //! writes change what runs.
 
 pub mod agent;
@@ -19,6 +19,7 @@ pub mod health;
 pub mod live;
 pub mod metrics;
 pub mod nexthops;
+pub mod redirect_targets;
 pub mod run_record;
 pub mod runtime;
 pub mod status;
