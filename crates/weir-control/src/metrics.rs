@@ -222,21 +222,6 @@ impl Collector for Scrape {
                 }),
             )?;
         }
-        if !self.redirect_targets.is_empty() {
-            family(
-                &mut enc,
-                "weir_redirect_target_dropped",
-                "Frames the kernel dropped on their way out by the interface (its tx_dropped; \
-                 a veth counts there every frame its peer could not take).",
-                MetricType::Counter,
-                self.redirect_targets.iter().map(|t| {
-                    (
-                        [("interface", t.interface.clone())],
-                        ConstCounter::new(t.dropped),
-                    )
-                }),
-            )?;
-        }
         if let Some(s) = &self.snapshot {
             single(
                 &mut enc,
@@ -855,22 +840,21 @@ mod tests {
     }
 
     #[test]
-    fn a_veth_that_drops_reads_0_with_its_drops_and_an_unchecked_one_no_verdict() {
+    fn a_veth_that_drops_reads_0_and_an_unchecked_one_has_no_sample() {
         use crate::redirect_targets::{RedirectTarget, Verdict};
-        let target = |name: &str, verdict, dropped| RedirectTarget {
+        let target = |name: &str, verdict| RedirectTarget {
             interface: name.into(),
             verdict,
             peer: None,
             peer_netns: None,
             problem: None,
             fix: None,
-            dropped,
         };
         let t = Scrape {
             redirect_targets: vec![
-                target("wc0", Verdict::Ok, 0),
-                target("wb1", Verdict::Drops, 20),
-                target("wb2", Verdict::Unchecked, 3),
+                target("wc0", Verdict::Ok),
+                target("wb1", Verdict::Drops),
+                target("wb2", Verdict::Unchecked),
             ],
             ..Scrape::default()
         }
@@ -878,8 +862,6 @@ mod tests {
         for line in [
             "weir_redirect_target_ok{interface=\"wc0\"} 1",
             "weir_redirect_target_ok{interface=\"wb1\"} 0",
-            "weir_redirect_target_dropped_total{interface=\"wb1\"} 20",
-            "weir_redirect_target_dropped_total{interface=\"wb2\"} 3",
         ] {
             assert!(t.lines().any(|l| l == line), "no `{line}` in\n{t}");
         }

@@ -11,8 +11,11 @@
 //! `weir serve` checks at start and every [`CHECK_EVERY`], logs each
 //! change, and writes what it found to `<run dir>/redirect_targets.json`
 //! for `weir status`, the management API and /metrics
-//! (`weir_redirect_target_ok`, `weir_redirect_target_dropped`).
-//! `weir doctor` runs the same check.
+//! (`weir_redirect_target_ok`). `weir doctor` runs the same check.
+//!
+//! The lost frames themselves are not counted: the veth driver refuses
+//! them in `ndo_xdp_xmit` without touching any link or ethtool counter
+//! (Linux 6.18); only the `xdp:xdp_devmap_xmit` tracepoint sees them.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -52,10 +55,6 @@ pub struct RedirectTarget {
     pub problem: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
-    /// Frames the kernel dropped on their way out by this interface (its
-    /// tx_dropped: a veth counts every frame its peer could not take
-    /// there).
-    pub dropped: u64,
 }
 
 /// What the probe read of one interface, for [`assess`].
@@ -84,7 +83,6 @@ pub fn assess(name: &str, f: &Facts) -> RedirectTarget {
         peer_netns: f.peer_netns.clone(),
         problem: None,
         fix: None,
-        dropped: f.link.tx_dropped,
     };
     if !f.native || f.link.kind.as_deref() != Some("veth") {
         return t;
@@ -264,7 +262,6 @@ mod tests {
             peer_ifindex: Some(2),
             peer_netnsid: peer_ns,
             oper_up: true,
-            tx_dropped: 17,
             ..Link::default()
         }
     }
@@ -299,7 +296,6 @@ mod tests {
         let t = assess("wb1", &facts(Some(103), None));
         assert_eq!(t.verdict, Verdict::Ok);
         assert_eq!((t.problem, t.fix), (None, None));
-        assert_eq!(t.dropped, 17);
         assert_eq!(t.peer.as_deref(), Some("eth0"));
     }
 

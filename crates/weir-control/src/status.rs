@@ -550,8 +550,8 @@ pub fn render(s: &Status) -> String {
             Verdict::Ok => Ok(()),
             Verdict::Drops => writeln!(
                 o,
-                "send by {}: FRAMES DROPPED ({} so far): {problem}; fix: {fix}",
-                t.interface, t.dropped
+                "send by {}: FRAMES DROPPED: {problem}; fix: {fix}",
+                t.interface
             ),
             Verdict::Unchecked => {
                 writeln!(o, "send by {}: unchecked: {problem}; {fix}", t.interface)

@@ -1,6 +1,6 @@
 //! One network interface as the kernel's link table describes it (what `ip
-//! -d -s link show` prints): its kind, a veth's peer and the namespace the
-//! peer lives in, the XDP program on it, its drop counters. A peer in
+//! -d link show` prints): its kind, a veth's peer and the namespace the
+//! peer lives in, the XDP program on it, its MTU. A peer in
 //! another namespace is asked for through that namespace's id
 //! (IFLA_TARGET_NETNSID), so no namespace has to be entered.
 
@@ -36,8 +36,6 @@ pub struct Link {
     /// The XDP program attached, in any mode.
     pub xdp_prog_id: Option<u32>,
     pub mtu: u32,
-    pub rx_dropped: u64,
-    pub tx_dropped: u64,
 }
 
 /// Interface `ifindex` of this namespace, or of the namespace whose id (as
@@ -74,10 +72,6 @@ fn of_message(m: LinkMessage) -> Link {
             LinkAttribute::LinkNetNsId(id) if id >= 0 => link.peer_netnsid = Some(id),
             LinkAttribute::OperState(s) => link.oper_up = matches!(s, State::Up | State::Unknown),
             LinkAttribute::Mtu(mtu) => link.mtu = mtu,
-            LinkAttribute::Stats64(s) => {
-                link.rx_dropped = s.rx_dropped;
-                link.tx_dropped = s.tx_dropped;
-            }
             LinkAttribute::Xdp(xdp) => {
                 link.xdp_prog_id = xdp.iter().find_map(|x| match x {
                     LinkXdp::ProgId(id) if *id != 0 => Some(*id),
