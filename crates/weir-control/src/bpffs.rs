@@ -205,7 +205,18 @@ fn mount_bpffs() -> Result<()> {
     Ok(())
 }
 
-fn is_bpffs(dir: &Path) -> bool {
+/// Whether this process runs in a mount namespace other than the host's
+/// (as under `ip netns exec`); `None` when that cannot be told.
+pub fn in_private_mount_ns() -> Option<bool> {
+    match MountNs::compare() {
+        MountNs::Host => Some(false),
+        MountNs::Other { .. } => Some(true),
+        MountNs::Unknown(_) => None,
+    }
+}
+
+/// Whether `dir` lies on a BPF filesystem.
+pub fn is_bpffs(dir: &Path) -> bool {
     const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
     let Ok(c) = CString::new(dir.as_os_str().as_encoded_bytes()) else {
         return false;

@@ -15,6 +15,7 @@ pub mod controller;
 pub mod cpus;
 pub mod decap;
 pub mod diag;
+pub mod doctor;
 pub mod health;
 pub mod live;
 pub mod metrics;
