@@ -865,7 +865,10 @@ mod tests {
         ] {
             assert!(t.lines().any(|l| l == line), "no `{line}` in\n{t}");
         }
-        assert!(!t.contains("weir_redirect_target_ok{interface=\"wb2\"}"), "{t}");
+        assert!(
+            !t.contains("weir_redirect_target_ok{interface=\"wb2\"}"),
+            "{t}"
+        );
         assert!(!Scrape::default().render().contains("weir_redirect_target"));
     }
 

@@ -310,7 +310,10 @@ mod tests {
             "{p}"
         );
         let fix = t.fix.unwrap();
-        assert!(fix.contains("`ip netns exec b1 ethtool -K eth0 gro on`"), "{fix}");
+        assert!(
+            fix.contains("`ip netns exec b1 ethtool -K eth0 gro on`"),
+            "{fix}"
+        );
         assert!(
             fix.contains("`ip netns exec b1 ip link set dev eth0 xdp obj PROG.o sec xdp`"),
             "{fix}"

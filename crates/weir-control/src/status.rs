@@ -699,7 +699,7 @@ mod tests {
             software_accounting: None,
             xdp_attach: None,
             redirect_targets: None,
-        redirect_targets: None,
+            redirect_targets: None,
         };
         let text = render(&st);
         // 50% busy, bursts of 16 of 32: HNLB's utilization reads 25%.
@@ -855,7 +855,7 @@ mod tests {
             software_accounting: None,
             xdp_attach: None,
             redirect_targets: None,
-        redirect_targets: None,
+            redirect_targets: None,
         }
     }
 

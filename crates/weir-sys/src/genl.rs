@@ -142,12 +142,18 @@ fn transact(family: u16, cmd: u8, attrs: &[u8]) -> io::Result<Vec<u8>> {
                     }
                     // The acknowledgement: the answer came before it.
                     return answer.ok_or_else(|| {
-                        io::Error::new(io::ErrorKind::InvalidData, "an empty generic netlink answer")
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "an empty generic netlink answer",
+                        )
                     });
                 }
                 NLMSG_DONE => {
                     return answer.ok_or_else(|| {
-                        io::Error::new(io::ErrorKind::InvalidData, "an empty generic netlink answer")
+                        io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "an empty generic netlink answer",
+                        )
                     })
                 }
                 _ if body.len() >= 4 => answer = Some(body[4..].to_vec()),

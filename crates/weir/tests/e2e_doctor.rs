@@ -136,13 +136,25 @@ fn each_planted_problem_fails_or_warns_until_fixed() {
     ethtool_in(&b1, &["-K", "eth0", "gro", "on"]).unwrap();
     ip_in(
         &lab.lb,
-        &["route", "add", "10.77.99.0/24", "via", "10.77.1.2", "dev", "wb1"],
+        &[
+            "route",
+            "add",
+            "10.77.99.0/24",
+            "via",
+            "10.77.1.2",
+            "dev",
+            "wb1",
+        ],
     )
     .unwrap();
     drop(listener);
     let (ok, r) = doctor(&nsenter, &config);
     assert!(ok, "{r}");
-    assert_eq!((r["fail"].as_u64(), r["warn"].as_u64()), (Some(0), Some(0)), "{r}");
+    assert_eq!(
+        (r["fail"].as_u64(), r["warn"].as_u64()),
+        (Some(0), Some(0)),
+        "{r}"
+    );
 
     // `ip netns exec` gives weir a mount namespace of its own, with no BPF
     // filesystem: serve would refuse; mounting one leaves a warning (the
@@ -185,7 +197,10 @@ fn a_dsr_backend_needs_its_arp_settings_and_the_vip_on_lo() {
     let out = run();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{text}");
-    assert!(text.contains("FAIL  arp: arp_ignore = 0, arp_announce = 2"), "{text}");
+    assert!(
+        text.contains("FAIL  arp: arp_ignore = 0, arp_announce = 2"),
+        "{text}"
+    );
     assert!(
         text.contains("fix: `ip addr add 10.77.100.9/32 dev lo`"),
         "{text}"

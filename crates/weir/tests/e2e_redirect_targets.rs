@@ -104,7 +104,9 @@ fn a_veth_peer_without_xdp_or_gro_is_reported_until_gro_or_xdp_on_it_lets_traffi
     within_seconds("the log's warning", || d.new_log().contains(&warning));
     let log = d.new_log();
     assert!(
-        log.contains(&format!("`ip netns exec {backend_ns} ethtool -K eth0 gro on`")),
+        log.contains(&format!(
+            "`ip netns exec {backend_ns} ethtool -K eth0 gro on`"
+        )),
         "{log}"
     );
     assert!(!log.contains("warning: wc0"), "{log}");
@@ -128,7 +130,10 @@ fn a_veth_peer_without_xdp_or_gro_is_reported_until_gro_or_xdp_on_it_lets_traffi
         );
     }
     let text = status_text(&d);
-    assert!(text.contains("send by wb1: FRAMES DROPPED: wb1 is a veth whose peer eth0"), "{text}");
+    assert!(
+        text.contains("send by wb1: FRAMES DROPPED: wb1 is a veth whose peer eth0"),
+        "{text}"
+    );
     assert!(text.contains("; fix: `ip netns exec"), "{text}");
     assert!(!text.contains("send by wc0"), "{text}");
 

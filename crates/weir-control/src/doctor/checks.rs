@@ -233,7 +233,10 @@ pub fn interface(f: &IfaceFacts, native: bool, encap_mtu: Option<u32>) -> Vec<It
         items.push(if f.mtu >= encap {
             Item::ok(
                 &mtu,
-                format!("MTU {} holds the tunnelled datagrams (encap_mtu {encap})", f.mtu),
+                format!(
+                    "MTU {} holds the tunnelled datagrams (encap_mtu {encap})",
+                    f.mtu
+                ),
             )
         } else {
             Item::warn(
@@ -371,7 +374,10 @@ pub fn arp(arp_ignore: Option<u32>, arp_announce: Option<u32>) -> Item {
 pub fn vip_on_backend(vip: IpAddr, held: bool) -> Item {
     let name = format!("vip {vip}");
     if held {
-        Item::ok(&name, "held here: the backend accepts the VIP's packets".to_string())
+        Item::ok(
+            &name,
+            "held here: the backend accepts the VIP's packets".to_string(),
+        )
     } else {
         Item::fail(
             &name,
@@ -440,12 +446,21 @@ mod tests {
             conventional,
         };
         assert_eq!(bpffs("/sys/fs/bpf", b(true, false, true)).level, Level::Ok);
-        assert_eq!(bpffs("/sys/fs/bpf", b(false, false, true)).level, Level::Warn);
+        assert_eq!(
+            bpffs("/sys/fs/bpf", b(false, false, true)).level,
+            Level::Warn
+        );
         let private = bpffs("/sys/fs/bpf", b(false, true, true));
         assert_eq!(private.level, Level::Fail);
-        assert!(private.fix.unwrap().contains("mount -t bpf bpf /sys/fs/bpf"));
+        assert!(private
+            .fix
+            .unwrap()
+            .contains("mount -t bpf bpf /sys/fs/bpf"));
         assert_eq!(bpffs("/sys/fs/bpf", b(true, true, true)).level, Level::Warn);
-        assert_eq!(bpffs("/srv/pins", b(false, false, false)).level, Level::Fail);
+        assert_eq!(
+            bpffs("/srv/pins", b(false, false, false)).level,
+            Level::Fail
+        );
     }
 
     #[test]
@@ -498,7 +513,10 @@ mod tests {
         let mut f = facts("ixgbe");
         f.lro = true;
         let items = interface(&f, true, None);
-        let off = items.iter().find(|i| i.check == "interface eth0 offloads").unwrap();
+        let off = items
+            .iter()
+            .find(|i| i.check == "interface eth0 offloads")
+            .unwrap();
         assert_eq!(off.level, Level::Warn);
         assert!(off.detail.starts_with("lro on"), "{off:?}");
         assert_eq!(
@@ -522,7 +540,10 @@ mod tests {
             fix: Some("`ethtool -K p gro on`".into()),
         });
         let items = interface(&f, true, None);
-        let send = items.iter().find(|i| i.check == "interface eth0 sending").unwrap();
+        let send = items
+            .iter()
+            .find(|i| i.check == "interface eth0 sending")
+            .unwrap();
         assert_eq!(send.level, Level::Fail);
         assert_eq!(send.fix.as_deref(), Some("`ethtool -K p gro on`"));
     }

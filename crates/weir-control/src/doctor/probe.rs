@@ -30,7 +30,9 @@ pub fn run(args: &DoctorArgs) -> Result<Vec<Item>> {
     }
     let cfg = match &args.config {
         Some(path) => Some(Config::load(path)?),
-        None if Path::new(DEFAULT_CONFIG).exists() => Some(Config::load(Path::new(DEFAULT_CONFIG))?),
+        None if Path::new(DEFAULT_CONFIG).exists() => {
+            Some(Config::load(Path::new(DEFAULT_CONFIG))?)
+        }
         None => None,
     };
     let pin_dir = cfg
@@ -166,7 +168,9 @@ fn euid() -> Option<u32> {
 /// when unlimited.
 fn memlock() -> Option<u64> {
     let limits = fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max locked memory"))?;
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))?;
     line["Max locked memory".len()..]
         .split_whitespace()
         .next()?
