@@ -699,7 +699,6 @@ mod tests {
             software_accounting: None,
             xdp_attach: None,
             redirect_targets: None,
-            redirect_targets: None,
         };
         let text = render(&st);
         // 50% busy, bursts of 16 of 32: HNLB's utilization reads 25%.
@@ -854,7 +853,6 @@ mod tests {
             cluster: None,
             software_accounting: None,
             xdp_attach: None,
-            redirect_targets: None,
             redirect_targets: None,
         }
     }
