@@ -189,6 +189,17 @@ fn mount_bpffs() -> Result<()> {
     })
 }
 
-fn is_bpffs(dir: &Path) -> bool {
+/// Whether this process runs in a mount namespace other than the host's
+/// (as under `ip netns exec`); `None` when that cannot be told.
+pub fn in_private_mount_ns() -> Option<bool> {
+    match MountNs::compare() {
+        MountNs::Host => Some(false),
+        MountNs::Other { .. } => Some(true),
+        MountNs::Unknown(_) => None,
+    }
+}
+
+/// Whether `dir` lies on a BPF filesystem.
+pub fn is_bpffs(dir: &Path) -> bool {
     weir_sys::fs::is_bpffs(dir).unwrap_or(false)
 }

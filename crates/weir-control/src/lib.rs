@@ -1,7 +1,8 @@
 //! weir's control plane, the daemon `weir serve`: the configuration and its
 //! diagnostics, applying it to the data plane without moving established
 //! connections, the load-aware controller with its telemetry (polling
-//! backends' agents, or passive) and health checks, metrics, status, and the
+//! backends' agents, or passive) and health checks, metrics, status, the
+//! watches over the interfaces weir sends by, `weir doctor`, and the
 //! management API with the one path (`live`) through which reloads and API
 //! writes change what runs. The backends' own tools are in weir-backend.
 
@@ -13,10 +14,12 @@ pub mod config;
 mod controller;
 pub mod cpus;
 pub mod diag;
+pub mod doctor;
 mod health;
 mod live;
 pub mod metrics;
 pub mod nexthops;
+pub mod redirect_targets;
 pub mod run_record;
 pub mod runtime;
 pub mod status;

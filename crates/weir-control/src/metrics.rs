@@ -50,6 +50,8 @@ pub struct Scrape {
     pub cluster: Option<weir_cluster::view::ClusterView>,
     /// Whether weir's program runs on each configured interface.
     pub xdp_attach: Vec<crate::xdp_watch::IfaceAttach>,
+    /// Whether frames sent out by each configured interface can leave.
+    pub redirect_targets: Vec<crate::redirect_targets::RedirectTarget>,
 }
 
 impl Scrape {
@@ -60,12 +62,14 @@ impl Scrape {
         let workers = crate::tier::read_worker_stats(run_dir);
         let cluster = shared.cluster.get().map(|c| c.view());
         let xdp_attach = crate::xdp_watch::read(run_dir).unwrap_or_default();
+        let redirect_targets = crate::redirect_targets::read(run_dir).unwrap_or_default();
         let Some(m) = maps else {
             return Scrape {
                 snapshot,
                 workers,
                 cluster,
                 xdp_attach,
+                redirect_targets,
                 ..Scrape::default()
             };
         };
@@ -83,6 +87,7 @@ impl Scrape {
             workers,
             cluster,
             xdp_attach,
+            redirect_targets,
         }
     }
 
@@ -192,6 +197,28 @@ impl Collector for Scrape {
                 self.xdp_attach.iter().map(|a| {
                     let value = if a.attached { 1 } else { 0 };
                     ([("interface", a.interface.clone())], ConstGauge::new(value))
+                }),
+            )?;
+        }
+        let checked = || {
+            self.redirect_targets
+                .iter()
+                .filter(|t| t.verdict != crate::redirect_targets::Verdict::Unchecked)
+        };
+        if checked().next().is_some() {
+            family(
+                &mut enc,
+                "weir_redirect_target_ok",
+                "1 while frames weir sends out by the interface can leave; 0 for a veth whose \
+                 peer has neither an XDP program nor GRO on (or is down): the driver drops \
+                 them all (`weir status` says what to change).",
+                MetricType::Gauge,
+                checked().map(|t| {
+                    let ok = t.verdict == crate::redirect_targets::Verdict::Ok;
+                    (
+                        [("interface", t.interface.clone())],
+                        ConstGauge::new(if ok { 1 } else { 0 }),
+                    )
                 }),
             )?;
         }
@@ -682,6 +709,7 @@ mod tests {
             workers: Vec::new(),
             cluster: None,
             xdp_attach: Vec::new(),
+            redirect_targets: Vec::new(),
         }
     }
 
@@ -809,6 +837,39 @@ mod tests {
             "{t}"
         );
         assert!(!Scrape::default().render().contains("weir_xdp_attached"));
+    }
+
+    #[test]
+    fn a_veth_that_drops_reads_0_and_an_unchecked_one_has_no_sample() {
+        use crate::redirect_targets::{RedirectTarget, Verdict};
+        let target = |name: &str, verdict| RedirectTarget {
+            interface: name.into(),
+            verdict,
+            peer: None,
+            peer_netns: None,
+            problem: None,
+            fix: None,
+        };
+        let t = Scrape {
+            redirect_targets: vec![
+                target("wc0", Verdict::Ok),
+                target("wb1", Verdict::Drops),
+                target("wb2", Verdict::Unchecked),
+            ],
+            ..Scrape::default()
+        }
+        .render();
+        for line in [
+            "weir_redirect_target_ok{interface=\"wc0\"} 1",
+            "weir_redirect_target_ok{interface=\"wb1\"} 0",
+        ] {
+            assert!(t.lines().any(|l| l == line), "no `{line}` in\n{t}");
+        }
+        assert!(
+            !t.contains("weir_redirect_target_ok{interface=\"wb2\"}"),
+            "{t}"
+        );
+        assert!(!Scrape::default().render().contains("weir_redirect_target"));
     }
 
     #[test]

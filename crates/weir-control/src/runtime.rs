@@ -422,9 +422,15 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             None
         }
     };
+    let mut targets = crate::redirect_targets::Watch::new(mode == XdpMode::Native, &opts.run_dir);
+    let mut targets_due = std::time::Instant::now();
     loop {
         if let Some(w) = &mut watch {
             w.check(attachment.interfaces());
+        }
+        if std::time::Instant::now() >= targets_due {
+            targets.check(&pairs);
+            targets_due += crate::redirect_targets::CHECK_EVERY;
         }
         match signals.wait_timeout(Duration::from_secs(1)) {
             Some(libc::SIGHUP) => {

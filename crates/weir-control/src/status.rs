@@ -113,6 +113,10 @@ pub struct Status {
     /// (`<run dir>/xdp_attach.json`), when `weir serve` runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xdp_attach: Option<Vec<crate::xdp_watch::IfaceAttach>>,
+    /// Whether frames weir sends out by each configured interface can
+    /// leave (`<run dir>/redirect_targets.json`), when `weir serve` runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redirect_targets: Option<Vec<crate::redirect_targets::RedirectTarget>>,
 }
 
 /// Every frame XDP steers to the software tier (`to_software`) is received
@@ -244,11 +248,13 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
         cluster: None,
         software_accounting: None,
         xdp_attach: None,
+        redirect_targets: None,
     })
 }
 
 /// What a running daemon adds to the maps' status from its run dir: the
-/// workers' reports, their accounting, and the XDP attachment check.
+/// workers' reports, their accounting, the XDP attachment check and the
+/// check of the interfaces weir sends by.
 pub fn add_running(st: &mut Status, run_dir: &Path) {
     st.workers = crate::tier::read_workers(run_dir);
     st.software_accounting = st.workers.as_ref().and_then(|w| {
@@ -261,6 +267,7 @@ pub fn add_running(st: &mut Status, run_dir: &Path) {
         Some(SoftwareAccounting::of(to_software, baseline, w))
     });
     st.xdp_attach = crate::xdp_watch::read(run_dir);
+    st.redirect_targets = crate::redirect_targets::read(run_dir);
 }
 
 /// Reads status from the pins in `pin_dir`.
@@ -535,6 +542,22 @@ pub fn render(s: &Status) -> String {
             writeln!(o, "xdp on {}: NOT ATTACHED: {}", a.interface, a.warning())
         };
     }
+    for t in s.redirect_targets.iter().flatten() {
+        use crate::redirect_targets::Verdict;
+        let problem = t.problem.as_deref().unwrap_or("");
+        let fix = t.fix.as_deref().unwrap_or("");
+        let _ = match t.verdict {
+            Verdict::Ok => Ok(()),
+            Verdict::Drops => writeln!(
+                o,
+                "send by {}: FRAMES DROPPED: {problem}; fix: {fix}",
+                t.interface
+            ),
+            Verdict::Unchecked => {
+                writeln!(o, "send by {}: unchecked: {problem}; {fix}", t.interface)
+            }
+        };
+    }
     let _ = writeln!(
         o,
         "connections: {} (half-open: {})",
@@ -675,6 +698,7 @@ mod tests {
             cluster: None,
             software_accounting: None,
             xdp_attach: None,
+            redirect_targets: None,
         };
         let text = render(&st);
         // 50% busy, bursts of 16 of 32: HNLB's utilization reads 25%.
@@ -829,6 +853,7 @@ mod tests {
             cluster: None,
             software_accounting: None,
             xdp_attach: None,
+            redirect_targets: None,
         }
     }
 

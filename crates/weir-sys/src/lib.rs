@@ -1,15 +1,19 @@
 //! The operating-system calls weir makes, in one place: clocks, CPU sets,
-//! network interfaces and their addresses, the kernel's route, neighbour and
-//! address tables (over NETLINK_ROUTE), signals taken synchronously,
-//! processes, namespaces, the BPF filesystem, sockets and random bytes.
-//! Every `unsafe` block of these wrappers lives here, each with the reason
-//! it is sound; the crates above call safe functions.
+//! network interfaces (their addresses, links, drivers, offloads and XDP
+//! features), the kernel's route, neighbour and address tables (over
+//! NETLINK_ROUTE), signals taken synchronously, processes, namespaces, the BPF
+//! filesystem, sockets and random bytes. Every `unsafe` block of these
+//! wrappers lives here, each with the reason it is sound; the crates above
+//! call safe functions.
 
 mod addrs;
 mod clock;
 mod cpus;
+mod ethtool;
 pub mod fs;
+mod genl;
 mod iface;
+mod link;
 mod memory;
 pub mod namespaces;
 mod netlink;
@@ -27,7 +31,10 @@ pub use clock::{
 pub use cpus::{
     allowed_cpus, format_cpu_list, online_cpus, parse_cpu_list, pin_current_thread, pin_thread,
 };
+pub use ethtool::{driver, features, Feature};
+pub use genl::{xdp_features, XdpFeatures};
 pub use iface::{ifindex, ifname, interfaces, mac_address, queue_count};
+pub use link::{link, netns_name, Link};
 pub use memory::{page_size, physical_memory};
 pub use netlink::{local_addrs, neighbour_mac, route_to, Route};
 pub use netlink_watch::RouteWatch;

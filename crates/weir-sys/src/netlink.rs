@@ -136,7 +136,10 @@ fn is_no_route(e: &io::Error) -> bool {
 
 /// Sends one request on a socket of its own and collects the replies: one
 /// for a plain request, every part up to NLMSG_DONE for a dump.
-fn request(msg: RouteNetlinkMessage, flags: u16) -> io::Result<Vec<RouteNetlinkMessage>> {
+pub(crate) fn request(
+    msg: RouteNetlinkMessage,
+    flags: u16,
+) -> io::Result<Vec<RouteNetlinkMessage>> {
     let mut socket = Socket::new(NETLINK_ROUTE)?;
     socket.bind_auto()?;
     socket.connect(&SocketAddr::new(0, 0))?;

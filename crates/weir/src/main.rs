@@ -58,6 +58,9 @@ enum Command {
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
         run_dir: PathBuf,
     },
+    /// Check this host for what weir serve needs (or, with --role backend, what a dsr
+    /// backend needs): OK / WARN / FAIL item by item, with what to change; exits 1 on any FAIL.
+    Doctor(weir_control::doctor::DoctorArgs),
     /// Check a configuration file and exit.
     Check {
         #[arg(long, short)]
@@ -110,6 +113,7 @@ enum Command {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Doctor(args) => weir_control::doctor::run(&args),
         Command::Serve {
             config,
             xdp_mode,

@@ -1,7 +1,8 @@
 //! The documents against the product: every `weir` command line in the README's
 //! and the operator guide's code blocks names commands and options the real CLI
-//! has, every example configuration loads, and the README stays a front door
-//! whose links resolve inside the tree.
+//! has, every example configuration loads, the README's first service runs as
+//! written in a namespace lab, and the README stays a front door whose links
+//! resolve inside the tree.
 
 use std::path::PathBuf;
 
@@ -270,4 +271,141 @@ fn every_book_chapter_exists_and_links_inside_the_tree() {
         wrong.extend(broken_links(&format!("docs/src/{c}"), false));
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The README's first-service section: its `sh` blocks' lines, in order.
+fn first_service_commands() -> Vec<String> {
+    let readme = read("README.md");
+    let start = readme
+        .find("## A first service on a real host")
+        .expect("the README's first-service section");
+    let section = &readme[start..];
+    let end = section[3..].find("\n## ").map_or(section.len(), |e| e + 3);
+    let mut in_sh = false;
+    let mut lines = Vec::new();
+    for line in section[..end].lines() {
+        let t = line.trim();
+        if let Some(lang) = t.strip_prefix("```") {
+            in_sh = !in_sh && lang == "sh";
+        } else if in_sh && !t.is_empty() {
+            lines.push(t.to_string());
+        }
+    }
+    lines
+}
+
+/// The first service, followed literally in a lab: its configuration is
+/// examples/first-service.toml with the lab's interfaces and addresses, and
+/// every command line of the README's section runs, in its order, where it
+/// belongs (the load balancer's namespace or the backends'), with the same
+/// substitutions. Installing (apt-get, make install) and systemctl are the
+/// only lines not run; a line this test does not know fails it.
+#[test]
+fn the_first_service_runs_as_the_readme_says() {
+    use weir_lab::backend::Backend;
+    use weir_lab::client::http_once;
+    use weir_lab::daemon::Daemon;
+    use weir_lab::topology::Lab;
+
+    let lab = Lab::build(3).expect("building the lab");
+    let _backends: Vec<Backend> = lab
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)).unwrap())
+        .collect();
+    let lab_addr = |text: &str| {
+        text.replace("203.0.113.10", "10.77.100.1")
+            .replace("10.0.1.11", "10.77.1.2")
+            .replace("10.0.1.12", "10.77.2.2")
+            .replace("10.0.1.13", "10.77.3.2")
+    };
+    let config = lab_addr(&read("examples/first-service.toml")).replace(
+        "interfaces = [\"eth0\"]",
+        "interfaces = [\"wc0\", \"wb1\", \"wb2\", \"wb3\"]",
+    );
+    let mut d = Daemon::new(Path::new(WEIR), &lab.lb).unwrap();
+    d.write_config(&config).unwrap();
+    let config_path = d.config_path().display().to_string();
+    let run_dir = d.run_dir().display().to_string();
+    let net = format!("--net=/run/netns/{}", lab.lb);
+    let in_lb = |program: &str, args: &[String]| {
+        let out = Command::new("nsenter")
+            .arg(&net)
+            .arg(program)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        text(&out.stdout)
+    };
+
+    let mut ran = Vec::new();
+    for line in first_service_commands() {
+        let w: Vec<String> = words(&lab_addr(&line))
+            .into_iter()
+            .map(|a| a.replace("/etc/weir/weir.toml", &config_path))
+            .collect();
+        match w[0].as_str() {
+            "apt-get" | "make" | "systemctl" => continue,
+            "weir" if w[1] == "serve" => {
+                assert_eq!(w[2..], ["--config", config_path.as_str()], "{line}");
+                d.start().unwrap();
+            }
+            "weir" if matches!(w[1].as_str(), "status" | "dip") => {
+                let mut args = w[1..].to_vec();
+                args.extend(["--run-dir".to_string(), run_dir.clone()]);
+                in_lb(WEIR, &args);
+            }
+            "weir" => {
+                let out = in_lb(WEIR, &w[1..]);
+                if w[1] == "doctor" {
+                    assert!(out.contains("0 failed"), "{out}");
+                }
+            }
+            "sysctl" => {
+                in_lb("sysctl", &w[1..]);
+            }
+            "ethtool" => {
+                for dev in lab.lb_interfaces() {
+                    let args: Vec<String> =
+                        w[1..].iter().map(|a| a.replace("eth0", &dev)).collect();
+                    in_lb("ethtool", &args);
+                }
+            }
+            "ip" if w[1..5] == ["route", "replace", "default", "via"] => {
+                for (i, b) in lab.backends.iter().enumerate() {
+                    let gw = format!("10.77.{}.1", i + 1);
+                    weir_lab::netns::ip_in(b, &["route", "replace", "default", "via", &gw])
+                        .unwrap();
+                }
+            }
+            _ => panic!("README.md's first service has a line this test does not run: {line}"),
+        }
+        ran.push(w[..2].join(" "));
+    }
+    for must in [
+        "weir check",
+        "weir doctor",
+        "weir serve",
+        "weir status",
+        "weir dip",
+    ] {
+        assert!(ran.iter().any(|r| r == must), "{must} not run: {ran:?}");
+    }
+    // The VIP serves; the drained backend gets no new connections.
+    let vip: std::net::SocketAddr = "10.77.100.1:80".parse().unwrap();
+    let seen: std::collections::BTreeSet<String> = (0..20)
+        .filter_map(|_| http_once(&lab.client, vip).ok())
+        .collect();
+    assert!(
+        seen.contains("backend-2") && seen.contains("backend-3") && !seen.contains("backend-1"),
+        "{seen:?}"
+    );
+    d.stop().unwrap();
 }

@@ -166,6 +166,7 @@ impl Api {
             workers,
             cluster: self.live.shared().cluster.get().map(|c| c.view()),
             xdp_attach: crate::xdp_watch::read(run_dir).unwrap_or_default(),
+            redirect_targets: crate::redirect_targets::read(run_dir).unwrap_or_default(),
         })
     }
 

@@ -134,6 +134,10 @@ pub struct StatusView {
     /// Whether weir's program still runs on each configured interface.
     #[serde(default)]
     pub xdp_attach: Vec<crate::xdp_watch::IfaceAttach>,
+    /// Whether frames weir sends out by each configured interface can
+    /// leave (a veth's peer must take them).
+    #[serde(default)]
+    pub redirect_targets: Vec<crate::redirect_targets::RedirectTarget>,
 }
 
 pub fn unix_ms() -> u64 {
