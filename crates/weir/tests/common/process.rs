@@ -1,28 +1,15 @@
-//! Signals, network namespaces and child processes: the only raw libc of
-//! the e2e tests, one function each.
+//! Signals, network namespaces and child processes (their system calls are
+//! weir-sys's).
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use weir_sys::process::ChildSetup;
+
 use super::daemon::WEIR;
 
-/// Sends `signal` to process `pid`.
-pub fn send_signal(pid: u32, signal: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: kill(2) takes no pointers; a wrong pid is an error, not UB.
-    if unsafe { libc::kill(pid as libc::pid_t, signal) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-/// Whether process `pid` exists (signal 0 checks without sending).
-pub fn alive(pid: u32) -> bool {
-    send_signal(pid, 0).is_ok()
-}
+pub use weir_sys::process::{alive, send_signal};
 
 /// `weir <args>` run to its end.
 pub fn weir(args: &[&str]) -> Output {
@@ -39,16 +26,12 @@ pub fn command_in(ns: &str, args: &[&str]) -> Command {
         File::open(format!("/run/netns/{ns}")).unwrap_or_else(|e| panic!("namespace {ns}: {e}"));
     let mut cmd = Command::new(WEIR);
     cmd.args(args);
-    // SAFETY: setns is async-signal-safe; it moves only the child. The
-    // closure owns the namespace's file, so its fd stays open until exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+    ChildSetup {
+        netns: Some(netns),
+        ..ChildSetup::default()
     }
+    .apply_to(&mut cmd)
+    .expect("a child setup with a namespace only");
     cmd
 }
 
