@@ -83,7 +83,7 @@ impl Collector for Exposed {
             (
                 "weir_kv_get_misses",
                 "Keys not found.",
-                s.get_keys.saturating_sub(s.get_hits),
+                s.get_misses,
             ),
             (
                 "weir_kv_client_errors",

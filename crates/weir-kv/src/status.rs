@@ -140,7 +140,7 @@ pub fn render(st: &Status) -> String {
         "pool {} on {} ({} / {})\nclients {} (total {})  requests {}  writes {}\nget keys {}  hits {}  misses {}\nerrors: client {}  server {}  timeouts {}  binary refused {}\ninvalidations {} (failed {})\n",
         st.pool, st.listen, st.hash, st.distribution,
         s.client_connections, s.client_connections_total, s.requests, s.writes,
-        s.get_keys, s.get_hits, s.get_keys.saturating_sub(s.get_hits),
+        s.get_keys, s.get_hits, s.get_misses,
         s.client_errors, s.server_errors, s.timeouts, s.binary_refused,
         s.invalidations, s.invalidation_failures
     );
@@ -223,6 +223,7 @@ pub(crate) mod tests {
                 requests: 10,
                 get_keys: 8,
                 get_hits: 6,
+                get_misses: 2,
                 client_connections: 2,
                 server_requests: vec![7, 3],
                 ..Snapshot::default()
@@ -239,6 +240,25 @@ pub(crate) mod tests {
                 ..UdpStatus::default()
             }),
         }
+    }
+
+    #[test]
+    fn json_human_and_metrics_report_the_same_get_misses() {
+        let worker = std::sync::Arc::new(crate::stats::WorkerStats::new(2));
+        crate::stats::inc(&worker.get_keys, 25);
+        crate::stats::inc(&worker.get_hits, 4);
+        let st = Status {
+            stats: crate::stats::snapshot(&[worker]),
+            ..sample(false)
+        };
+        let json: serde_json::Value = serde_json::to_value(&st).unwrap();
+        assert_eq!(json["stats"]["get_misses"], 21);
+        assert!(render(&st).contains("misses 21"), "{}", render(&st));
+        let metrics = crate::metrics::render(st);
+        assert!(
+            metrics.lines().any(|l| l == "weir_kv_get_misses_total 21"),
+            "{metrics}"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The operating-system calls weir makes, in one place: clocks, CPU sets,
 //! network interfaces, and the kernel's route, neighbour and address tables
-//! (over NETLINK_ROUTE), and signals taken synchronously. Every `unsafe` block of these wrappers lives here,
+//! (over NETLINK_ROUTE), signals taken synchronously and SIGPIPE's default
+//! action for commands that print and exit. Every `unsafe` block of these wrappers lives here,
 //! each with the reason it is sound; the crates above call safe functions.
 
 mod clock;
@@ -15,4 +16,4 @@ pub use cpus::{
 };
 pub use iface::{ifindex, ifname, mac_address};
 pub use netlink::{local_addrs, neighbour_mac, route_to, Route};
-pub use signals::SignalSet;
+pub use signals::{restore_default_sigpipe, SignalSet};

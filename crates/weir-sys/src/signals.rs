@@ -44,6 +44,16 @@ impl SignalSet {
     }
 }
 
+/// Gives SIGPIPE back its default action (end the process quietly), as a
+/// command that prints and exits wants: `weir status --json | head -1` then
+/// stops like any Unix tool instead of failing a write. Rust's runtime
+/// ignores SIGPIPE at start; daemons keep it ignored, so that a peer that
+/// goes away is an error on one socket, not the end of the process.
+pub fn restore_default_sigpipe() {
+    // SAFETY: installs the default disposition; no handler code runs.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
