@@ -133,3 +133,42 @@ fn two_instances_side_by_side_each_with_its_metrics() {
     a.stop();
     b.stop();
 }
+
+#[test]
+fn a_server_that_refuses_is_down_with_its_error_in_every_output() {
+    let pool = Pool::new("down");
+    let kv = pool.start(&["--metrics", "127.0.0.1:0"]).unwrap();
+    let addr = kv.metrics_addr().expect("metrics on");
+    let before = status(addr);
+    assert_eq!(
+        before.servers[0].health.state,
+        weir_kv::ServerState::Unknown
+    );
+    // Nothing listens on the server's port: the get fails.
+    let mut c = TcpStream::connect(kv.proxy_addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(b"get k\r\n").unwrap();
+    let mut reply = [0u8; 128];
+    let n = c.read(&mut reply).unwrap();
+    let reply = String::from_utf8_lossy(&reply[..n]).into_owned();
+    assert!(reply.starts_with("SERVER_ERROR"), "{reply}");
+    let st = status(addr);
+    let srv = &st.servers[0];
+    assert_eq!(srv.health.state, weir_kv::ServerState::Down, "{srv:?}");
+    assert!(srv.health.since_unix_ms.is_some(), "{srv:?}");
+    assert_eq!(srv.health.failures, 1, "{srv:?}");
+    let reason = srv.health.last_error.clone().unwrap();
+    assert!(reply.contains(&reason), "{reason} vs {reply}");
+    // Unnamed servers are named by their address.
+    assert_eq!(srv.name, srv.address);
+    let metrics = http_get(addr, "/metrics").unwrap();
+    let line = format!(
+        "weir_kv_server_state{{server=\"{0}\",address=\"{0}\",state=\"down\"}} 1",
+        srv.address
+    );
+    assert!(
+        metrics.lines().any(|l| l == line),
+        "no `{line}` in\n{metrics}"
+    );
+    kv.stop();
+}

@@ -197,7 +197,12 @@ fn printing_into_a_closed_pipe_ends_quietly() {
     assert!(!e.contains("panicked"), "{e}");
     assert_ne!(o.status.code(), Some(101), "{e}");
     // Ended by SIGPIPE, as `cat` or `ls` would be.
-    assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{:?}: {e}", o.status);
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {e}",
+        o.status
+    );
 }
 
 #[test]

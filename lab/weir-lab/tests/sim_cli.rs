@@ -30,5 +30,10 @@ fn sim_run_into_a_closed_pipe_ends_quietly() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!e.contains("panicked"), "{e}");
     assert_ne!(o.status.code(), Some(101), "{e}");
-    assert_eq!(o.status.signal(), Some(libc::SIGPIPE), "{:?}: {e}", o.status);
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {e}",
+        o.status
+    );
 }

@@ -71,6 +71,7 @@ function draw(data) {
   document.body.dataset.polls = String(polls);
   document.body.dataset.sampledAt = String(t);
   document.getElementById("kind").textContent = view.title(data);
+  document.getElementById("writes").replaceChildren(...view.writes());
   document.title = `weir ${view.kind}: ${view.title(data)}`;
   const span = Math.min(SPAN_MS, Math.max(MIN_SPAN_MS, t - hist[0].t));
   document.getElementById("main").replaceChildren(...view.render(hist, span));
