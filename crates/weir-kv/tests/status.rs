@@ -172,3 +172,49 @@ fn a_server_that_refuses_is_down_with_its_error_in_every_output() {
     );
     kv.stop();
 }
+
+/// Headless Chromium, one shot, as an operator would run it for a picture
+/// of the dashboard: virtual time lets the page's first polls finish first.
+fn chromium_one_shot(url: &str, what: &str) -> std::process::Output {
+    let exe = weir_lab::browser::find().expect("chromium on PATH (make deps)");
+    let profile = std::env::temp_dir().join(format!(
+        "weir-kv-chromium-{}-{}",
+        std::process::id(),
+        what.trim_start_matches("--").split('=').next().unwrap()
+    ));
+    let o = std::process::Command::new(exe)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1280,900",
+            "--virtual-time-budget=3000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(what)
+        .arg(url)
+        .output()
+        .expect("running chromium");
+    let _ = std::fs::remove_dir_all(&profile);
+    o
+}
+
+#[test]
+fn a_one_shot_screenshot_of_the_dashboard_shows_data_not_the_loading_state() {
+    let pool = Pool::new("shot");
+    let kv = pool.start(&["--metrics", "127.0.0.1:0"]).unwrap();
+    let url = format!("http://{}/", kv.metrics_addr().expect("metrics on"));
+    // The DOM the screenshot is taken of: drawn from an answer, marked ready.
+    let dom = chromium_one_shot(&url, "--dump-dom");
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(dom.contains("data-ready=\"true\""), "{dom}");
+    assert!(!dom.contains("asking /api/v1/status"), "{dom}");
+    assert!(dom.contains("data-server=\"127.0.0.1:"), "{dom}");
+    let png = pool.dir.join("dashboard.png");
+    let o = chromium_one_shot(&url, &format!("--screenshot={}", png.display()));
+    let bytes = std::fs::read(&png)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    assert!(bytes.starts_with(b"\x89PNG"), "not a PNG");
+    kv.stop();
+}
