@@ -176,13 +176,14 @@ fn not_root_is_refused() {
 /// Runs `cmd` with its stdout a pipe whose reader is already gone, as in
 /// `weir status --json | head -1` once head has its line.
 fn output_into_a_closed_pipe(mut cmd: Command) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
+    // The reader is closed before the child starts: no process the other
+    // tests start meanwhile can inherit it and keep the pipe open.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    cmd.stdout(writer)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting the command");
-    drop(child.stdout.take());
-    child.wait_with_output().unwrap()
+        .output()
+        .expect("running the command")
 }
 
 #[test]

@@ -12,14 +12,16 @@ const SMALL: &[&str] = &["--flows", "2000", "--dips", "4", "--runs", "1", "--qui
 /// Runs `weir-lab args` with its stdout a pipe whose reader is already
 /// gone, as in `weir-lab sim run --format json | head` once head is done.
 fn into_a_closed_pipe(args: &[&str]) -> Output {
-    let mut child = Command::new(WEIR_LAB)
+    // The reader is closed before the child starts: no process started
+    // meanwhile can inherit it and keep the pipe open.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(WEIR_LAB)
         .args(args)
-        .stdout(Stdio::piped())
+        .stdout(writer)
         .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting weir-lab");
-    drop(child.stdout.take());
-    child.wait_with_output().unwrap()
+        .output()
+        .expect("running weir-lab")
 }
 
 #[test]
