@@ -3,8 +3,8 @@
 //! - `GET /metrics`: Prometheus ([`crate::metrics`]);
 //! - `GET /status`: the whole [`Status`] (read by `weir kv status`);
 //! - the read-only management API: `GET /api/v1/status` (the same),
-//!   `/api/v1/pools`, `/api/v1/pools/{pool}` (servers with their requests,
-//!   hit ratio) and `/api/v1/hot-keys` (the XDP cache's hot keys and hit
+//!   `/api/v1/pools`, `/api/v1/pools/{pool}` (servers with their state,
+//!   last error and requests; hit ratio) and `/api/v1/hot-keys` (the XDP cache's hot keys and hit
 //!   ratio). JSON; errors are `{"error": "..."}`;
 //! - the live dashboard (`weir_http::dashboard`) at `/` and `/dashboard`,
 //!   which draws the pool from `/api/v1/status`.

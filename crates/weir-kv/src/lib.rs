@@ -16,7 +16,8 @@
 //!   build.rs): loading it, its typed maps, its cache and counters.
 //! - `udp`: the XDP switch (`weir_kv`) loaded and attached, the hot-key
 //!   loop that fills its cache, and the XDP invalidator of the TCP proxy.
-//! - `stats`: counters shared by the workers.
+//! - `stats`: counters shared by the workers; `health`: each server's
+//!   state (unknown, up, down), since when, and its last error.
 //! - `status`: what a running switch reports (`/status`, `weir kv status`,
 //!   the read-only management API's views); `metrics`: the same as
 //!   Prometheus metrics; `endpoint`: the HTTP routes that serve them.
@@ -31,6 +32,7 @@
 mod cli;
 mod config;
 mod endpoint;
+mod health;
 mod invalidate;
 mod metrics;
 mod proto;
@@ -49,6 +51,8 @@ mod skel {
 
 pub use cli::{http_get, load as load_config, run, start, KvArgs, Running, Status};
 pub use config::{parse_nutcracker, parse_toml, ConfigError, KvConfig};
+pub use health::{HealthReport, ServerState};
 pub use invalidate::{Invalidated, Invalidation, Invalidator, Recorder};
 pub use proxy::Proxy;
+pub use status::ServerStatus;
 pub use udp::{StatusHandle, UdpStatus, UdpSwitch, XdpInvalidator};

@@ -12,7 +12,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::status::Status;
+use crate::health::ServerState;
+use crate::status::{ServerStatus, Status};
 
 /// The exposition text of `st`.
 pub fn render(st: Status) -> String {
@@ -52,15 +53,57 @@ fn family<L: EncodeLabelSet>(
 
 /// `(server label, count)` for each server, in the configuration's order.
 fn per_server<'a>(
-    servers: &'a [String],
+    servers: &'a [ServerStatus],
     counts: &'a [u64],
 ) -> impl Iterator<Item = ([(&'static str, &'a str); 1], u64)> + 'a {
-    servers.iter().enumerate().map(|(i, name)| {
+    servers.iter().enumerate().map(|(i, srv)| {
         (
-            [("server", name.as_str())],
+            [("server", srv.name.as_str())],
             counts.get(i).copied().unwrap_or(0),
         )
     })
+}
+
+/// The servers' health: a state set (1 on the current state), the time the
+/// state began, and failures.
+fn server_health(enc: &mut DescriptorEncoder, servers: &[ServerStatus]) -> fmt::Result {
+    let mut fam = enc.encode_descriptor(
+        "weir_kv_server_state",
+        "Each server's state, 1 on the current one (unknown: nothing sent yet).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for srv in servers {
+        for state in [ServerState::Unknown, ServerState::Up, ServerState::Down] {
+            let labels = [
+                ("server", srv.name.as_str()),
+                ("address", srv.address.as_str()),
+                ("state", state.as_str()),
+            ];
+            ConstGauge::new(i64::from(srv.health.state == state))
+                .encode(fam.encode_family(&labels)?)?;
+        }
+    }
+    let mut fam = enc.encode_descriptor(
+        "weir_kv_server_state_since_seconds",
+        "When each server's state began (Unix time).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for srv in servers {
+        if let Some(ms) = srv.health.since_unix_ms {
+            ConstGauge::new(ms as f64 / 1e3)
+                .encode(fam.encode_family(&[("server", srv.name.as_str())])?)?;
+        }
+    }
+    family(
+        enc,
+        "weir_kv_server_failures",
+        "Connections or requests to each server that failed.",
+        servers
+            .iter()
+            .map(|srv| ([("server", srv.name.as_str())], srv.health.failures)),
+    )
 }
 
 impl Collector for Exposed {
@@ -80,11 +123,7 @@ impl Collector for Exposed {
                 s.get_keys,
             ),
             ("weir_kv_get_hits", "Keys found.", s.get_hits),
-            (
-                "weir_kv_get_misses",
-                "Keys not found.",
-                s.get_keys.saturating_sub(s.get_hits),
-            ),
+            ("weir_kv_get_misses", "Keys not found.", s.get_misses),
             (
                 "weir_kv_client_errors",
                 "Bad requests answered with an error.",
@@ -126,6 +165,7 @@ impl Collector for Exposed {
             "Requests sent to each server.",
             per_server(&st.servers, &s.server_requests),
         )?;
+        server_health(&mut enc, &st.servers)?;
         let Some(u) = &st.udp else { return Ok(()) };
         for (name, help, v) in [
             (
@@ -206,11 +246,15 @@ mod tests {
             "weir_kv_requests_total 10",
             "weir_kv_get_misses_total 2",
             "weir_kv_client_connections_open 2",
-            "weir_kv_server_requests_total{server=\"10.0.0.1:11211:1\"} 7",
+            "weir_kv_server_requests_total{server=\"cache-a\"} 7",
+            "weir_kv_server_state{server=\"10.0.0.2:11211\",address=\"10.0.0.2:11211\",state=\"down\"} 1",
+            "weir_kv_server_state{server=\"cache-a\",address=\"10.0.0.1:11211\",state=\"down\"} 0",
+            "weir_kv_server_state_since_seconds{server=\"10.0.0.2:11211\"} 50.0",
+            "weir_kv_server_failures_total{server=\"10.0.0.2:11211\"} 3",
             "weir_kv_udp_cache_hits_total 3",
             "weir_kv_udp_cached_keys 1",
             "weir_kv_xdp_total{counter=\"rx\"} 9",
-            "weir_kv_udp_server_requests_total{server=\"10.0.0.2:11211:1\"} 0",
+            "weir_kv_udp_server_requests_total{server=\"10.0.0.2:11211\"} 0",
         ] {
             assert!(t.lines().any(|l| l == line), "no `{line}` in\n{t}");
         }

@@ -32,6 +32,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::config::KvConfig;
+use crate::health::{Health, HealthReport};
 use crate::invalidate::Invalidation;
 use crate::proto::{self, Cmd, Parsed, RespKind};
 use crate::stats::{inc, snapshot, Snapshot, WorkerStats};
@@ -53,6 +54,7 @@ pub struct Proxy {
     wakers: Vec<Arc<Waker>>,
     threads: Vec<JoinHandle<()>>,
     stats: Vec<Arc<WorkerStats>>,
+    health: Arc<Health>,
     local: SocketAddr,
 }
 
@@ -76,6 +78,7 @@ impl Proxy {
         let mut threads = Vec::new();
         let mut wakers = Vec::new();
         let mut stats = Vec::new();
+        let health = Arc::new(Health::new(cfg.servers.len()));
         for (i, l) in listeners.into_iter().enumerate() {
             let poll = Poll::new()?;
             let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -87,6 +90,7 @@ impl Proxy {
                 dist.clone(),
                 invalidation.clone(),
                 st.clone(),
+                health.clone(),
                 stop.clone(),
                 nclients.clone(),
             )?;
@@ -107,6 +111,7 @@ impl Proxy {
             wakers,
             threads,
             stats,
+            health,
             local,
         })
     }
@@ -117,6 +122,11 @@ impl Proxy {
 
     pub fn stats(&self) -> Snapshot {
         snapshot(&self.stats)
+    }
+
+    /// Each server's state, in the configuration's order.
+    pub fn health(&self) -> Vec<HealthReport> {
+        self.health.reports()
     }
 
     /// Stop the workers and close every connection.
@@ -272,6 +282,7 @@ struct Worker {
     dist: Arc<Distribution>,
     inval: Option<Invalidation>,
     stats: Arc<WorkerStats>,
+    health: Arc<Health>,
     stop: Arc<AtomicBool>,
     nclients: Arc<AtomicUsize>,
     max_clients: usize,
@@ -301,6 +312,7 @@ impl Worker {
         dist: Arc<Distribution>,
         inval: Option<Invalidation>,
         stats: Arc<WorkerStats>,
+        health: Arc<Health>,
         stop: Arc<AtomicBool>,
         nclients: Arc<AtomicUsize>,
     ) -> Result<Worker> {
@@ -329,6 +341,7 @@ impl Worker {
             dist,
             inval,
             stats,
+            health,
             stop,
             nclients,
             max_clients: cfg.client_connections,
@@ -746,7 +759,10 @@ impl Worker {
                 Ok(None) => {}
             }
             match sock.peer_addr() {
-                Ok(_) => sc.connected = true,
+                Ok(_) => {
+                    sc.connected = true;
+                    self.health.answered(s);
+                }
                 Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
                 Err(e) => {
                     let m = errmsg(&e);
@@ -799,6 +815,7 @@ impl Worker {
                 }
                 Ok(n) => {
                     sc.connected = true;
+                    self.health.answered(s);
                     sc.rbuf.extend_from_slice(&self.inbuf[..n]);
                     if !self.server_parse(s) {
                         return;
@@ -947,6 +964,7 @@ impl Worker {
     /// Fail every request in flight on server `s` with `SERVER_ERROR msg`
     /// and drop the connection (it is re-opened by the next request).
     fn fail_server(&mut self, s: usize, msg: &str) {
+        self.health.failed(s, msg);
         let sc = &mut self.servers[s];
         if let Some(mut sock) = sc.sock.take() {
             let _ = self.poll.registry().deregister(&mut sock);

@@ -14,7 +14,6 @@ pub struct WorkerStats {
     pub requests: AtomicU64,
     pub get_keys: AtomicU64,
     pub get_hits: AtomicU64,
-    pub get_misses: AtomicU64,
     pub writes: AtomicU64,
     pub client_errors: AtomicU64,
     pub server_errors: AtomicU64,
@@ -48,6 +47,8 @@ pub struct Snapshot {
     pub requests: u64,
     pub get_keys: u64,
     pub get_hits: u64,
+    /// `get_keys - get_hits`, derived here once so that the JSON, the human
+    /// status and the metrics all carry the same number.
     pub get_misses: u64,
     pub writes: u64,
     pub client_errors: u64,
@@ -68,7 +69,6 @@ pub fn snapshot(workers: &[Arc<WorkerStats>]) -> Snapshot {
         s.requests += ld(&w.requests);
         s.get_keys += ld(&w.get_keys);
         s.get_hits += ld(&w.get_hits);
-        s.get_misses += ld(&w.get_misses);
         s.writes += ld(&w.writes);
         s.client_errors += ld(&w.client_errors);
         s.server_errors += ld(&w.server_errors);
@@ -83,5 +83,7 @@ pub fn snapshot(workers: &[Arc<WorkerStats>]) -> Snapshot {
             s.server_requests[i] += ld(c);
         }
     }
+    // A hit is counted when its reply arrives, after the key was counted.
+    s.get_misses = s.get_keys.saturating_sub(s.get_hits);
     s
 }

@@ -1,10 +1,13 @@
 //! What a running `weir kv` reports: the whole [`Status`] (`/status`, read by
 //! `weir kv status`), its human rendering, and the management API's views
-//! of it (pools with per-server requests, hit ratios, hot keys).
+//! of it (pools with per-server requests and health, hit ratios, hot keys).
+
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::KvConfig;
+use crate::health::{HealthReport, ServerState};
 use crate::proxy::Proxy;
 use crate::stats::Snapshot;
 use crate::udp::{StatusHandle, UdpStatus};
@@ -16,14 +19,27 @@ pub struct Status {
     pub listen: String,
     pub hash: String,
     pub distribution: String,
-    /// `host:port:weight` of each server, in the configuration's order.
-    pub servers: Vec<String>,
+    /// Each server, in the configuration's order.
+    pub servers: Vec<ServerStatus>,
     pub stats: Snapshot,
     /// Hot keys of the XDP cache (empty while the UDP path is not loaded).
     pub hot_keys: Vec<String>,
     /// The XDP switch, when `[udp]` is configured.
     #[serde(default)]
     pub udp: Option<UdpStatus>,
+}
+
+/// One server of the pool: who it is and whether it answers.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ServerStatus {
+    /// The name after `host:port:weight` in the configuration, or
+    /// `host:port` when it has none.
+    pub name: String,
+    /// `host:port`, as the configuration writes it.
+    pub address: String,
+    pub weight: u32,
+    #[serde(flatten)]
+    pub health: HealthReport,
 }
 
 /// Reads the status of a running switch.
@@ -37,7 +53,16 @@ pub fn status_of(proxy: &Proxy, cfg: &KvConfig, udp: Option<&StatusHandle>) -> S
         servers: cfg
             .servers
             .iter()
-            .map(|s| format!("{}:{}:{}", s.addr, s.port, s.weight))
+            .zip(proxy.health())
+            .map(|(s, health)| {
+                let address = format!("{}:{}", s.addr, s.port);
+                ServerStatus {
+                    name: s.name.clone().unwrap_or_else(|| address.clone()),
+                    address,
+                    weight: s.weight,
+                    health,
+                }
+            })
             .collect(),
         stats: proxy.stats(),
         hot_keys: udp.as_ref().map(|u| u.hot_keys.clone()).unwrap_or_default(),
@@ -53,8 +78,8 @@ fn ratio(hits: u64, lookups: u64) -> Option<f64> {
 /// One server of a pool (`/api/v1/pools`).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct ServerView {
-    /// `host:port:weight`, as the configuration has it.
-    pub server: String,
+    #[serde(flatten)]
+    pub server: ServerStatus,
     /// Requests the TCP proxy sent it.
     pub requests: u64,
     /// Requests XDP forwarded to it (none without the UDP path).
@@ -105,8 +130,8 @@ impl Status {
                 .servers
                 .iter()
                 .enumerate()
-                .map(|(i, name)| ServerView {
-                    server: name.clone(),
+                .map(|(i, server)| ServerView {
+                    server: server.clone(),
                     requests: s.server_requests.get(i).copied().unwrap_or(0),
                     udp_requests: udp.map(|u| u.server_requests.get(i).copied().unwrap_or(0)),
                 })
@@ -140,17 +165,11 @@ pub fn render(st: &Status) -> String {
         "pool {} on {} ({} / {})\nclients {} (total {})  requests {}  writes {}\nget keys {}  hits {}  misses {}\nerrors: client {}  server {}  timeouts {}  binary refused {}\ninvalidations {} (failed {})\n",
         st.pool, st.listen, st.hash, st.distribution,
         s.client_connections, s.client_connections_total, s.requests, s.writes,
-        s.get_keys, s.get_hits, s.get_keys.saturating_sub(s.get_hits),
+        s.get_keys, s.get_hits, s.get_misses,
         s.client_errors, s.server_errors, s.timeouts, s.binary_refused,
         s.invalidations, s.invalidation_failures
     );
-    out.push_str("server                     requests\n");
-    for (i, name) in st.servers.iter().enumerate() {
-        out.push_str(&format!(
-            "{name:<26} {}\n",
-            s.server_requests.get(i).copied().unwrap_or(0)
-        ));
-    }
+    out.push_str(&servers_table(st, now_unix_ms()));
     out.push_str(&format!(
         "hot keys: {}\n",
         if st.hot_keys.is_empty() {
@@ -190,9 +209,10 @@ pub fn render(st: &Status) -> String {
             u.fetch_errors,
             u.too_large
         ));
-        for (i, name) in st.servers.iter().enumerate() {
+        for (i, server) in st.servers.iter().enumerate() {
             out.push_str(&format!(
-                "{name:<26} {} (udp)\n",
+                "{:<26} {} (udp)\n",
+                server.name,
                 u.server_requests.get(i).copied().unwrap_or(0)
             ));
         }
@@ -207,22 +227,103 @@ pub fn render(st: &Status) -> String {
     out
 }
 
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// `12s`, `5m03s`, `2h10m`: how long ago `then` was.
+fn age(then_ms: u64, now_ms: u64) -> String {
+    let s = now_ms.saturating_sub(then_ms) / 1000;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// One line per server: name, address, state and for how long, requests,
+/// failures and the newest error.
+fn servers_table(st: &Status, now_ms: u64) -> String {
+    let mut out = format!(
+        "{:<20} {:<22} {:>6} {:<14} {:>10} {:>8}  last error\n",
+        "server", "address", "weight", "state", "requests", "failures"
+    );
+    for (i, srv) in st.servers.iter().enumerate() {
+        let h = &srv.health;
+        let state = match (h.state, h.since_unix_ms) {
+            (ServerState::Unknown, _) | (_, None) => h.state.as_str().to_string(),
+            (state, Some(t)) => format!("{} {}", state.as_str(), age(t, now_ms)),
+        };
+        let error = match (&h.last_error, h.last_error_unix_ms) {
+            (Some(e), Some(t)) => format!("{e} ({} ago)", age(t, now_ms)),
+            (Some(e), None) => e.clone(),
+            (None, _) => "-".into(),
+        };
+        out.push_str(&format!(
+            "{:<20} {:<22} {:>6} {:<14} {:>10} {:>8}  {error}\n",
+            srv.name,
+            srv.address,
+            srv.weight,
+            state,
+            st.stats.server_requests.get(i).copied().unwrap_or(0),
+            h.failures,
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
 
-    /// A status with two servers and, optionally, the UDP path.
+    fn server(name: &str, address: &str, health: HealthReport) -> ServerStatus {
+        ServerStatus {
+            name: name.into(),
+            address: address.into(),
+            weight: 1,
+            health,
+        }
+    }
+
+    /// A status with two servers (one named and up, one down) and,
+    /// optionally, the UDP path.
     pub(crate) fn sample(udp: bool) -> Status {
         Status {
             pool: "alpha".into(),
             listen: "127.0.0.1:22121".into(),
             hash: "fnv1a_64".into(),
             distribution: "ketama".into(),
-            servers: vec!["10.0.0.1:11211:1".into(), "10.0.0.2:11211:1".into()],
+            servers: vec![
+                server(
+                    "cache-a",
+                    "10.0.0.1:11211",
+                    HealthReport {
+                        state: ServerState::Up,
+                        since_unix_ms: Some(1_000),
+                        failures: 0,
+                        last_error: None,
+                        last_error_unix_ms: None,
+                    },
+                ),
+                server(
+                    "10.0.0.2:11211",
+                    "10.0.0.2:11211",
+                    HealthReport {
+                        state: ServerState::Down,
+                        since_unix_ms: Some(50_000),
+                        failures: 3,
+                        last_error: Some("Connection refused".into()),
+                        last_error_unix_ms: Some(62_000),
+                    },
+                ),
+            ],
             stats: Snapshot {
                 requests: 10,
                 get_keys: 8,
                 get_hits: 6,
+                get_misses: 2,
                 client_connections: 2,
                 server_requests: vec![7, 3],
                 ..Snapshot::default()
@@ -242,13 +343,57 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn json_human_and_metrics_report_the_same_get_misses() {
+        let worker = std::sync::Arc::new(crate::stats::WorkerStats::new(2));
+        crate::stats::inc(&worker.get_keys, 25);
+        crate::stats::inc(&worker.get_hits, 4);
+        let st = Status {
+            stats: crate::stats::snapshot(&[worker]),
+            ..sample(false)
+        };
+        let json: serde_json::Value = serde_json::to_value(&st).unwrap();
+        assert_eq!(json["stats"]["get_misses"], 21);
+        assert!(render(&st).contains("misses 21"), "{}", render(&st));
+        let metrics = crate::metrics::render(st);
+        assert!(
+            metrics.lines().any(|l| l == "weir_kv_get_misses_total 21"),
+            "{metrics}"
+        );
+    }
+
+    #[test]
+    fn each_server_shows_its_name_address_state_and_last_error() {
+        let st = sample(false);
+        let text = servers_table(&st, 65_000);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[1].starts_with("cache-a "), "{text}");
+        assert!(lines[1].contains("10.0.0.1:11211"), "{text}");
+        assert!(lines[1].contains("up 1m04s"), "{text}");
+        assert!(lines[2].contains("down 15s"), "{text}");
+        assert!(lines[2].ends_with("Connection refused (3s ago)"), "{text}");
+        let json = serde_json::to_value(&st).unwrap();
+        let down = &json["servers"][1];
+        assert_eq!(
+            (&down["state"], &down["since_unix_ms"], &down["last_error"]),
+            (
+                &serde_json::json!("down"),
+                &serde_json::json!(50_000),
+                &serde_json::json!("Connection refused")
+            )
+        );
+        let api = serde_json::to_value(st.pool_view()).unwrap();
+        assert_eq!(api["servers"][0]["name"], "cache-a");
+        assert_eq!(api["servers"][1]["state"], "down");
+    }
+
+    #[test]
     fn views_derive_ratios_and_per_server_requests() {
         let p = sample(true).pool_view();
         assert_eq!(p.hit_ratio, Some(0.75));
         assert_eq!(
             p.servers[0],
             ServerView {
-                server: "10.0.0.1:11211:1".into(),
+                server: sample(true).servers[0].clone(),
                 requests: 7,
                 udp_requests: Some(5)
             }

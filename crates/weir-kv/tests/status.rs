@@ -133,3 +133,88 @@ fn two_instances_side_by_side_each_with_its_metrics() {
     a.stop();
     b.stop();
 }
+
+#[test]
+fn a_server_that_refuses_is_down_with_its_error_in_every_output() {
+    let pool = Pool::new("down");
+    let kv = pool.start(&["--metrics", "127.0.0.1:0"]).unwrap();
+    let addr = kv.metrics_addr().expect("metrics on");
+    let before = status(addr);
+    assert_eq!(
+        before.servers[0].health.state,
+        weir_kv::ServerState::Unknown
+    );
+    // Nothing listens on the server's port: the get fails.
+    let mut c = TcpStream::connect(kv.proxy_addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(b"get k\r\n").unwrap();
+    let mut reply = [0u8; 128];
+    let n = c.read(&mut reply).unwrap();
+    let reply = String::from_utf8_lossy(&reply[..n]).into_owned();
+    assert!(reply.starts_with("SERVER_ERROR"), "{reply}");
+    let st = status(addr);
+    let srv = &st.servers[0];
+    assert_eq!(srv.health.state, weir_kv::ServerState::Down, "{srv:?}");
+    assert!(srv.health.since_unix_ms.is_some(), "{srv:?}");
+    assert_eq!(srv.health.failures, 1, "{srv:?}");
+    let reason = srv.health.last_error.clone().unwrap();
+    assert!(reply.contains(&reason), "{reason} vs {reply}");
+    // Unnamed servers are named by their address.
+    assert_eq!(srv.name, srv.address);
+    let metrics = http_get(addr, "/metrics").unwrap();
+    let line = format!(
+        "weir_kv_server_state{{server=\"{0}\",address=\"{0}\",state=\"down\"}} 1",
+        srv.address
+    );
+    assert!(
+        metrics.lines().any(|l| l == line),
+        "no `{line}` in\n{metrics}"
+    );
+    kv.stop();
+}
+
+/// Headless Chromium, one shot, as an operator would run it for a picture
+/// of the dashboard: virtual time lets the page's first polls finish first.
+fn chromium_one_shot(url: &str, what: &str) -> std::process::Output {
+    let exe = weir_lab::browser::find().expect("chromium on PATH (make deps)");
+    let profile = std::env::temp_dir().join(format!(
+        "weir-kv-chromium-{}-{}",
+        std::process::id(),
+        what.trim_start_matches("--").split('=').next().unwrap()
+    ));
+    let o = std::process::Command::new(exe)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1280,900",
+            "--virtual-time-budget=3000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(what)
+        .arg(url)
+        .output()
+        .expect("running chromium");
+    let _ = std::fs::remove_dir_all(&profile);
+    o
+}
+
+#[test]
+fn a_one_shot_screenshot_of_the_dashboard_shows_data_not_the_loading_state() {
+    let pool = Pool::new("shot");
+    let kv = pool.start(&["--metrics", "127.0.0.1:0"]).unwrap();
+    let url = format!("http://{}/", kv.metrics_addr().expect("metrics on"));
+    // The DOM the screenshot is taken of: drawn from an answer, marked ready.
+    let dom = chromium_one_shot(&url, "--dump-dom");
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(dom.contains("data-ready=\"true\""), "{dom}");
+    assert!(!dom.contains("asking /api/v1/status"), "{dom}");
+    assert!(dom.contains("data-server=\"127.0.0.1:"), "{dom}");
+    let png = pool.dir.join("dashboard.png");
+    let o = chromium_one_shot(&url, &format!("--screenshot={}", png.display()));
+    let bytes = std::fs::read(&png)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    assert!(bytes.starts_with(b"\x89PNG"), "not a PNG");
+    kv.stop();
+}

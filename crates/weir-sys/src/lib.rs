@@ -1,7 +1,8 @@
 //! The operating-system calls weir makes, in one place: clocks, CPU sets,
 //! network interfaces (their addresses, links, drivers, offloads and XDP
 //! features), the kernel's route, neighbour and address tables (over
-//! NETLINK_ROUTE), signals taken synchronously, processes, namespaces, the BPF
+//! NETLINK_ROUTE), signals (taken synchronously by daemons; SIGPIPE's default
+//! action for commands that print and exit), processes, namespaces, the BPF
 //! filesystem, sockets and random bytes. Every `unsafe` block of these
 //! wrappers lives here, each with the reason it is sound; the crates above
 //! call safe functions.
@@ -40,4 +41,4 @@ pub use netlink::{local_addrs, neighbour_mac, route_to, Route};
 pub use netlink_watch::RouteWatch;
 pub use pipe::{pipe, PIPE_FD_FLOOR};
 pub use random::fill_random;
-pub use signals::SignalSet;
+pub use signals::{restore_default_sigpipe, SignalSet};

@@ -44,6 +44,25 @@ impl SignalSet {
     }
 }
 
+/// Gives SIGPIPE back its default action (end the process quietly), as a
+/// command that prints and exits wants: `weir status --json | head -1` then
+/// stops like any Unix tool instead of failing a write. Rust's runtime
+/// ignores SIGPIPE at start; daemons keep it ignored, so that a peer that
+/// goes away is an error on one socket, not the end of the process. The
+/// signal is unblocked too: a mask inherited from the parent would leave it
+/// pending and the write failing.
+pub fn restore_default_sigpipe() {
+    // SAFETY: installs the default disposition (no handler code runs), then
+    // unblocks the signal in a sigset built on the stack.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

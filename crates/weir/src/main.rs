@@ -111,6 +111,24 @@ enum Command {
     Man { dir: PathBuf },
 }
 
+impl Command {
+    /// Whether the command runs until stopped (a daemon) rather than
+    /// printing and exiting.
+    fn runs_until_stopped(&self) -> bool {
+        match self {
+            Command::Serve { .. } | Command::Agent { .. } => true,
+            Command::Kv(args) => args.cmd.is_none(),
+            Command::Decap(args) => args.cmd.is_none(),
+            Command::Check { .. }
+            | Command::Status { .. }
+            | Command::Dip(_)
+            | Command::Reload { .. }
+            | Command::Completions { .. }
+            | Command::Man { .. } => false,
+        }
+    }
+}
+
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Doctor(args) => weir_control::doctor::run(&args),
@@ -208,7 +226,12 @@ fn run(cli: Cli) -> Result<()> {
 
 fn main() -> ExitCode {
     logger::init();
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if !cli.command.runs_until_stopped() {
+        // `weir status --json | head -1` ends quietly, like any Unix tool.
+        weir_sys::restore_default_sigpipe();
+    }
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("weir: error: {e:#}");

@@ -147,6 +147,39 @@ fn not_root_is_refused() {
     assert!(stderr(&o).contains("must run as root"), "{}", stderr(&o));
 }
 
+/// Runs `cmd` with its stdout a pipe whose reader is already gone, as in
+/// `weir status --json | head -1` once head has its line.
+fn output_into_a_closed_pipe(mut cmd: Command) -> Output {
+    // The reader is closed before the child starts: no process the other
+    // tests start meanwhile can inherit it and keep the pipe open.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    cmd.stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("running the command")
+}
+
+#[test]
+fn printing_into_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let s = Scratch::new("pipe");
+    let cfg = s.config(&format!("[dataplane]\ninterfaces = [\"lo\"]\n{VIP}"));
+    let mut cmd = Command::new(WEIR);
+    cmd.args(["check", "--config"]).arg(&cfg);
+    let o = output_into_a_closed_pipe(cmd);
+    let e = stderr(&o);
+    assert!(!e.contains("panicked"), "{e}");
+    assert_ne!(o.status.code(), Some(101), "{e}");
+    // Ended by SIGPIPE, as `cat` or `ls` would be.
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {e}",
+        o.status
+    );
+}
+
 #[test]
 fn reload_without_a_daemon_fails() {
     let o = weir(&["reload", "--run-dir", "/nonexistent-weir-run"]);

@@ -406,6 +406,8 @@ const READ_KV: &str = r#"(() => {
   const servers = {};
   for (const r of pool.querySelectorAll("tr[data-server]")) {
     servers[r.dataset.server] = {
+      state: r.dataset.state,
+      address: r.querySelector("td.address").textContent,
       requests: r.querySelector('[data-field="requests"]').textContent,
       udp_requests: Number(r.querySelector('[data-field="udp_requests"]').dataset.value),
     };
@@ -421,6 +423,7 @@ const READ_KV: &str = r#"(() => {
     hit_ratio: document.querySelector('.overview [data-field="hit_ratio"]').dataset.value,
     hit_ratio_text: document.querySelector('.overview [data-field="hit_ratio"] .value').textContent,
     hot_keys: [...document.querySelectorAll("ol.hot-keys li")].map((l) => l.textContent),
+    writes: document.getElementById("writes").textContent,
     servers,
     charts,
   };
@@ -432,9 +435,15 @@ fn the_dashboard_of_weir_kv_draws_the_pool_of_its_status() {
     let lab = KvLab::new(2, 1).expect("building the memcached lab");
     let dir = TempDir::new("weir-e2e-dashboard-kv");
     let cfg = dir.path().join("kv.toml");
+    // The first server gets a name: the page shows it, with the address beside it.
     let toml = lab
         .toml("l2", true)
-        .replace("metrics = \"\"", &format!("metrics = \"{KV_METRICS}\""));
+        .replace("metrics = \"\"", &format!("metrics = \"{KV_METRICS}\""))
+        .replacen(
+            "[[pool.server]]\n",
+            "[[pool.server]]\nname = \"cache-a\"\n",
+            1,
+        );
     assert!(toml.contains(KV_METRICS), "{toml}");
     std::fs::write(&cfg, toml).unwrap();
     let mut kv = command_in(&lab.switch, &["kv", "--config", cfg.to_str().unwrap()]);
@@ -534,11 +543,23 @@ fn the_dashboard_of_weir_kv_draws_the_pool_of_its_status() {
         ratio
     );
     assert_eq!(page["hit_ratio_text"], "50.0%");
+    // weir kv has no write API: the footer points to its configuration file.
+    let writes = page["writes"].as_str().unwrap();
+    assert!(
+        writes.contains("configuration file") && !writes.contains("weir dip"),
+        "{writes}"
+    );
     let servers = before["servers"].as_array().unwrap();
     assert_eq!(servers.len(), 2);
-    for (i, name) in servers.iter().enumerate() {
-        let name = name.as_str().unwrap();
+    assert_eq!(servers[0]["name"], "cache-a");
+    for (i, server) in servers.iter().enumerate() {
+        let name = server["name"].as_str().unwrap();
         let row = &page["servers"][name];
+        // The proxy knows a server once it sent it something (UDP goes by XDP).
+        let tcp = st["server_requests"][i].as_u64().unwrap();
+        let state = if tcp > 0 { "up" } else { "unknown" };
+        assert_eq!(row["state"], state, "{name}: {row}");
+        assert_eq!(row["address"], server["address"], "{name}: {row}");
         assert_eq!(
             row["requests"].as_str(),
             Some(text(&st["server_requests"][i]).as_str()),

@@ -62,6 +62,13 @@ enum BenchCommand {
     KvBpf(weir_lab::kv::bench_bpf::KvBpfBenchArgs),
 }
 
+impl Command {
+    /// Whether the command computes and prints without starting a lab.
+    fn only_computes(&self) -> bool {
+        matches!(self, Command::Sim(_) | Command::Bench(BenchCommand::Sim(_)))
+    }
+}
+
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(args) => weir_lab::demo::run(&args),
@@ -83,7 +90,13 @@ fn run(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if cli.command.only_computes() {
+        // `weir-lab sim run --format json | head` ends quietly, like any Unix
+        // tool. Labs keep SIGPIPE ignored: they must tear their namespaces down.
+        weir_sys::restore_default_sigpipe();
+    }
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("weir-lab: error: {e:#}");

@@ -13,7 +13,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use weir_core::dispatch::{MaxWeight, Policy};
 
 use crate::model::PoolParams;
-use crate::report::{points_csv, points_table};
+use crate::report::{points_csv, points_figure, points_table};
 use crate::spotlight::{self, SpotlightConfig};
 use crate::sweep::{aggregate, run_jobs, threads, Job, Scenario};
 use crate::trace::{read_csv_file, ReplayParams, SyntheticParams, CSV_FORMAT};
@@ -203,21 +203,25 @@ pub enum Format {
     Json,
 }
 
-/// What `run` and `replay` simulate.
+/// What `run` and `replay` simulate (the same option names as `spotlight`).
 #[derive(Debug, Clone, Args)]
 pub struct PolicyArgs {
     /// Policies: ecmp, lcf, weighted, optimum, awfd (m = 4), awfd:M, awfd:inf.
     #[arg(
-        long = "policy",
+        long,
         value_delimiter = ',',
         allow_negative_numbers = true,
         default_value = "ecmp,lcf,awfd:4,weighted,optimum"
     )]
     pub policies: Vec<Policy>,
     /// Controller update intervals in ms.
-    #[arg(long = "interval-ms", value_delimiter = ',', value_parser = positive_f64,
+    #[arg(long, value_delimiter = ',', value_parser = positive_f64,
           allow_negative_numbers = true, default_value = "100")]
     pub intervals_ms: Vec<f64>,
+    /// Also write sim.json (the JSON of --format json: every input and the
+    /// results) and sim.svg (Omega per policy) into this directory.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Independent runs (seeds seed..seed+runs), averaged.
     #[arg(long, default_value_t = 1, value_parser = count)]
     pub runs: usize,
@@ -271,7 +275,7 @@ pub struct BenchArgs {
     pub flows: Vec<usize>,
     /// Policies to time.
     #[arg(
-        long = "policy",
+        long,
         value_delimiter = ',',
         default_value = "ecmp,lcf,awfd:4,weighted,optimum"
     )]
@@ -317,7 +321,24 @@ pub fn run_spotlight(a: &SpotlightArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn simulate_and_print(sc: &[Scenario], what: &PolicyArgs) -> anyhow::Result<()> {
+/// The inputs every `run` and `replay` share, for the JSON.
+fn policy_inputs(what: &PolicyArgs, sc: &[Scenario]) -> serde_json::Value {
+    serde_json::json!({
+        "policies": what.policies.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+        "intervals_ms": what.intervals_ms,
+        "runs": what.runs,
+        "seeds": sc.iter().map(|s| s.seed).collect::<Vec<_>>(),
+    })
+}
+
+/// Simulates every policy at every interval on every scenario; prints the
+/// result in `what.format`, and with `--out` writes sim.json and sim.svg.
+/// `inputs` is what produced the scenarios (trace and pool parameters).
+fn simulate_and_print(
+    sc: &[Scenario],
+    what: &PolicyArgs,
+    mut inputs: serde_json::Value,
+) -> anyhow::Result<()> {
     let mut jobs = Vec::new();
     for &policy in &what.policies {
         for &ms in &what.intervals_ms {
@@ -332,18 +353,37 @@ fn simulate_and_print(sc: &[Scenario], what: &PolicyArgs) -> anyhow::Result<()> 
     }
     let results = run_jobs(sc, &jobs, threads(what.jobs), !what.quiet);
     let points = aggregate(&results);
+    if let (Some(all), serde_json::Value::Object(shared)) =
+        (inputs.as_object_mut(), policy_inputs(what, sc))
+    {
+        all.extend(shared);
+    }
+    let json = serde_json::to_string_pretty(&serde_json::json!({
+        "inputs": inputs,
+        "omega_definition": spotlight::OMEGA_DEFINITION,
+        "trace_stats": sc.iter().map(|s| s.trace.stats()).collect::<Vec<_>>(),
+        "window": sc.first().map(|s| s.pool.window),
+        "points": points,
+    }))? + "\n";
     match what.format {
         Format::Table => print!("{}", points_table(&points)),
         Format::Csv => print!("{}", points_csv(&points)),
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "omega_definition": spotlight::OMEGA_DEFINITION,
-                "trace_stats": sc.iter().map(|s| s.trace.stats()).collect::<Vec<_>>(),
-                "window": sc.first().map(|s| s.pool.window),
-                "points": points,
-            }))?
-        ),
+        Format::Json => print!("{json}"),
+    }
+    if let Some(dir) = &what.out {
+        let flows: usize = sc.first().map_or(0, |s| s.trace.flows.len());
+        let subtitle = format!(
+            "{flows} flows, {} seed(s) averaged, load {}",
+            sc.len(),
+            inputs["pool"]["load"]
+        );
+        let svg = points_figure(&points, &what.policies, &what.intervals_ms, subtitle).svg()?;
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        for (name, text) in [("sim.json", json), ("sim.svg", svg)] {
+            let p = dir.join(name);
+            std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
+            eprintln!("wrote {}", p.display());
+        }
     }
     Ok(())
 }
@@ -351,7 +391,12 @@ fn simulate_and_print(sc: &[Scenario], what: &PolicyArgs) -> anyhow::Result<()> 
 /// `weir-lab sim run`.
 pub fn run_run(a: &RunArgs) -> anyhow::Result<()> {
     let sc = spotlight::scenarios(&a.trace.params(), &a.pool.params(), a.what.runs)?;
-    simulate_and_print(&sc, &a.what)
+    let inputs = serde_json::json!({
+        "command": "run",
+        "trace": a.trace.params(),
+        "pool": a.pool.params(),
+    });
+    simulate_and_print(&sc, &a.what, inputs)
 }
 
 /// `weir-lab sim replay`.
@@ -373,7 +418,15 @@ pub fn run_replay(a: &ReplayArgs) -> anyhow::Result<()> {
             })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    simulate_and_print(&sc, &a.what)
+    let inputs = serde_json::json!({
+        "command": "replay",
+        "trace_file": a.trace,
+        "vips": a.chains.vips,
+        "max_chain": a.chains.max_chain,
+        "seed": a.chains.seed,
+        "pool": pool,
+    });
+    simulate_and_print(&sc, &a.what, inputs)
 }
 
 /// The vectors as JSON with one weight, class or flow per line (diffable).
@@ -541,9 +594,9 @@ mod tests {
             ),
             (&["run", "--rate", "-5"][..], "> 0"),
             (&["run", "--duration-s", "-1"][..], "> 0"),
-            (&["run", "--interval-ms", "0"][..], "> 0"),
-            (&["run", "--policy", "awfd:-2"][..], "non-negative"),
-            (&["run", "--policy", "roundrobin"][..], "unknown policy"),
+            (&["run", "--intervals-ms", "0"][..], "> 0"),
+            (&["run", "--policies", "awfd:-2"][..], "non-negative"),
+            (&["run", "--policies", "roundrobin"][..], "unknown policy"),
             (&["run", "--flows", "-3"][..], "positive count"),
             (&["run", "--load", "nan"][..], "> 0"),
             (&["run", "--warmup-s", "-1"][..], ">= 0"),
@@ -551,7 +604,7 @@ mod tests {
             let e = parse(args).map(|_| ()).unwrap_err();
             assert!(e.contains(needle), "{args:?}: {e}");
         }
-        assert!(parse(&["run", "--flows", "10k", "--policy", "awfd:inf,lcf"]).is_ok());
+        assert!(parse(&["run", "--flows", "10k", "--policies", "awfd:inf,lcf"]).is_ok());
     }
 
     #[test]

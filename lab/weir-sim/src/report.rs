@@ -1,8 +1,78 @@
-//! Text tables and CSV for simulation results.
+//! Text tables, CSV and the SVG plot of simulation results.
 
 use std::fmt::Write;
 
+use weir_core::dispatch::Policy;
+use weir_plot::{self as plot, Axis, Bar, Bars, Figure, Lines, Panel, Series, Style};
+
 use crate::sweep::{fmt_ms, Point};
+
+/// Omega of each policy: bars (whiskers over seeds) at a single update
+/// interval, or one line per policy against the interval (log scale) for a
+/// sweep of intervals.
+pub fn points_figure(
+    points: &[Point],
+    policies: &[Policy],
+    intervals_ms: &[f64],
+    subtitle: String,
+) -> Figure {
+    let y = Axis::new("overall service utilization Ω");
+    let spread = |p: &Point| (p.omega_max - p.omega_min) / 2.0;
+    let panel = if let [ms] = intervals_ms {
+        Panel::Bars(Bars {
+            title: format!("update interval {} ms", fmt_ms(*ms)),
+            y,
+            bars: policies
+                .iter()
+                .enumerate()
+                .filter_map(|(k, pol)| {
+                    let name = pol.to_string();
+                    let p = points.iter().find(|p| p.policy == name)?;
+                    Some(Bar {
+                        label: name,
+                        value: p.omega,
+                        err: Some(spread(p)),
+                        style: Style::solid(k),
+                    })
+                })
+                .collect(),
+        })
+    } else {
+        Panel::Lines(Lines {
+            title: String::new(),
+            x: Axis::new("update interval (ms, log scale)")
+                .log()
+                .ticks(intervals_ms.iter().map(|&ms| (ms, fmt_ms(ms))).collect()),
+            y,
+            series: policies
+                .iter()
+                .enumerate()
+                .map(|(k, pol)| {
+                    let name = pol.to_string();
+                    Series {
+                        points: points
+                            .iter()
+                            .filter(|p| p.policy == name)
+                            .map(|p| plot::Point::with_err(p.interval_ms, p.omega, spread(p)))
+                            .collect(),
+                        style: Style {
+                            color: k,
+                            dashed: pol.interval_independent(),
+                        },
+                        name,
+                    }
+                })
+                .collect(),
+        })
+    };
+    Figure {
+        title: "Service utilization of the dispatch policies".into(),
+        subtitle: Some(subtitle),
+        panels: vec![panel],
+        columns: 1,
+        size: (860, 500),
+    }
+}
 
 /// One row per point: policy, interval, Omega (min..max over seeds), served,
 /// and Omega per VIP.

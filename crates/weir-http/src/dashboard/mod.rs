@@ -6,8 +6,9 @@
 //! next to its read API. The page polls `/api/v1/status` on the server
 //! that sent it, every second, and draws what it finds there: a load
 //! balancer's VIPs and DIPs (and its software tier's workers), or a
-//! memcached switch's pool. It reads only; writes stay with the API and
-//! `weir dip`.
+//! memcached switch's pool. It reads only; its footer says where changes
+//! are made: `weir dip` or the API for `weir serve`, the configuration file
+//! for `weir kv`.
 //!
 //! Every answer carries a Content-Security-Policy that allows the page to
 //! load scripts, styles and data from its own origin only: even a changed

@@ -4,8 +4,11 @@
 // and "stats"). A failed poll keeps the last picture and says why.
 //
 // For tools that read the page: <body> carries data-kind (serve | kv),
-// data-state (ok | error), data-polls (answers drawn so far) and
-// data-sampled-at (the newest sample's time, ms since the epoch).
+// data-state (ok | error), data-polls (answers drawn so far),
+// data-sampled-at (the newest sample's time, ms since the epoch) and
+// data-ready="true" from the first answer drawn on (until then the page
+// only says it is asking). A one-shot `chromium --headless --screenshot`
+// needs --virtual-time-budget=3000 to get there (docs/src/memcached.md).
 
 import { h, clock } from "./dom.js";
 import * as serve from "./serve.js";
@@ -71,10 +74,12 @@ function draw(data) {
   document.body.dataset.polls = String(polls);
   document.body.dataset.sampledAt = String(t);
   document.getElementById("kind").textContent = view.title(data);
+  document.getElementById("writes").replaceChildren(...view.writes());
   document.title = `weir ${view.kind}: ${view.title(data)}`;
   const span = Math.min(SPAN_MS, Math.max(MIN_SPAN_MS, t - hist[0].t));
   document.getElementById("main").replaceChildren(...view.render(hist, span));
   setState("ok", `live, updated ${clock(t)}`);
+  document.body.dataset.ready = "true";
 }
 
 async function poll() {

@@ -1,9 +1,10 @@
 // weir dashboard: the view of a memcached switch (weir kv's
 // /api/v1/status): the pool, its hit ratios over time (gets through the
 // TCP proxy; the XDP cache's GETs with the UDP path), requests per server
-// over time and in a table, the hot keys, errors and the XDP counters.
+// over time and in a table with each server's state, the hot keys, errors
+// and the XDP counters.
 
-import { h, count, num, pct, rate, table, cell, stat, rates } from "./dom.js";
+import { h, count, num, pct, rate, table, cell, stat, rates, clock } from "./dom.js";
 import { timeChart, color } from "./chart.js";
 
 export const kind = "kv";
@@ -14,6 +15,11 @@ export function fits(data) {
 
 export function title(data) {
   return `pool ${data.pool}`;
+}
+
+/** What the footer says about changing the pool: weir kv has no write API. */
+export function writes() {
+  return ["change servers and weights in the configuration file of ", h("code", {}, "weir kv"), ", then restart it."];
 }
 
 export function reset() {}
@@ -72,8 +78,8 @@ function charts(hist, span) {
       points: ratios(hist, (x) => x.udp?.cache_hits, (x) => cacheLookups(x.udp)),
     });
   }
-  const perServer = d.servers.map((name, i) => ({
-    name,
+  const perServer = d.servers.map((srv, i) => ({
+    name: srv.name,
     color: color(i),
     points: rates(hist, (x) =>
       (x.stats?.server_requests?.[i] ?? 0) + (x.udp?.server_requests?.[i] ?? 0)),
@@ -110,16 +116,22 @@ function servers(hist) {
   const udp = d.udp?.server_requests;
   const total = (i) => (tcp[i] ?? 0) + (udp?.[i] ?? 0);
   const all = d.servers.reduce((a, _, i) => a + total(i), 0);
+  const now = hist[hist.length - 1].t;
   return table(
     "servers",
-    ["server", "requests (TCP)", "requests (UDP, XDP)", "share", "per second"],
-    d.servers.map((name, i) => {
+    ["server", "address", "state", "last error", "requests (TCP)", "requests (UDP, XDP)", "share", "per second"],
+    d.servers.map((srv, i) => {
       const r = rates(hist, (x) =>
         (x.stats?.server_requests?.[i] ?? 0) + (x.udp?.server_requests?.[i] ?? 0)).pop()?.[1];
+      const since = srv.since_unix_ms ? ` for ${age(now - srv.since_unix_ms)}` : "";
+      const error = srv.last_error ? `${srv.last_error} at ${clock(srv.last_error_unix_ms)}` : "–";
       return h(
         "tr",
-        { "data-server": name },
-        h("td", { class: "id" }, name),
+        { "data-server": srv.name, "data-state": srv.state },
+        h("td", { class: "id" }, srv.name),
+        h("td", { class: "address" }, srv.address),
+        cell("state", srv.state, `${srv.state}${since}`),
+        cell("last_error", srv.last_error ?? "", error),
         cell("requests", tcp[i] ?? 0, count(tcp[i] ?? 0)),
         cell("udp_requests", udp?.[i] ?? "", udp ? count(udp[i] ?? 0) : "–"),
         cell("share", all > 0 ? total(i) / all : "", all > 0 ? pct(total(i) / all) : "–"),
@@ -127,6 +139,14 @@ function servers(hist) {
       );
     }),
   );
+}
+
+/** `12 s`, `5 min`, `2 h`: a duration in ms, roughly. */
+function age(ms) {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  return `${Math.round(s / 3600)} h`;
 }
 
 function hotKeys(d) {

@@ -14,6 +14,11 @@ export function fits(data) {
   return Array.isArray(data?.vips) && typeof data?.counters === "object";
 }
 
+/** What the footer says about changing the balancer. */
+export function writes() {
+  return ["change weights with ", h("code", {}, "weir dip"), " or the API."];
+}
+
 export function title(data) {
   const n = data.vips.length;
   return `${n} VIP${n === 1 ? "" : "s"}`;
