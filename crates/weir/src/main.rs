@@ -120,6 +120,7 @@ impl Command {
             Command::Kv(args) => args.cmd.is_none(),
             Command::Decap(args) => args.cmd.is_none(),
             Command::Check { .. }
+            | Command::Doctor(_)
             | Command::Status { .. }
             | Command::Dip(_)
             | Command::Reload { .. }
