@@ -1,5 +1,5 @@
-//! weir's control plane: the configuration and its diagnostics, applying it
-//! to the data plane without moving established connections, the load-aware
+//! weir's control plane: applying the configuration (weir-config's) to the
+//! data plane without moving established connections, the load-aware
 //! controller with its telemetry (agent and passive) and health checks, the
 //! `weir agent` server, `weir decap` for backends, metrics, status, and the
 //! management API with the one path (`live`) through which reloads and API
@@ -10,11 +10,8 @@ pub mod api;
 pub mod apply;
 pub mod bpffs;
 pub mod cluster;
-pub mod config;
 pub mod controller;
-pub mod cpus;
 pub mod decap;
-pub mod diag;
 pub mod health;
 pub mod live;
 pub mod metrics;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use weir_config::{Config, ConnLru, NonSynMiss, Tier, Verdict, XdpModeCfg};
 use weir_dataplane::attach::{attach_all, take_over, XdpMode};
 use weir_dataplane::iface::Iface;
 use weir_dataplane::loader::{self, Action, LoadOptions, LoadedLb};
@@ -18,7 +19,6 @@ use weir_dataplane::maps::Maps;
 
 use crate::apply::{apply, prime_neighbours};
 use crate::bpffs::{self, Persistence};
-use crate::config::{Config, ConnLru, NonSynMiss, Tier, Verdict, XdpModeCfg};
 use crate::controller::Shared;
 use crate::live::{log_warnings, Live};
 use crate::run_record::{is_alive, RunRecord};
@@ -159,7 +159,7 @@ fn load_options(cfg: &Config) -> LoadOptions {
         passive_telemetry: cfg
             .controller
             .as_ref()
-            .is_some_and(|c| c.telemetry == crate::config::TelemetryKind::Passive),
+            .is_some_and(|c| c.telemetry == weir_config::TelemetryKind::Passive),
         conn_sync: cfg
             .cluster
             .as_ref()
@@ -279,7 +279,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         ..
     }) = &takeover
     {
-        if cfg.dataplane.tier != crate::config::Tier::Xdp {
+        if cfg.dataplane.tier != weir_config::Tier::Xdp {
             crate::tier::release_predecessor(p.pid, &opts.run_dir);
         }
     }
@@ -389,7 +389,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     // resolved once per change instead (fib_lookup off: configured MACs only;
     // the software tier's workers resolve their own).
     let resolve_next_hops =
-        cfg.dataplane.fib_lookup && cfg.dataplane.tier != crate::config::Tier::Software;
+        cfg.dataplane.fib_lookup && cfg.dataplane.tier != weir_config::Tier::Software;
     let _next_hops = resolve_next_hops
         .then(|| {
             let held = ifaces

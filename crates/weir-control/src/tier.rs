@@ -13,15 +13,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use weir_config::{Config, Dataplane, NonSynMiss, Tier, Verdict};
 use weir_dataplane::iface::Iface;
 use weir_dataplane::loader;
 use weir_dataplane::maps::Maps;
 use weir_software::{SoftwareTier, TierConfig, TierInterface, WorkerStats};
-use weir_software_engine::distribution::Mode;
+use weir_software_engine::distribution::{DistributionConfig, Mode, SprayScope};
 use weir_software_engine::offload::OffloadConfig;
 use weir_software_engine::slb;
-
-use crate::config::{Config, NonSynMiss, Tier, Verdict};
 
 /// Where the workers' last reports are, for `weir status`.
 pub fn workers_file(run_dir: &Path) -> PathBuf {
@@ -142,7 +141,7 @@ pub fn start(
             o
         }),
         socket: weir_afxdp::Config::default(),
-        distribution: dp.distribution_config(),
+        distribution: distribution_config(dp),
         reorder: dp.reorders().then(|| dp.reorder_config()),
         cost_cycles: dp.cost_cycles.as_ref().map_or(0, |c| *c.get_ref()),
     };
@@ -203,7 +202,7 @@ pub fn load_workers(cfg: &Config) -> loader::Workers {
     if dp.tier == Tier::Xdp {
         return loader::Workers::default();
     }
-    let d = dp.distribution_config();
+    let d = distribution_config(dp);
     loader::Workers {
         count: u32::from(d.workers),
         mode: match d.mode {
@@ -212,7 +211,19 @@ pub fn load_workers(cfg: &Config) -> loader::Workers {
             Mode::Adaptive => loader::DistMode::Adaptive,
         },
         buckets: d.buckets,
-        spread_all: d.scope == weir_software_engine::distribution::SprayScope::All,
+        spread_all: d.scope == SprayScope::All,
+    }
+}
+
+/// The workers' distribution as the engine and the loader take it: the
+/// configured mode, scope and workers, the engine's defaults for the rest.
+fn distribution_config(dp: &Dataplane) -> DistributionConfig {
+    DistributionConfig {
+        scope: *dp.spray_scope.get_ref(),
+        ..DistributionConfig::new(
+            *dp.distribution.get_ref(),
+            dp.workers.get_ref().len() as u16,
+        )
     }
 }
 

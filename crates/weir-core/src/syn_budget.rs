@@ -67,4 +67,3 @@ impl SynBudget {
         (interval, interval * u64::from(self.burst.max(1) - 1))
     }
 }
-

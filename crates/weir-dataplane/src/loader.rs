@@ -129,7 +129,7 @@ pub struct Encap {
 impl Default for Encap {
     fn default() -> Self {
         Encap {
-            mtu: 1500,
+            mtu: weir_core::wire::DEFAULT_ENCAP_MTU,
             source_v4: None,
             source_v6: None,
             gue_port: weir_abi::WEIR_GUE_PORT as u16,
@@ -163,7 +163,6 @@ impl ConnLru {
 
 /// The maps whose LRU layout `LoadOptions::conn_lru` decides.
 const CONN_TABLES: [&str; 5] = ["conns4", "conns", "rev_nat4", "rev_nat", "half_open"];
-
 
 /// Load-time parameters of the data plane.
 #[derive(Debug, Clone)]

@@ -102,7 +102,6 @@ impl Sequencer {
     }
 }
 
-
 /// What happened to the packets and numbers of one stage.
 ///
 /// Every completed packet is counted once in `in_order`, `late` or

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use weir_control::config::Config;
+use weir_config::Config;
 use weir_control::run_record::{self, RunRecord, DEFAULT_RUN_DIR};
 use weir_control::runtime::{self, ServeOptions};
 use weir_control::status;
@@ -150,7 +150,7 @@ fn run(cli: Cli) -> Result<()> {
             let pins = match (&pin_dir, &record) {
                 (Some(p), _) => p.clone(),
                 (None, Some(r)) => r.pin_dir.clone(),
-                (None, None) => PathBuf::from(weir_dataplane::DEFAULT_PIN_DIR),
+                (None, None) => PathBuf::from(weir_config::DEFAULT_PIN_DIR),
             };
             let cfg = record.as_ref().and_then(|r| Config::load(&r.config).ok());
             let running = record.as_ref().map(|_| run_dir.as_path());

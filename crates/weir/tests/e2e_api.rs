@@ -24,7 +24,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use weir_control::config::Config;
+use weir_config::Config;
 use weir_control::run_record::RunRecord;
 use weir_http::client::{Call, Method, Reply};
 use weir_lab::backend::Backend;

@@ -2,6 +2,7 @@
 //! Shared by every weir configuration (`weir serve`'s and `weir kv`'s).
 
 use std::fmt;
+use std::ops::Range;
 
 /// A configuration error located in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +23,36 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// A located remark about a configuration that loads but is probably not
+/// what the operator meant; same shape and `file:line: field: message`
+/// format as an error.
+pub type ConfigWarning = ConfigError;
+
+/// Turns the byte spans the parser reports into located errors for one
+/// file.
+pub(crate) struct Checker<'a> {
+    pub(crate) file: String,
+    pub(crate) src: &'a str,
+}
+
+impl Checker<'_> {
+    pub(crate) fn err(
+        &self,
+        span: Option<Range<usize>>,
+        field: impl Into<String>,
+        msg: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError {
+            file: self.file.clone(),
+            line: span
+                .filter(|s| s.end > 0)
+                .map(|s| line_of(self.src, s.start)),
+            field: field.into(),
+            message: msg.into(),
+        }
+    }
+}
 
 /// 1-based line of a byte offset.
 pub fn line_of(src: &str, offset: usize) -> usize {
