@@ -1,6 +1,7 @@
 //! Configuration errors that say where: file, line, field and what to do.
 //! Shared by every weir configuration (`weir serve`'s and `weir kv`'s).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 
@@ -51,6 +52,35 @@ impl Checker<'_> {
             field: field.into(),
             message: msg.into(),
         }
+    }
+}
+
+/// Where a parsed file came from and the line of each key it gives, for
+/// the checks that run after parsing (the host's limits).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Origin {
+    pub(crate) file: String,
+    /// Dotted key (as [`key_at`] names it) to its first line.
+    keys: BTreeMap<String, usize>,
+}
+
+impl Origin {
+    pub(crate) fn of(file: &str, src: &str) -> Origin {
+        let mut keys = BTreeMap::new();
+        for (i, text) in src.lines().enumerate() {
+            if text.contains('=') && !text.trim_start().starts_with('#') {
+                keys.entry(key_at(src, i + 1)).or_insert(i + 1);
+            }
+        }
+        Origin {
+            file: file.to_string(),
+            keys,
+        }
+    }
+
+    /// The line of `key`; None when the file does not give it (a default).
+    pub(crate) fn line_of_key(&self, key: &str) -> Option<usize> {
+        self.keys.get(key).copied()
     }
 }
 

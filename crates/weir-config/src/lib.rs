@@ -16,6 +16,8 @@ pub mod cpus;
 pub mod dataplane;
 mod encap;
 pub mod error;
+pub mod host;
+pub mod limits;
 mod load;
 pub mod service;
 pub mod tier;
@@ -30,6 +32,7 @@ pub use dataplane::{
     ConnLru, Dataplane, NonSynMiss, Timeouts, Verdict, XdpModeCfg, DEFAULT_PIN_DIR,
 };
 pub use error::{ConfigError, ConfigWarning};
+pub use host::HostFacts;
 pub use load::Config;
 pub use service::{Dip, Health, HealthKind, Mode, Vip};
 pub use tier::Tier;

@@ -9,7 +9,7 @@ use crate::api::{ApiCfg, MetricsCfg};
 use crate::cluster::ClusterCfg;
 use crate::controller::ControllerCfg;
 use crate::dataplane::Dataplane;
-use crate::error::{key_at, line_of, Checker, ConfigError, ConfigWarning};
+use crate::error::{key_at, line_of, Checker, ConfigError, ConfigWarning, Origin};
 use crate::service::Vip;
 
 /// The whole file.
@@ -33,6 +33,9 @@ pub struct Config {
     /// caller shows them (`weir check`, `weir serve`'s log).
     #[serde(skip)]
     pub warnings: Vec<ConfigWarning>,
+    /// The file's name and where its keys are.
+    #[serde(skip)]
+    pub(crate) origin: Origin,
 }
 
 impl Config {
@@ -53,6 +56,17 @@ impl Config {
             file: file.to_string(),
             src,
         };
+        if is_kv_config(src) {
+            return Err(ck.err(
+                None,
+                "(file)",
+                format!(
+                    "this looks like a `weir kv` configuration (a [pool] section, no \
+                     [dataplane]), not one for `weir serve`: check it with `weir kv --config \
+                     {file} --check` and run it with `weir kv --config {file}`"
+                ),
+            ));
+        }
         let mut cfg: Config = toml::from_str(src).map_err(|e| {
             let msg = e.message().trim().to_string();
             let field = e
@@ -61,6 +75,7 @@ impl Config {
             ck.err(e.span(), field, msg)
         })?;
         cfg.warnings = cfg.validate(&ck)?;
+        cfg.origin = Origin::of(file, src);
         Ok(cfg)
     }
 
@@ -88,6 +103,12 @@ impl Config {
         }
         Ok(warnings)
     }
+}
+
+/// A file with `weir kv`'s [pool] table and without `[dataplane]`.
+fn is_kv_config(src: &str) -> bool {
+    toml::from_str::<toml::Table>(src)
+        .is_ok_and(|t| t.contains_key("pool") && !t.contains_key("dataplane"))
 }
 
 #[cfg(test)]
@@ -172,6 +193,24 @@ mod tests {
             ("vip[0].dip[1].address", Some(17))
         );
         assert!(w[0].message.contains("VIP `api`"), "{}", w[0]);
+    }
+
+    #[test]
+    fn a_weir_kv_file_is_named_with_the_commands_for_it() {
+        let src = include_str!("../../../examples/kv.toml");
+        let e = Config::parse("examples/kv.toml", src).unwrap_err();
+        assert_eq!((e.field.as_str(), e.line), ("(file)", None), "{e}");
+        assert!(
+            e.message.contains("`weir kv` configuration")
+                && e.message
+                    .contains("weir kv --config examples/kv.toml --check")
+                && e.message
+                    .contains("run it with `weir kv --config examples/kv.toml`"),
+            "{e}"
+        );
+        // A serve file with a stray [pool] is still checked as one.
+        let e = err_of(&format!("{GOOD}\n[pool]\nname = \"x\"\n"));
+        assert!(e.message.contains("unknown field `pool`"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use weir_config::Config;
+use weir_config::{Config, HostFacts};
 use weir_control::run_record::{self, RunRecord, DEFAULT_RUN_DIR};
 use weir_control::runtime::{self, ServeOptions};
 use weir_control::status;
@@ -58,10 +58,14 @@ enum Command {
         #[arg(long, default_value = DEFAULT_RUN_DIR)]
         run_dir: PathBuf,
     },
-    /// Check a configuration file and exit.
+    /// Check a configuration file, and that this host can hold its tables, and exit.
     Check {
-        #[arg(long, short)]
-        config: PathBuf,
+        /// The TOML configuration to check (or give it with --config).
+        #[arg(value_name = "FILE", required_unless_present = "config")]
+        file: Option<PathBuf>,
+        /// The TOML configuration to check.
+        #[arg(long, short, value_name = "FILE", conflicts_with = "file")]
+        config: Option<PathBuf>,
     },
     /// Show VIPs, DIPs, weights, table versions, connections and counters.
     Status {
@@ -128,8 +132,12 @@ fn run(cli: Cli) -> Result<()> {
             reset_state,
             run_dir,
         }),
-        Command::Check { config } => {
+        Command::Check { file, config } => {
+            let config = file.or(config).expect("clap requires FILE or --config");
             let cfg = Config::load(&config)?;
+            let host = HostFacts::read()
+                .map_err(|e| anyhow::anyhow!("reading this host's memory: {e}"))?;
+            cfg.check_host(&host)?;
             for w in &cfg.warnings {
                 eprintln!("warning: {w}");
             }
