@@ -253,3 +253,39 @@ fn slb_config(cfg: &Config) -> slb::Config {
         event_capacity: if dp.tier == Tier::Hybrid { 4096 } else { 0 },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// weir-config checks the distribution without the engine: its refusal
+    /// must be the engine's, and what it accepts the engine must accept.
+    #[test]
+    fn the_configuration_refuses_the_distributions_the_engine_refuses() {
+        let file = |keys: &str| {
+            format!(
+                "[dataplane]\ninterfaces = [\"veth0\"]\ntier = \"software\"\n{keys}\n\
+                 [[vip]]\nname = \"web\"\naddress = \"10.0.0.100\"\nport = 80\n\
+                 protocol = \"tcp\"\nmode = \"dsr\"\n"
+            )
+        };
+        let one = weir_config::cpus::usable()[0];
+        for mode in [Mode::Spray, Mode::Adaptive] {
+            let keys = format!("workers = [{one}]\ndistribution = \"{mode}\"");
+            let e = Config::parse("t.toml", &file(&keys)).unwrap_err();
+            let engine = DistributionConfig::new(mode, 1).validate().unwrap_err();
+            assert_eq!(e.message, engine.to_string());
+        }
+        let cfg = Config::parse("t.toml", &file(&format!("workers = [{one}]"))).unwrap();
+        distribution_config(&cfg.dataplane).validate().unwrap();
+        let usable = weir_config::cpus::usable();
+        if let [a, b, ..] = usable[..] {
+            let keys =
+                format!("workers = [{a}, {b}]\ndistribution = \"adaptive\"\nspray_scope = \"all\"");
+            let cfg = Config::parse("t.toml", &file(&keys)).unwrap();
+            let d = distribution_config(&cfg.dataplane);
+            assert_eq!((d.workers, d.scope), (2, SprayScope::All));
+            d.validate().unwrap();
+        }
+    }
+}
