@@ -13,12 +13,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use weir_abi::*;
+use weir_config::{Config, Mode};
 use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::addr_words;
 use weir_dataplane::iface::parse_mac;
 use weir_dataplane::maps::Maps;
-
-use crate::config::{Config, Mode};
 
 /// What an apply changed, for the log.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -30,7 +29,7 @@ pub struct ApplyReport {
     pub tables_published: usize,
 }
 
-pub(crate) fn vip_key(v: &crate::config::Vip) -> weir_vip_key {
+pub(crate) fn vip_key(v: &weir_config::Vip) -> weir_vip_key {
     let (addr, family) = addr_words(*v.address.get_ref());
     weir_vip_key {
         addr,

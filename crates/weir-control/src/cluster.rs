@@ -19,14 +19,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use weir_cluster::config::{interface_address, ClusterCfg};
+use weir_cluster::config::{interface_address, read_key};
 use weir_cluster::sync::node::{SyncNode, SyncOptions};
 use weir_cluster::sync::wire::Key;
 use weir_cluster::{Agent, AgentOptions};
+use weir_config::{ClusterCfg, Config};
 use weir_dataplane::maps::Maps;
 use weir_dataplane::sync_events::SyncMaps;
 
-use crate::config::Config;
 use crate::controller::Shared;
 
 /// How long a node waits for etcd's first read of the cluster's tables.
@@ -46,7 +46,7 @@ pub fn plan(cfg: &Config, run_dir: &Path) -> Result<Option<Plan>> {
         return Ok(None);
     };
     let sync = if *c.connection_sync.get_ref() {
-        let key = c.read_key().map_err(|e| anyhow!(e))?;
+        let key = read_key(c).map_err(|e| anyhow!(e))?;
         let iface = c
             .sync_interface
             .as_ref()

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use weir_abi::*;
+use weir_config::{Config, OnSilent, PolicyName, TelemetryKind};
 use weir_core::dispatch::awfd::table_weights;
 use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::estimate::CapacityEstimator;
@@ -38,7 +39,6 @@ use weir_core::flow::addr_words;
 use weir_dataplane::maps::Maps;
 
 use crate::apply::vip_key;
-use crate::config::{Config, OnSilent, PolicyName, TelemetryKind};
 use crate::health::{self, Monitor};
 use crate::telemetry::agent::{self as agent_client, AgentError};
 use crate::telemetry::passive::PassiveReader;

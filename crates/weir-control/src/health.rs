@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use crate::config::{Health, HealthKind};
+use weir_config::{Health, HealthKind};
 
 /// Rise/fall hysteresis of one DIP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,10 +23,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use toml_edit::DocumentMut;
+use weir_config::Config;
 use weir_dataplane::maps::Maps;
 
 use crate::apply::{apply, prime_neighbours, ApplyReport};
-use crate::config::Config;
 use crate::controller::{Controller, Params, Shared};
 
 /// Why a change was refused (nothing changed) or failed.
@@ -272,7 +272,7 @@ fn warn_restart_only(running: &Config, next: &Config) {
     {
         log::info!("reload: [api] takes effect only on restart");
     }
-    let src = |c: &crate::config::Dataplane| {
+    let src = |c: &weir_config::Dataplane| {
         (
             *c.encap_mtu.get_ref(),
             c.encap_source_v4.as_ref().map(|x| *x.get_ref()),

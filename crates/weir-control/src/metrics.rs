@@ -664,8 +664,8 @@ pub fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{OnSilent, PolicyName, TelemetryKind};
     use crate::controller::VipSnapshot;
+    use weir_config::{OnSilent, PolicyName, TelemetryKind};
 
     fn scrape() -> Scrape {
         let d = DipSnapshot {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use weir_config::{Config, ConnLru, HostFacts, NonSynMiss, Tier, Verdict, XdpModeCfg};
 use weir_dataplane::attach::{attach_all, take_over, XdpMode};
 use weir_dataplane::iface::Iface;
 use weir_dataplane::loader::{self, Action, LoadOptions, LoadedLb};
@@ -18,7 +19,6 @@ use weir_dataplane::maps::Maps;
 
 use crate::apply::{apply, prime_neighbours};
 use crate::bpffs::{self, Persistence};
-use crate::config::{Config, ConnLru, NonSynMiss, Tier, Verdict, XdpModeCfg};
 use crate::controller::Shared;
 use crate::live::{log_warnings, Live};
 use crate::run_record::RunRecord;
@@ -74,6 +74,9 @@ pub fn preflight(opts: &ServeOptions) -> Result<Preflight> {
     }
     let cfg = Config::load(&opts.config)?;
     log_warnings(&cfg);
+    // What the kernel would refuse, refused before anything is created.
+    let host = HostFacts::read().map_err(|e| anyhow::anyhow!("reading this host's memory: {e}"))?;
+    cfg.check_host(&host)?;
     let ifaces = cfg
         .dataplane
         .interfaces
@@ -158,7 +161,7 @@ fn load_options(cfg: &Config) -> LoadOptions {
         passive_telemetry: cfg
             .controller
             .as_ref()
-            .is_some_and(|c| c.telemetry == crate::config::TelemetryKind::Passive),
+            .is_some_and(|c| c.telemetry == weir_config::TelemetryKind::Passive),
         conn_sync: cfg
             .cluster
             .as_ref()
@@ -200,6 +203,53 @@ impl Drop for PinsOfFailedStart<'_> {
             self.lb.remove_created_pins();
         }
     }
+}
+
+/// The directories a start creates (the pin directory and the run
+/// directory, with any parents they lacked), removed again with all they
+/// hold if the start fails: a failed start leaves no directory that was not
+/// there before. What existed before is left as it was.
+struct CreatedByStart {
+    /// The outermost directory that did not exist yet, of each.
+    dirs: Vec<PathBuf>,
+    armed: bool,
+}
+
+impl CreatedByStart {
+    fn note(pin_dir: &Path, run_dir: &Path) -> CreatedByStart {
+        let dirs = [pin_dir, run_dir]
+            .into_iter()
+            .filter_map(outermost_missing)
+            .collect();
+        CreatedByStart { dirs, armed: true }
+    }
+
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CreatedByStart {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        for dir in &self.dirs {
+            match fs::remove_dir_all(dir) {
+                Ok(()) => log::info!("removed {}, created by this failed start", dir.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => log::warn!("removing {} after the failed start: {e}", dir.display()),
+            }
+        }
+    }
+}
+
+/// The outermost of `dir` and its parents that does not exist, if any.
+fn outermost_missing(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .last()
+        .map(Path::to_path_buf)
 }
 
 /// Fills the freshly loaded maps: the interfaces' slots, the configuration,
@@ -246,6 +296,10 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             .with_context(|| format!("removing saved state {}", pin_dir.display()))?;
         log::info!("dropped saved state in {}", pin_dir.display());
     }
+    // Until the start completes, any failure removes the directories and
+    // the run record this start created; declared before the program is
+    // loaded, it runs after the pins' guard below.
+    let created = CreatedByStart::note(&pin_dir, &opts.run_dir);
     let lb = loader::load(&load_options(&cfg))?;
     // Until the program is attached, any failure removes what this start
     // pinned: a failed start leaves nothing pinned.
@@ -278,7 +332,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         ..
     }) = &takeover
     {
-        if cfg.dataplane.tier != crate::config::Tier::Xdp {
+        if cfg.dataplane.tier != weir_config::Tier::Xdp {
             crate::tier::release_predecessor(p.pid, &opts.run_dir);
         }
     }
@@ -367,6 +421,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         RunRecord::path(&opts.run_dir),
         serde_json::to_vec_pretty(&record)?,
     )?;
+    created.disarm();
     log::info!(
         "serving on {} ({mode} XDP), {}",
         record.interfaces.join(", "),
@@ -388,7 +443,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     // resolved once per change instead (fib_lookup off: configured MACs only;
     // the software tier's workers resolve their own).
     let resolve_next_hops =
-        cfg.dataplane.fib_lookup && cfg.dataplane.tier != crate::config::Tier::Software;
+        cfg.dataplane.fib_lookup && cfg.dataplane.tier != weir_config::Tier::Software;
     let _next_hops = resolve_next_hops
         .then(|| {
             let held = ifaces

@@ -7,10 +7,9 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use weir_abi::*;
+use weir_config::Config;
 use weir_core::flow::{words_addr, Proto};
 use weir_dataplane::maps::Maps;
-
-use crate::config::Config;
 
 /// Names of `enum weir_stat`, in order.
 pub const STAT_NAMES: [&str; WEIR_STAT_MAX as usize] = [
@@ -631,8 +630,8 @@ mod tests {
             .unwrap_or_else(|| panic!("no line with {needle:?} in\n{text}"))
             .to_string()
     }
-    use crate::config::{OnSilent, PolicyName, TelemetryKind};
     use crate::controller::{DipSnapshot, Snapshot, VipSnapshot};
+    use weir_config::{OnSilent, PolicyName, TelemetryKind};
 
     #[test]
     fn the_human_output_shows_the_controller_view() {

@@ -15,11 +15,11 @@ use std::fs;
 use std::path::Path;
 
 use anyhow::{bail, Result};
+use weir_config::Config;
 use weir_dataplane::attach::{attached_prog_id, held, Held, XdpMode};
 use weir_dataplane::iface::Iface;
 use weir_dataplane::loader::{pinned_map_ids, PINNED_MAPS, PROG_NAME};
 
-use crate::config::Config;
 use crate::run_record::RunRecord;
 
 /// Whose program `--takeover` replaces.

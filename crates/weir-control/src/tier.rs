@@ -13,15 +13,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use weir_config::{Config, Dataplane, NonSynMiss, Tier, Verdict};
 use weir_dataplane::iface::Iface;
 use weir_dataplane::loader;
 use weir_dataplane::maps::Maps;
 use weir_software::{SoftwareTier, TierConfig, TierInterface, WorkerStats};
-use weir_software_engine::distribution::Mode;
+use weir_software_engine::distribution::{DistributionConfig, Mode, SprayScope};
 use weir_software_engine::offload::OffloadConfig;
 use weir_software_engine::slb;
-
-use crate::config::{Config, NonSynMiss, Tier, Verdict};
 
 /// Where the workers' last reports are, for `weir status`.
 pub fn workers_file(run_dir: &Path) -> PathBuf {
@@ -144,7 +143,7 @@ pub fn start(
             o
         }),
         socket: weir_afxdp::Config::default(),
-        distribution: dp.distribution_config(),
+        distribution: distribution_config(dp),
         reorder: dp.reorders().then(|| dp.reorder_config()),
         cost_cycles: dp.cost_cycles.as_ref().map_or(0, |c| *c.get_ref()),
     };
@@ -205,7 +204,7 @@ pub fn load_workers(cfg: &Config) -> loader::Workers {
     if dp.tier == Tier::Xdp {
         return loader::Workers::default();
     }
-    let d = dp.distribution_config();
+    let d = distribution_config(dp);
     loader::Workers {
         count: u32::from(d.workers),
         mode: match d.mode {
@@ -214,7 +213,19 @@ pub fn load_workers(cfg: &Config) -> loader::Workers {
             Mode::Adaptive => loader::DistMode::Adaptive,
         },
         buckets: d.buckets,
-        spread_all: d.scope == weir_software_engine::distribution::SprayScope::All,
+        spread_all: d.scope == SprayScope::All,
+    }
+}
+
+/// The workers' distribution as the engine and the loader take it: the
+/// configured mode, scope and workers, the engine's defaults for the rest.
+fn distribution_config(dp: &Dataplane) -> DistributionConfig {
+    DistributionConfig {
+        scope: *dp.spray_scope.get_ref(),
+        ..DistributionConfig::new(
+            *dp.distribution.get_ref(),
+            dp.workers.get_ref().len() as u16,
+        )
     }
 }
 
@@ -242,5 +253,41 @@ fn slb_config(cfg: &Config) -> slb::Config {
         },
         hash_seed: dp.hash_seed,
         event_capacity: if dp.tier == Tier::Hybrid { 4096 } else { 0 },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// weir-config checks the distribution without the engine: its refusal
+    /// must be the engine's, and what it accepts the engine must accept.
+    #[test]
+    fn the_configuration_refuses_the_distributions_the_engine_refuses() {
+        let file = |keys: &str| {
+            format!(
+                "[dataplane]\ninterfaces = [\"veth0\"]\ntier = \"software\"\n{keys}\n\
+                 [[vip]]\nname = \"web\"\naddress = \"10.0.0.100\"\nport = 80\n\
+                 protocol = \"tcp\"\nmode = \"dsr\"\n"
+            )
+        };
+        let one = weir_config::cpus::usable()[0];
+        for mode in [Mode::Spray, Mode::Adaptive] {
+            let keys = format!("workers = [{one}]\ndistribution = \"{mode}\"");
+            let e = Config::parse("t.toml", &file(&keys)).unwrap_err();
+            let engine = DistributionConfig::new(mode, 1).validate().unwrap_err();
+            assert_eq!(e.message, engine.to_string());
+        }
+        let cfg = Config::parse("t.toml", &file(&format!("workers = [{one}]"))).unwrap();
+        distribution_config(&cfg.dataplane).validate().unwrap();
+        let usable = weir_config::cpus::usable();
+        if let [a, b, ..] = usable[..] {
+            let keys =
+                format!("workers = [{a}, {b}]\ndistribution = \"adaptive\"\nspray_scope = \"all\"");
+            let cfg = Config::parse("t.toml", &file(&keys)).unwrap();
+            let d = distribution_config(&cfg.dataplane);
+            assert_eq!((d.workers, d.scope), (2, SprayScope::All));
+            d.validate().unwrap();
+        }
     }
 }

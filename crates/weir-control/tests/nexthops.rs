@@ -12,8 +12,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use weir_abi::*;
+use weir_config::Config;
 use weir_control::apply::apply;
-use weir_control::config::Config;
 use weir_control::nexthops::refresh;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
 use weir_dataplane::iface::Iface;

@@ -15,7 +15,6 @@
 //! rules.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use anyhow::Result;
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
@@ -27,11 +26,7 @@ use crate::maps::{read_all, Maps};
 
 const TCP: u8 = 6;
 
-/// `d` in the data plane's ticks of 2^WEIR_TICK_SHIFT ns.
-pub fn ticks(d: Duration) -> u32 {
-    let t = d.as_nanos() >> WEIR_TICK_SHIFT;
-    u32::try_from(t).unwrap_or(u32::MAX)
-}
+pub use weir_core::conn_timeouts::ticks;
 
 /// Now, in the data plane's ticks (the coarse monotonic clock).
 pub fn now_ticks() -> u32 {
@@ -223,6 +218,7 @@ pub fn reverse_key(key: &weir_flow_key, dip: &weir_dip) -> weir_flow_key {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn conn(flags: u32) -> weir_conn {
         weir_conn {

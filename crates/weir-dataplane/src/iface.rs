@@ -30,18 +30,7 @@ impl Iface {
 
 /// Parses `aa:bb:cc:dd:ee:ff`.
 pub fn parse_mac(s: &str) -> Result<[u8; 6]> {
-    let parts: Vec<&str> = s.split(':').collect();
-    if parts.len() != 6 {
-        bail!("{s:?} is not a MAC address (expected six hex bytes like 02:00:00:00:00:01)");
-    }
-    let mut mac = [0u8; 6];
-    for (b, p) in mac.iter_mut().zip(parts) {
-        *b = u8::from_str_radix(p, 16)
-            .ok()
-            .filter(|_| p.len() == 2)
-            .with_context(|| format!("{s:?} is not a MAC address: bad byte {p:?}"))?;
-    }
-    Ok(mac)
+    weir_core::mac::parse_mac(s).map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]

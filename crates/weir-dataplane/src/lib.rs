@@ -38,6 +38,3 @@ pub mod skel {
         include!(concat!(env!("OUT_DIR"), "/weir_decap.skel.rs"));
     }
 }
-
-/// Where a running weir keeps its pinned maps.
-pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/weir";

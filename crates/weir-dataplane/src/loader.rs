@@ -12,12 +12,14 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{AsRawLibbpf, MapCore, MapHandle, OpenObject};
 use weir_abi::{weir_conn, weir_flow_key, weir_rev_nat};
+
+pub use weir_core::conn_timeouts::ConnTimeouts;
+pub use weir_core::syn_budget::SynBudget;
 
 use crate::maps::{read_all, Maps};
 use crate::skel::lb::{OpenWeirLbSkel, WeirLbSkel, WeirLbSkelBuilder};
@@ -131,77 +133,11 @@ pub struct Encap {
 impl Default for Encap {
     fn default() -> Self {
         Encap {
-            mtu: 1500,
+            mtu: weir_core::wire::DEFAULT_ENCAP_MTU,
             source_v4: None,
             source_v6: None,
             gue_port: weir_abi::WEIR_GUE_PORT as u16,
         }
-    }
-}
-
-/// The budget of SYNs XDP hands to the software tier's workers, per CPU
-/// that receives them (admission.h): established packets share the
-/// workers' receive rings with SYNs, and a flood beyond this is dropped in
-/// XDP (`drop_syn_budget`) before it can crowd them out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SynBudget {
-    /// SYNs admitted per second on each CPU; 0 admits every SYN.
-    pub rate: u32,
-    /// SYNs that may pass at once after a quiet spell (the bucket's depth).
-    pub burst: u32,
-}
-
-impl Default for SynBudget {
-    /// 10,000 SYNs a second per CPU, a tenth of a second's worth at once:
-    /// under what one worker handshakes while a flood's XDP work takes CPU
-    /// from it on a 2-core machine (`weir-lab synflood`: at 20,000 its ring
-    /// still overflowed at full flood speed), so the ring keeps room for
-    /// the established connections.
-    fn default() -> Self {
-        SynBudget {
-            rate: 10_000,
-            burst: 1_000,
-        }
-    }
-}
-
-impl SynBudget {
-    /// The highest rate: one SYN a nanosecond would leave no interval.
-    pub const MAX_RATE: u32 = 100_000_000;
-
-    /// Checks the bounds; the message names the key at fault.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.rate > Self::MAX_RATE {
-            return Err(format!(
-                "syn_rate = {} is beyond {} SYNs a second; give a lower rate, or 0 to admit \
-                 every SYN",
-                self.rate,
-                Self::MAX_RATE
-            ));
-        }
-        if self.burst == 0 {
-            return Err("syn_burst = 0 would admit no SYN at all; give at least 1".into());
-        }
-        if self.rate > 0 && u64::from(self.burst) > u64::from(self.rate) * 10 {
-            return Err(format!(
-                "syn_burst = {} is more than 10 s of syn_rate = {}: a burst that long fills \
-                 the workers' rings as a flood does; give at most {}",
-                self.burst,
-                self.rate,
-                u64::from(self.rate) * 10
-            ));
-        }
-        Ok(())
-    }
-
-    /// (nanoseconds per admitted SYN, how far the bucket may run ahead), as
-    /// admission.h takes them; (0, 0) without a budget.
-    pub fn gcra(&self) -> (u64, u64) {
-        if self.rate == 0 {
-            return (0, 0);
-        }
-        let interval = (1_000_000_000 / u64::from(self.rate)).max(1);
-        (interval, interval * u64::from(self.burst.max(1) - 1))
     }
 }
 
@@ -231,49 +167,6 @@ impl ConnLru {
 
 /// The maps whose LRU layout `LoadOptions::conn_lru` decides.
 const CONN_TABLES: [&str; 5] = ["conns4", "conns", "rev_nat4", "rev_nat", "half_open"];
-
-/// Idle timeouts of connection entries, by state (conntrack.h).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnTimeouts {
-    /// A SYN seen, the handshake not complete.
-    pub tcp_half_open: Duration,
-    pub tcp_established: Duration,
-    /// A FIN seen in one direction.
-    pub tcp_closing: Duration,
-    /// FINs in both directions, or a RST: the grace period before the entry goes.
-    pub tcp_closed: Duration,
-    pub udp: Duration,
-}
-
-impl Default for ConnTimeouts {
-    /// IPVS's defaults: 15 min established, 2 min closing, 5 min UDP.
-    fn default() -> Self {
-        ConnTimeouts {
-            tcp_half_open: Duration::from_secs(30),
-            tcp_established: Duration::from_secs(900),
-            tcp_closing: Duration::from_secs(120),
-            tcp_closed: Duration::from_secs(10),
-            udp: Duration::from_secs(300),
-        }
-    }
-}
-
-impl ConnTimeouts {
-    /// The longest timeout the data plane's 32-bit tick clock can hold with
-    /// room to spare (ticks wrap after about 52 days).
-    pub const MAX: Duration = Duration::from_secs(7 * 24 * 3600);
-
-    /// In the data plane's units (conntrack.h).
-    pub fn ticks(&self) -> weir_abi::weir_conn_timeouts {
-        weir_abi::weir_conn_timeouts {
-            tcp_half_open: crate::conntrack::ticks(self.tcp_half_open),
-            tcp_established: crate::conntrack::ticks(self.tcp_established),
-            tcp_closing: crate::conntrack::ticks(self.tcp_closing),
-            tcp_closed: crate::conntrack::ticks(self.tcp_closed),
-            udp: crate::conntrack::ticks(self.udp),
-        }
-    }
-}
 
 /// Load-time parameters of the data plane.
 #[derive(Debug, Clone)]

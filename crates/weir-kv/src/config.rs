@@ -26,8 +26,8 @@ use crate::route::{DistKind, Distribution, HashKind, Server};
 use serde::Deserialize;
 use toml::Spanned;
 
-pub use weir_control::diag::ConfigError;
-use weir_control::diag::{key_at, line_of};
+pub use weir_config::error::ConfigError;
+use weir_config::error::{key_at, line_of};
 
 /// How the XDP switch hands a UDP request to its server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

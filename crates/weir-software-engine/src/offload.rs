@@ -35,16 +35,7 @@ use std::hash::Hash;
 
 use weir_core::hotkeys::{HotKeyConfig, HotKeys, SeededHash};
 use weir_core::splitmix::{splitmix64, SplitMix};
-
-/// How the fast table is filled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OffloadPolicy {
-    /// Install new connections while there is room (HNLB).
-    First,
-    /// Keep the heaviest connections in the fast table (dynamic offloading).
-    Heavy,
-}
+pub use weir_core::worker_policy::OffloadPolicy;
 
 /// Parameters of the offload decision.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -24,7 +24,7 @@ fn tsc() -> u64 {
 }
 
 /// Whether this machine can run an added cost (it needs the TSC).
-pub const AVAILABLE: bool = cfg!(target_arch = "x86_64");
+pub use weir_core::cost::AVAILABLE;
 
 /// Elsewhere the tier refuses `cost_cycles` at start ([`AVAILABLE`]).
 #[cfg(not(target_arch = "x86_64"))]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use weir_control::config::Config;
+use weir_config::{Config, HostFacts};
 use weir_control::run_record::{self, RunRecord, DEFAULT_RUN_DIR};
 use weir_control::runtime::{self, ServeOptions};
 use weir_control::status;
@@ -61,10 +61,14 @@ enum Command {
     /// Check this host for what weir serve needs (or, with --role backend, what a dsr
     /// backend needs): OK / WARN / FAIL item by item, with what to change; exits 1 on any FAIL.
     Doctor(weir_control::doctor::DoctorArgs),
-    /// Check a configuration file and exit.
+    /// Check a configuration file, and that this host can hold its tables, and exit.
     Check {
-        #[arg(long, short)]
-        config: PathBuf,
+        /// The TOML configuration to check (or give it with --config).
+        #[arg(value_name = "FILE", required_unless_present = "config")]
+        file: Option<PathBuf>,
+        /// The TOML configuration to check.
+        #[arg(long, short, value_name = "FILE", conflicts_with = "file")]
+        config: Option<PathBuf>,
     },
     /// Show VIPs, DIPs, weights, table versions, connections and counters.
     Status {
@@ -151,8 +155,12 @@ fn run(cli: Cli) -> Result<()> {
             reset_state,
             run_dir,
         }),
-        Command::Check { config } => {
+        Command::Check { file, config } => {
+            let config = file.or(config).expect("clap requires FILE or --config");
             let cfg = Config::load(&config)?;
+            let host = HostFacts::read()
+                .map_err(|e| anyhow::anyhow!("reading this host's memory: {e}"))?;
+            cfg.check_host(&host)?;
             for w in &cfg.warnings {
                 eprintln!("warning: {w}");
             }
@@ -173,7 +181,7 @@ fn run(cli: Cli) -> Result<()> {
             let pins = match (&pin_dir, &record) {
                 (Some(p), _) => p.clone(),
                 (None, Some(r)) => r.pin_dir.clone(),
-                (None, None) => PathBuf::from(weir_dataplane::DEFAULT_PIN_DIR),
+                (None, None) => PathBuf::from(weir_config::DEFAULT_PIN_DIR),
             };
             let cfg = record.as_ref().and_then(|r| Config::load(&r.config).ok());
             let running = record.as_ref().map(|_| run_dir.as_path());

@@ -2,7 +2,7 @@
 //! do, a non-zero exit, and nothing left attached or pinned.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use weir_lab::daemon::Daemon;
@@ -462,5 +462,111 @@ fn takeover_refuses_a_predecessor_whose_pins_are_not_visible() {
     assert!(
         !d.pin_dir.join("conns").exists(),
         "the refused takeover left pins"
+    );
+}
+
+#[test]
+fn tables_the_kernel_would_refuse_are_refused_by_check_and_serve_before_loading() {
+    let s = Scratch::new("huge");
+    let run_dir = s.dir.join("run");
+    for size in ["4000000000", "300000000"] {
+        let cfg = s.config(&format!(
+            "[dataplane]\ninterfaces = [\"lo\"]\nconn_table_size = {size}\n{VIP}"
+        ));
+        let o = weir(&["check", cfg.to_str().unwrap()]);
+        assert!(!o.status.success(), "check accepted {size}");
+        let e = stderr(&o);
+        assert!(
+            e.contains("weir.toml:4: dataplane.conn_table_size: conn_table_size = ")
+                && e.contains("set conn_table_size <= 268435456"),
+            "{e}"
+        );
+        let o = serve(&cfg, &run_dir);
+        assert!(!o.status.success(), "serve accepted {size}");
+        let e = stderr(&o);
+        assert!(
+            e.contains("dataplane.conn_table_size") && !e.contains("libbpf"),
+            "refused before loading: {e}"
+        );
+        assert!(
+            !s.pins.exists(),
+            "the refused start created {}",
+            s.pins.display()
+        );
+        assert!(
+            !run_dir.exists(),
+            "the refused start created {}",
+            run_dir.display()
+        );
+    }
+}
+
+#[test]
+fn check_takes_the_file_as_an_argument_or_with_config() {
+    let s = Scratch::new("pos");
+    let cfg = s.config(&format!("[dataplane]\ninterfaces = [\"lo\"]\n{VIP}"));
+    let path = cfg.to_str().unwrap();
+    for args in [vec!["check", path], vec!["check", "--config", path]] {
+        let o = weir(&args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("weir.toml: ok (1 VIPs, 0 warnings)"), "{out}");
+    }
+    let o = weir(&["check"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("<FILE>"), "{}", stderr(&o));
+    let o = weir(&["check", path, "--config", path]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}
+
+#[test]
+fn check_names_a_weir_kv_file_and_the_commands_for_it() {
+    let kv = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/kv.toml");
+    let o = weir(&["check", "--config", kv]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("looks like a `weir kv` configuration")
+            && e.contains(&format!("weir kv --config {kv} --check"))
+            && e.contains(&format!("run it with `weir kv --config {kv}`")),
+        "{e}"
+    );
+    assert!(!e.contains("unknown field"), "{e}");
+}
+
+/// Loopback has no native XDP: the program loads and pins its maps, then
+/// the attach fails.
+#[test]
+fn a_start_that_fails_after_loading_leaves_no_pin_or_run_directory() {
+    let (_set, ns) = one_link_ns();
+    let s = Scratch::new("attach");
+    let run_dir = s.dir.join("run");
+    let cfg = s.config(&format!(
+        "[dataplane]\ninterfaces = [\"lo\"]\nxdp_mode = \"native\"\n{VIP}"
+    ));
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--net=/run/netns/{ns}"))
+        .args([WEIR, "serve", "--config"])
+        .arg(&cfg)
+        .arg("--run-dir")
+        .arg(&run_dir);
+    let o = output_within(cmd, Duration::from_secs(60));
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("lo"), "{e}");
+    assert!(
+        !s.pins.exists(),
+        "the failed start left {}: {e}",
+        s.pins.display()
+    );
+    assert!(
+        !run_dir.exists(),
+        "the failed start left {}: {e}",
+        run_dir.display()
+    );
+    assert!(
+        !xdp_attached(&ns, "lo"),
+        "the failed start left XDP attached"
     );
 }

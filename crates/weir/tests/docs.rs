@@ -4,10 +4,11 @@
 //! written in a namespace lab, and the README stays a front door whose links
 //! resolve inside the tree.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 mod common;
-use common::{repo, text, weir};
+use common::{repo, text, weir, WEIR};
 
 /// The README's length limit: a front door, not a manual.
 const README_MAX_LINES: usize = 260;

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use weir_control::config::Config;
+use weir_config::Config;
 use weir_control::run_record::RunRecord;
 use weir_http::client::{Method, Reply};
 use weir_lab::client::spawn_http;

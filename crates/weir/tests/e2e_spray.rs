@@ -40,7 +40,7 @@ const BULK_PORT: u16 = 9000;
 
 /// Two workers, on the machine's first two usable CPUs.
 fn workers() -> String {
-    let cpus = weir_control::cpus::usable();
+    let cpus = weir_config::cpus::usable();
     assert!(cpus.len() >= 2, "spreading needs two CPUs: {cpus:?}");
     format!("[{}, {}]", cpus[0], cpus[1])
 }
@@ -392,7 +392,7 @@ fn a_distribution_the_workers_cannot_carry_out_is_refused_with_nothing_attached(
     let _serial = serial();
     let lab = Lab::build(1).expect("building the lab");
     let mut d = Daemon::new(exe(), &lab.lb).unwrap();
-    let cpu = weir_control::cpus::usable()[0];
+    let cpu = weir_config::cpus::usable()[0];
     for (keys, field, what) in [
         (
             format!("tier = \"software\"\nworkers = [{cpu}]\ndistribution = \"spray\""),

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -121,8 +121,9 @@ fn make_install(weir: &str, destdir: &Path) -> Output {
 
 #[test]
 fn make_install_ships_a_built_binary_without_cargo() {
-    let dir = temp_dir("install");
-    let out = make_install(WEIR, &dir);
+    let tmp = TempDir::new("weir-packaging-install");
+    let dir = tmp.path();
+    let out = make_install(WEIR, dir);
     assert!(
         out.status.success(),
         "{}{}",
@@ -147,11 +148,11 @@ fn make_install_ships_a_built_binary_without_cargo() {
     ] {
         assert!(dir.join(path).is_file(), "make install did not ship {path}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 
     // A binary that is not there is named, and nothing is installed.
-    let dir = temp_dir("install-missing");
-    let out = make_install("/nonexistent/weir", &dir);
+    let tmp = TempDir::new("weir-packaging-install-missing");
+    let dir = tmp.path();
+    let out = make_install("/nonexistent/weir", dir);
     let stderr = text(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -159,8 +160,7 @@ fn make_install_ships_a_built_binary_without_cargo() {
             && stderr.contains("make build"),
         "{stderr}"
     );
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
-    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0);
 }
 
 /// The unit's `key=value` settings (continuation lines are not used).

@@ -56,8 +56,9 @@ pub const MAX_DATAGRAM: usize = 1400;
 pub const TAG_LEN: usize = 32;
 /// One connection on the wire.
 pub const RECORD_LEN: usize = 64;
-/// The longest node name (etcd keys and datagrams carry it).
-pub const MAX_NAME: usize = 63;
+/// The longest node name (etcd keys and datagrams carry it); the
+/// configuration refuses a longer one.
+pub use weir_config::cluster::MAX_NAME;
 /// Sequence numbers a receiver remembers below the highest it has seen.
 pub const WINDOW: u64 = 64;
 /// The shortest key accepted (bytes).

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use axum::http::Method;
 use clap::{Args, Subcommand};
+use weir_config::Config;
 
 use super::edit::{DipRef, NewDip};
 use super::{reachable, Changed};
-use crate::config::Config;
 use crate::run_record::{RunRecord, DEFAULT_RUN_DIR};
 use weir_http::client::Call;
 

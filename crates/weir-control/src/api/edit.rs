@@ -13,8 +13,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use toml_edit::{Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, TableLike, Value};
+use weir_config::{Config, Vip};
 
-use crate::config::{Config, Vip};
 use crate::live::ChangeError;
 
 /// A DIP as a request names it: `ADDR`, `ADDR:PORT` or `[ADDR6]:PORT`. The

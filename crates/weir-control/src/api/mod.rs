@@ -40,9 +40,9 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
+use weir_config::{ApiCfg, Config};
 use weir_dataplane::maps::Maps;
 
-use crate::config::{ApiCfg, Config};
 use crate::live::{ChangeError, Live};
 use edit::{DipRef, NewDip, SetWeight};
 use view::{Counts, Slots, StatusView, VipView};

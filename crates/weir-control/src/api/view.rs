@@ -12,11 +12,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use weir_abi::{weir_dip, WEIR_DIP_F_LIVE, WEIR_MAX_CLASSES};
+use weir_config::{Config, Mode, OnSilent, PolicyName, TelemetryKind};
 use weir_core::flow::{addr_words, Proto};
 use weir_dataplane::maps::Maps;
 
 use crate::apply::vip_key;
-use crate::config::{Config, Mode, OnSilent, PolicyName, TelemetryKind};
 use crate::controller::{DipSnapshot, Snapshot};
 use crate::status::STAT_NAMES;
 
@@ -200,7 +200,7 @@ pub fn vips(
         .into_iter()
         .map(|(k, v)| (k, v.vip_id))
         .collect();
-    let key = |vip_id: u32, d: &crate::config::Dip| -> DipKey {
+    let key = |vip_id: u32, d: &weir_config::Dip| -> DipKey {
         let (words, _) = addr_words(*d.address.get_ref());
         (
             vip_id,

@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 
 use super::checks::{self, Bpffs, IfaceFacts};
 use super::{DoctorArgs, Item, Role, DEFAULT_CONFIG};
-use crate::config::{Config, Mode, XdpModeCfg};
+use weir_config::{Config, Mode, XdpModeCfg};
 
 pub fn run(args: &DoctorArgs) -> Result<Vec<Item>> {
     let release = read_trimmed("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -38,7 +38,7 @@ pub fn run(args: &DoctorArgs) -> Result<Vec<Item>> {
     let pin_dir = cfg
         .as_ref()
         .map(|c| c.dataplane.pin_dir.clone())
-        .unwrap_or_else(|| weir_dataplane::DEFAULT_PIN_DIR.into());
+        .unwrap_or_else(|| weir_config::DEFAULT_PIN_DIR.into());
     let parent = pin_dir.parent().unwrap_or(Path::new("/")).to_path_buf();
     items.push(checks::bpffs(
         &parent.display().to_string(),

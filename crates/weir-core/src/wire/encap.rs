@@ -4,6 +4,10 @@
 use super::ip::{IpRepr, IPPROTO_IPIP, IPPROTO_IPV6, IPPROTO_UDP};
 use super::udp::UdpRepr;
 
+/// The largest outer IP datagram sent unless configured otherwise: an
+/// Ethernet MTU.
+pub const DEFAULT_MTU: u32 = 1500;
+
 /// How the inner packet travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Encap {

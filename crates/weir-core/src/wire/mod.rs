@@ -14,7 +14,7 @@ mod memcached;
 mod tcp;
 mod udp;
 
-pub use encap::{encapsulate, Encap};
+pub use encap::{encapsulate, Encap, DEFAULT_MTU as DEFAULT_ENCAP_MTU};
 pub use ethernet::{EthernetRepr, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETH_HLEN};
 pub use frame::{ipv6_with_exts, raw_frame, Frame, L4};
 pub use ip::{

@@ -36,21 +36,16 @@
 //!
 //! [`Steering`] is the per-packet choice: the reference the XDP program's
 //! choice is tested against, and the user-space path's own.
-//!
-//! [`cost`] checks the per-packet cost experiments add (`cost_cycles`).
 
 pub mod adaptive;
-pub mod cost;
 
 use std::fmt;
 
 use crate::reorder::Seq;
+pub use weir_core::worker_policy::{Mode, SprayScope, MAX_WORKERS};
 
 /// A worker's index in the software tier's list of workers.
 pub type WorkerId = u16;
-
-/// Workers at most: one per RX queue, as XDP steers (`WEIR_MAX_QUEUES`).
-pub const MAX_WORKERS: u16 = 256;
 
 /// Workers one bucket is spread over at most in adaptive mode (the size of
 /// the data plane's per-bucket worker list).
@@ -62,39 +57,6 @@ pub const DEFAULT_BUCKETS: u32 = 4096;
 
 /// Buckets at most (a power of two).
 pub const MAX_BUCKETS: u32 = 1 << 16;
-
-/// How packets are distributed to workers (`distribution` in the config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// One worker per flow (its bucket's home).
-    Flow,
-    /// Every packet in scope to the next worker, then reordered.
-    Spray,
-    /// Flow, except for dominant buckets, spread over just enough workers.
-    Adaptive,
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Mode::Flow => "flow",
-            Mode::Spray => "spray",
-            Mode::Adaptive => "adaptive",
-        })
-    }
-}
-
-/// Which packets spray and adaptive may spread over workers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SprayScope {
-    /// TCP only (the seed): other protocols keep their flow's worker.
-    #[default]
-    Tcp,
-    /// Every protocol.
-    All,
-}
 
 /// The distribution of one software tier.
 #[derive(Debug, Clone, PartialEq)]

@@ -129,7 +129,7 @@ impl Plan {
     /// Checks everything before a namespace exists; errors name the option.
     fn validate(&self) -> Result<()> {
         ensure!(!self.figures.is_empty(), "--figures: give at least one");
-        let max = weir_software_engine::distribution::cost::MAX_COST_CYCLES;
+        let max = weir_core::cost::MAX_COST_CYCLES;
         ensure!(
             !self.costs.is_empty() && self.costs.iter().all(|&c| c <= max),
             "--costs {:?}: give 0 to {max} cycles each",

@@ -7,6 +7,10 @@
 
 use std::fmt;
 
+/// Whether this machine can run an added cost: the busy loop spins on the
+/// x86-64 time-stamp counter.
+pub const AVAILABLE: bool = cfg!(target_arch = "x86_64");
+
 /// The most cycles per packet: at about 2.5 GHz, 400 µs a packet or 2,500
 /// packets per second per worker. The seeds go up to 20,000.
 pub const MAX_COST_CYCLES: u64 = 1_000_000;

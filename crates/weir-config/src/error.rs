@@ -1,7 +1,9 @@
 //! Configuration errors that say where: file, line, field and what to do.
 //! Shared by every weir configuration (`weir serve`'s and `weir kv`'s).
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Range;
 
 /// A configuration error located in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +24,65 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// A located remark about a configuration that loads but is probably not
+/// what the operator meant; same shape and `file:line: field: message`
+/// format as an error.
+pub type ConfigWarning = ConfigError;
+
+/// Turns the byte spans the parser reports into located errors for one
+/// file.
+pub(crate) struct Checker<'a> {
+    pub(crate) file: String,
+    pub(crate) src: &'a str,
+}
+
+impl Checker<'_> {
+    pub(crate) fn err(
+        &self,
+        span: Option<Range<usize>>,
+        field: impl Into<String>,
+        msg: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError {
+            file: self.file.clone(),
+            line: span
+                .filter(|s| s.end > 0)
+                .map(|s| line_of(self.src, s.start)),
+            field: field.into(),
+            message: msg.into(),
+        }
+    }
+}
+
+/// Where a parsed file came from and the line of each key it gives, for
+/// the checks that run after parsing (the host's limits).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Origin {
+    pub(crate) file: String,
+    /// Dotted key (as [`key_at`] names it) to its first line.
+    keys: BTreeMap<String, usize>,
+}
+
+impl Origin {
+    pub(crate) fn of(file: &str, src: &str) -> Origin {
+        let mut keys = BTreeMap::new();
+        for (i, text) in src.lines().enumerate() {
+            if text.contains('=') && !text.trim_start().starts_with('#') {
+                keys.entry(key_at(src, i + 1)).or_insert(i + 1);
+            }
+        }
+        Origin {
+            file: file.to_string(),
+            keys,
+        }
+    }
+
+    /// The line of `key`; None when the file does not give it (a default).
+    pub(crate) fn line_of_key(&self, key: &str) -> Option<usize> {
+        self.keys.get(key).copied()
+    }
+}
 
 /// 1-based line of a byte offset.
 pub fn line_of(src: &str, offset: usize) -> usize {
