@@ -464,9 +464,6 @@ impl State {
     /// the estimates and counters of DIPs that stay.
     fn reconfigure(&mut self, cfg: &Config) {
         let params = Params::of(cfg);
-        if params.telemetry != self.params.telemetry && params.telemetry == TelemetryKind::Passive {
-            eprintln!("weir: controller: telemetry = \"passive\" needs the data plane loaded with it; restart weir serve if it was not");
-        }
         let alpha_changed = params.alpha != self.params.alpha;
         self.params = params;
         let mut old: HashMap<String, DipModel> = self

@@ -19,6 +19,8 @@ pub mod health;
 pub mod live;
 pub mod metrics;
 pub mod nexthops;
+pub mod reload_outcome;
+pub mod reload_scope;
 pub mod run_record;
 pub mod runtime;
 pub mod status;

@@ -5,7 +5,7 @@ use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// Where `weir serve` records itself for `weir status` and `weir reload`.
@@ -44,24 +44,4 @@ impl RunRecord {
 pub(crate) fn is_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks for existence.
     unsafe { libc::kill(pid as i32, 0) == 0 }
-}
-
-/// Sends SIGHUP to the running daemon.
-pub fn request_reload(run_dir: &Path) -> Result<u32> {
-    let rec = RunRecord::read(run_dir)?;
-    if !is_alive(rec.pid) {
-        bail!(
-            "weir serve (pid {}) is not running; start it again",
-            rec.pid
-        );
-    }
-    // SAFETY: plain kill(2).
-    if unsafe { libc::kill(rec.pid as i32, libc::SIGHUP) } != 0 {
-        bail!(
-            "signalling pid {}: {}",
-            rec.pid,
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(rec.pid)
 }

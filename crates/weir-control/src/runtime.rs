@@ -156,10 +156,7 @@ fn load_options(cfg: &Config) -> LoadOptions {
         hash_seed: dp.hash_seed,
         fib_lookup: dp.fib_lookup,
         pin_dir: Some(dp.pin_dir.clone()),
-        passive_telemetry: cfg
-            .controller
-            .as_ref()
-            .is_some_and(|c| c.telemetry == crate::config::TelemetryKind::Passive),
+        passive_telemetry: crate::live::wants_passive_telemetry(cfg),
         conn_sync: cfg
             .cluster
             .as_ref()

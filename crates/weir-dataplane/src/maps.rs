@@ -42,6 +42,8 @@ pub struct Maps {
     /// Adaptive distribution: each bucket's workers (`dist_sets`) and the
     /// packets per bucket and CPU (`dist_packets`); only on a loaded program.
     pub dist: Option<(MapHandle, MapHandle)>,
+    /// The program's run-time switches (its .bss); only on a loaded program.
+    pub switches: Option<MapHandle>,
     /// The workers the loaded program distributes to (its `cfg_workers`).
     workers: u32,
 }
@@ -136,6 +138,7 @@ impl Maps {
             ifaces: Some((handle(&m.tx_ports)?, handle(&m.ifaces)?)),
             xsks: Some(handle(&m.xsks)?),
             dist: Some((handle(&m.dist_sets)?, handle(&m.dist_packets)?)),
+            switches: Some(handle(&m.bss)?),
             workers: m.rodata_data.as_ref().map_or(1, |r| r.cfg_workers),
         })
     }
@@ -169,8 +172,24 @@ impl Maps {
             ifaces: None,
             xsks: None,
             dist: None,
+            switches: None,
             workers: 1,
         })
+    }
+
+    /// Turns the data plane's passive telemetry (bpf/lib/telemetry.h) on or
+    /// off while the program runs.
+    pub fn set_passive_telemetry(&self, on: bool) -> Result<()> {
+        let switches = self
+            .switches
+            .as_ref()
+            .context("the run-time switches belong to the loaded program, not to its pins")?;
+        // The .bss holds this one switch (a u32): its map's one value.
+        const _: () = assert!(std::mem::size_of::<crate::skel::lb::types::bss>() == 4);
+        let value = u32::from(on).to_ne_bytes();
+        switches
+            .update(&0u32.to_ne_bytes(), &value, MapFlags::ANY)
+            .context("writing the program's run-time switches")
     }
 
     /// Writes a VIP into `vips`, then into its slot (or marks the slot

@@ -7,12 +7,13 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use weir_control::config::Config;
-use weir_control::run_record::{self, RunRecord, DEFAULT_RUN_DIR};
+use weir_control::run_record::{RunRecord, DEFAULT_RUN_DIR};
 use weir_control::runtime::{self, ServeOptions};
 use weir_control::status;
 use weir_dataplane::attach::XdpMode;
 
 mod logger;
+mod reload;
 
 #[derive(Parser)]
 #[command(
@@ -93,11 +94,9 @@ enum Command {
     /// Run on a backend of ipip/gue VIPs: strip the outer IPIP/IPv6/GUE header of packets to
     /// this host in XDP (`weir decap --interface IF`, `weir decap status --interface IF`).
     Decap(weir_control::decap::DecapArgs),
-    /// Make the running daemon re-read its configuration (same as SIGHUP).
-    Reload {
-        #[arg(long, default_value = DEFAULT_RUN_DIR)]
-        run_dir: PathBuf,
-    },
+    /// Make the running daemon re-read its configuration (SIGHUP) and wait
+    /// for its answer: exits non-zero with its reason when it refuses the file.
+    Reload(reload::ReloadArgs),
     /// The memcached switch: `weir kv --nutcracker nc.yml`, `weir kv --config kv.toml`, `weir kv status`.
     Kv(weir_kv::KvArgs),
     /// Shell completions on stdout, generated from this CLI (`make install`).
@@ -194,11 +193,7 @@ fn run(cli: Cli) -> Result<()> {
             .with_context(|| format!("writing man pages into {}", dir.display())),
         Command::Dip(args) => weir_control::api::cli::run(&args),
         Command::Decap(args) => weir_control::decap::run(&args),
-        Command::Reload { run_dir } => {
-            let pid = run_record::request_reload(&run_dir)?;
-            println!("asked weir serve (pid {pid}) to reload its configuration");
-            Ok(())
-        }
+        Command::Reload(args) => reload::run(&args),
     }
 }
 
