@@ -213,6 +213,11 @@ impl Live {
             .map_err(|e| ChangeError::Conflict(format!("{name}: {e}")))?;
         let done = edit(&current, &mut doc)?;
         let new_text = doc.to_string();
+        if new_text == text {
+            // Nothing to apply: no table version, no rewrite.
+            log::info!("api: {done}");
+            return Ok((done, ApplyReport::default()));
+        }
         let next = Config::parse(&name, &new_text).map_err(|e| {
             ChangeError::Invalid(format!(
                 "the change would make the configuration invalid: {}: {}",

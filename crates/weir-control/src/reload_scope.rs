@@ -14,6 +14,8 @@ use crate::config::Config;
 
 /// The value of one setting, comparable across two configurations (spans
 /// and defaults aside: a key written with its default value is no change).
+/// A size whose default follows another key is compared as written: the
+/// key that changed is the one named.
 type Getter = fn(&Config) -> String;
 
 fn v<T: Debug>(s: &Spanned<T>) -> String {
@@ -70,7 +72,9 @@ const RESTART_ONLY: &[(&str, Getter)] = &[
     ("dataplane.pin_dir", |c| p(&c.dataplane.pin_dir)),
     ("dataplane.hash_seed", |c| p(&c.dataplane.hash_seed)),
     ("dataplane.tier", |c| p(&c.dataplane.tier)),
-    ("dataplane.fast_table_size", |c| p(&c.dataplane.fast_size())),
+    ("dataplane.fast_table_size", |c| {
+        o(&c.dataplane.fast_table_size)
+    }),
     ("dataplane.offload", |c| v(&c.dataplane.offload)),
     ("dataplane.workers", |c| v(&c.dataplane.workers)),
     ("dataplane.distribution", |c| v(&c.dataplane.distribution)),
@@ -184,7 +188,7 @@ pub fn controller_changes(running: &Config, next: &Config) -> Vec<&'static str> 
 pub fn refusal(keys: &[&str]) -> String {
     format!(
         "{} cannot change while weir serve runs; restart with `weir serve --takeover` to apply \
-         {} (nothing was applied: the running configuration stays as it was)",
+         {}",
         keys.join(", "),
         if keys.len() == 1 { "it" } else { "them" }
     )

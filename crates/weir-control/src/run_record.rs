@@ -28,6 +28,23 @@ impl RunRecord {
         run_dir.join("serve.json")
     }
 
+    /// Where a daemon that stopped leaves its record (`weir status` then
+    /// still reads the pins it used).
+    pub fn last_path(run_dir: &Path) -> PathBuf {
+        run_dir.join("last-run.json")
+    }
+
+    /// At a clean exit: the record becomes the last run's.
+    pub fn retire(run_dir: &Path) -> std::io::Result<()> {
+        fs::rename(Self::path(run_dir), Self::last_path(run_dir))
+    }
+
+    /// The record of the last daemon that stopped in `run_dir`, if any.
+    pub fn read_last(run_dir: &Path) -> Option<RunRecord> {
+        let text = fs::read_to_string(Self::last_path(run_dir)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
     pub fn read(run_dir: &Path) -> Result<RunRecord> {
         let p = Self::path(run_dir);
         let text = fs::read_to_string(&p).with_context(|| {

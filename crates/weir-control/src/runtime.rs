@@ -277,7 +277,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     }) = &takeover
     {
         if cfg.dataplane.tier != crate::config::Tier::Xdp {
-            crate::tier::release_predecessor(p.pid, &opts.run_dir);
+            crate::tier::release_predecessor(p.pid, &opts.run_dir)?;
         }
     }
     let mut tier = crate::tier::start(&cfg, &ifaces, &maps, &opts.run_dir)
@@ -456,7 +456,10 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         return Ok(());
     }
     drop(attachment);
-    let _ = fs::remove_file(RunRecord::path(&opts.run_dir));
+    // `weir status` after the stop still finds the pins of this run.
+    if let Err(e) = RunRecord::retire(&opts.run_dir) {
+        log::warn!("keeping the run record as the last run's: {e}");
+    }
     log::info!(
         "{}",
         match persistence {

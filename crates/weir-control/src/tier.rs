@@ -95,17 +95,29 @@ impl Drop for RunningTier {
 /// it steers to the tier and drops it (`drop_no_worker`): a gap of a few
 /// milliseconds, which TCP retransmits over. The fast table's connections
 /// (hybrid) go on in XDP throughout.
-pub fn release_predecessor(pid: u32, run_dir: &Path) {
+///
+/// A predecessor that does not answer stops the takeover here, with its
+/// data plane untouched.
+pub fn release_predecessor(pid: u32, run_dir: &Path) -> Result<()> {
     let file = workers_file(run_dir);
     if !file.exists() {
-        return;
+        return Ok(());
     }
     // SAFETY: plain kill(2).
     unsafe { libc::kill(pid as i32, libc::SIGUSR2) };
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
-    while file.exists() && std::time::Instant::now() < deadline {
+    while file.exists() {
+        if std::time::Instant::now() >= deadline {
+            bail!(
+                "the running weir serve (pid {pid}) did not release its software tier's sockets \
+                 within 3 s (it still reports workers in {}); the takeover stopped before \
+                 touching its data plane: see its log, then retry or restart it",
+                file.display()
+            );
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
+    Ok(())
 }
 
 /// Starts the tier the configuration asks for (none for `tier = "xdp"`).

@@ -351,6 +351,31 @@ impl Maps {
         Ok(report)
     }
 
+    /// Whether the VIP's active table is `table` already, entry for entry:
+    /// publishing it again would change nothing but the version.
+    pub fn holds_table(&self, vip_id: u32, table: &AwfdTable) -> Result<bool> {
+        let slot = self.table_version(vip_id)? % WEIR_TABLE_SLOTS;
+        let idx = vip_id * WEIR_TABLE_SLOTS + slot;
+        let held: Option<weir_class_ranges> = get(&self.class_ranges, &u32_key(idx))?;
+        if held.is_none_or(|h| h.as_bytes() != table.ranges().as_bytes()) {
+            return Ok(false);
+        }
+        for range in 0..WEIR_MAX_CLASSES {
+            let key = u32_key(class_row(vip_id, slot, range));
+            let row = get::<weir_class_members>(&self.class_members, &key)?.filter(|h| h.nr != 0);
+            let same = match (table.members(range as usize), row) {
+                (Some(want), Some(row)) => same_members(&row, &want),
+                (Some(_), None) => false,
+                // Rows past the last class are never read.
+                (None, _) => true,
+            };
+            if !same {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// The table a VIP's slot holds, as (dip, weight) pairs per class: what
     /// the data plane reads once that slot is active.
     pub fn slot_table(&self, vip_id: u32, slot: u32) -> Result<Vec<(u32, Vec<u32>)>> {
@@ -493,6 +518,15 @@ impl Maps {
     /// Entries in the connection table, both families (walks it: O(n)).
     pub fn conn_count(&self) -> usize {
         self.conns.len()
+    }
+
+    /// The connection table's entries: (open, closing). Closing ones have
+    /// seen a FIN or a RST (`close_flags`) and age out on the closing
+    /// timeouts.
+    pub fn conn_counts(&self) -> Result<(usize, usize)> {
+        let entries = self.conns.entries()?;
+        let closing = entries.iter().filter(|(_, c)| c.close_flags != 0).count();
+        Ok((entries.len() - closing, closing))
     }
 
     /// Every connection: key and value (reads the table in batches).

@@ -146,12 +146,20 @@ fn run(cli: Cli) -> Result<()> {
             run_dir,
         } => {
             let record = RunRecord::read(&run_dir).ok();
-            let pins = match (&pin_dir, &record) {
+            // A daemon that stopped left its pins where its run said.
+            let last = record
+                .is_none()
+                .then(|| RunRecord::read_last(&run_dir))
+                .flatten();
+            let pins = match (&pin_dir, record.as_ref().or(last.as_ref())) {
                 (Some(p), _) => p.clone(),
                 (None, Some(r)) => r.pin_dir.clone(),
                 (None, None) => PathBuf::from(weir_dataplane::DEFAULT_PIN_DIR),
             };
-            let cfg = record.as_ref().and_then(|r| Config::load(&r.config).ok());
+            let cfg = record
+                .as_ref()
+                .or(last.as_ref())
+                .and_then(|r| Config::load(&r.config).ok());
             let running = record.as_ref().map(|_| run_dir.as_path());
             let mut st = status::collect_pinned(&pins, cfg.as_ref(), running)?;
             st.controller = record

@@ -333,15 +333,7 @@ fn a_table_updates_under_traffic_keep_established_connections() {
         Some(10),
         "{after:#}"
     );
-    let counter = |name: &str| {
-        after["counters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c[0] == name)
-            .and_then(|c| c[1].as_u64())
-            .unwrap()
-    };
+    let counter = |name: &str| after["counters"][name].as_u64().unwrap();
     assert_eq!(counter("conn_stale"), 0, "{after:#}");
     assert_eq!(counter("drop_no_backend"), 0, "{after:#}");
     eprintln!(

@@ -138,15 +138,7 @@ fn connections_stay_on_their_backend_through_changes_and_restart() {
     assert!(kept >= 20, "only {kept} connections were on kept backends");
 
     let status = d.status_json().unwrap();
-    let counter = |name: &str| {
-        status["counters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c[0] == name)
-            .and_then(|c| c[1].as_u64())
-            .unwrap()
-    };
+    let counter = |name: &str| status["counters"][name].as_u64().unwrap();
     assert!(
         counter("redirect") > 1000,
         "XDP redirected too little: {status}"

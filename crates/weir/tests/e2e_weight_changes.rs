@@ -147,12 +147,8 @@ fn worker_counter(d: &Daemon, stat: u32) -> u64 {
 
 /// An XDP counter of `weir status --json`.
 fn xdp_counter(status: &serde_json::Value, name: &str) -> u64 {
-    status["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c[0] == name)
-        .and_then(|c| c[1].as_u64())
+    status["counters"][name]
+        .as_u64()
         .unwrap_or_else(|| panic!("no counter {name}: {status}"))
 }
 
