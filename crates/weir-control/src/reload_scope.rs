@@ -38,11 +38,11 @@ const RESTART_ONLY: &[(&str, Getter)] = &[
         p(&c.dataplane.conn_table_size)
     }),
     ("dataplane.conn_table_size_v6", |c| {
-        p(&c.dataplane.conn_size_v6())
+        o(&c.dataplane.conn_table_size_v6)
     }),
     ("dataplane.conn_lru", |c| p(&c.dataplane.conn_lru)),
     ("dataplane.half_open_table_size", |c| {
-        p(&c.dataplane.half_open_size())
+        p(&c.dataplane.half_open_table_size)
     }),
     ("dataplane.timeouts.tcp_half_open_s", |c| {
         v(&c.dataplane.timeouts.tcp_half_open_s)
@@ -212,9 +212,9 @@ mod tests {
         // A moved line, or a default written out, is no change.
         let same = cfg(&BASE.replace(
             "interfaces = [\"a\"]\n",
-            "\nconn_table_size = 65536\ninterfaces = [\"a\"]\n",
+            "\nconn_table_size = 1048576\ninterfaces = [\"a\"]\n",
         ));
-        assert_eq!(base.dataplane.conn_table_size, 65536, "the default moved");
+        assert_eq!(base.dataplane.conn_table_size, 1 << 20, "the default moved");
         assert!(restart_only_changes(&base, &same).is_empty());
         // More DIPs and a controller: all live.
         let live = cfg(&format!(

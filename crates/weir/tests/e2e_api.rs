@@ -183,7 +183,7 @@ fn file_weight(d: &Daemon, id: &str) -> Option<u32> {
 
 /// Polls `GET /api/v1/vips/web` until the DIPs have these weights in
 /// force (bounded); the VIP as it was then.
-fn wait_weights(lab: &Lab, addr: SocketAddr, want: &[(&str, u64)]) -> Value {
+fn wait_weights(lab: &Lab, addr: SocketAddr, want: &[(&str, u32)]) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         let v = get(lab, addr, "/api/v1/vips/web");
@@ -550,13 +550,15 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
         "VIP web: added DIP 10.77.3.2:8080 with weight 1; it gets new connections once its \
          first health check passes"
     );
-    // One write, one table version.
+    // Health-checked VIP: no new connections before the first check
+    // passes. The DIP is in no table until then, so the table in force and
+    // its version stay; the passing check publishes one version.
     let version = |v: &Value| v["table_version"].as_u64().unwrap();
-    assert_eq!(version(&v["vip"]), version(&before.0) + 1, "{v}");
-    // Health-checked VIP: no new connections before the first check passes.
     assert_eq!(v["vip"]["dips"][2]["weight"], 0, "{v}");
+    assert_eq!(version(&v["vip"]), version(&before.0), "{v}");
     let web = wait_weights(&lab, a, &[("10.77.3.2:8080", 1)]);
     assert_eq!(web["dips"][2]["healthy"], true, "{web}");
+    assert_eq!(version(&web), version(&before.0) + 1, "{web}");
     assert_eq!(
         new_connections(&lab, 40),
         set(&["backend-1", "backend-2", "backend-3"])
