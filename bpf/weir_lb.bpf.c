@@ -44,7 +44,9 @@ const volatile __u32 cfg_malformed_action = WEIR_ACT_DROP;
 const volatile __u32 cfg_nonsyn_miss = WEIR_NONSYN_DISPATCH;
 const volatile __u32 cfg_hash_seed = 0x77656972; /* "weir" */
 
-const volatile __u32 cfg_passive_telemetry = 0; /* 1: time nat requests (telemetry.h) */
+/* Run-time switches in the program's .bss, which the control plane writes
+ * while the program runs: a reload turns them on and off. */
+volatile __u32 passive_telemetry_on = 0; /* 1: time nat requests (telemetry.h) */
 
 static __always_inline int verdict(__u32 action, __u32 pass_stat, __u32 drop_stat)
 {
@@ -136,7 +138,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 		*entry = half->conn;
 		entry->atime = now;
 		conn_note_close(entry, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
-		if (cfg_passive_telemetry && nat)
+		if (passive_telemetry_on && nat)
 			telemetry_request(entry, pkt, entry->dip_id);
 		if (conn_update(&pkt->key, entry) == 0) {
 			stat_inc(WEIR_STAT_CONN_NEW);
@@ -240,7 +242,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			refreshed = conn_touch(conn, now);
 			if (tcp)
 				conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
-			if (cfg_passive_telemetry && nat)
+			if (passive_telemetry_on && nat)
 				telemetry_request(conn, pkt, dip_id);
 		}
 	}
@@ -267,7 +269,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			return XDP_DROP;
 		}
 		dip_id = entry.dip_id;
-		if (cfg_passive_telemetry && nat)
+		if (passive_telemetry_on && nat)
 			telemetry_request(&entry, pkt, dip_id);
 		if (conn_update(&pkt->key, &entry) == 0)
 			stat_inc(WEIR_STAT_CONN_NEW);
@@ -328,7 +330,7 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 	refreshed = conn_touch(conn, now);
 	if (tcp)
 		conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
-	if (cfg_passive_telemetry && nat)
+	if (passive_telemetry_on && nat)
 		telemetry_request(conn, pkt, dip_id);
 	return to_dip(ctx, pkt, vip, dip, dip_id, 0, WEIR_STAT_CONN_HIT, refreshed);
 miss:
@@ -345,7 +347,7 @@ static __always_inline int reverse_nat(struct xdp_md *ctx, struct packet *pkt,
 
 	conn_note_server_close(pkt, &r);
 	traffic_add(&vip_traffic, r.vip_id, data_end - data, 0);
-	if (cfg_passive_telemetry)
+	if (passive_telemetry_on)
 		telemetry_reply(pkt, &r);
 	if (rewrite_endpoint(data, data_end, pkt, 0, r.vip, r.vport) < 0) {
 		stat_outcome(WEIR_STAT_REV_NAT, WEIR_STAT_DROP_MALFORMED);

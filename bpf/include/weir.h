@@ -384,7 +384,7 @@ struct weir_traffic {
 };
 _Static_assert(sizeof(struct weir_traffic) == 24, "weir_traffic size");
 
-/* Passive telemetry of one DIP, per CPU (nat mode, cfg_passive_telemetry):
+/* Passive telemetry of one DIP, per CPU (nat mode, while passive_telemetry_on):
  * a request starts when a client payload arrives on a connection with no
  * request outstanding; it completes when the DIP's first reply payload after
  * it passes the reverse path. The controller turns deltas of these into a

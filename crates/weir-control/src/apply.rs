@@ -43,7 +43,8 @@ pub(crate) fn vip_key(v: &weir_config::Vip) -> weir_vip_key {
 type DipIdentity = ([u32; 4], u16);
 
 /// Writes `cfg` into the maps. Idempotent: applying the same configuration
-/// twice changes nothing but the table versions.
+/// twice changes nothing, not even the table versions (a table is published
+/// only when it differs from the one in force).
 pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
     let mut report = ApplyReport::default();
     let max_vips = cfg.dataplane.max_vips;
@@ -115,6 +116,10 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
             };
             let prev = slots.get(&id).copied().unwrap_or_default();
             let fresh = prev.flags & WEIR_DIP_F_LIVE == 0;
+            // A DIP added to a health-checked VIP that serves gets new
+            // connections once its first check passes (the controller's
+            // health monitor): until then it is in no table.
+            let awaiting_check = fresh && v.health.is_some() && existing_vips.contains_key(key);
             let dip = weir_dip {
                 addr,
                 port,
@@ -131,7 +136,11 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
                     prev.gen
                 },
                 vip_id,
-                weight: *d.weight.get_ref(),
+                weight: if awaiting_check {
+                    0
+                } else {
+                    *d.weight.get_ref()
+                },
                 // The next hop resolved for this very DIP stays until the
                 // resolver says otherwise; a new tenant starts unresolved.
                 nh: if fresh { Default::default() } else { prev.nh },
@@ -142,9 +151,12 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
         }
         let table = AwfdTable::from_weights(&weights)
             .map_err(|e| anyhow::anyhow!("VIP {}: {e}", v.name.get_ref()))?;
-        let version = maps.table_version(vip_id)?.wrapping_add(1);
-        maps.publish_table(vip_id, version, &table)?;
-        report.tables_published += 1;
+        // A change that leaves the table as it is publishes no version.
+        if !maps.holds_table(vip_id, &table)? {
+            let version = maps.table_version(vip_id)?.wrapping_add(1);
+            maps.publish_table(vip_id, version, &table)?;
+            report.tables_published += 1;
+        }
         let mode = match v.mode {
             Mode::Nat => WEIR_MODE_NAT,
             Mode::Dsr => WEIR_MODE_DSR,

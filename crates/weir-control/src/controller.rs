@@ -19,7 +19,7 @@
 //! shares of new connections) is kept in a [`Snapshot`] for `/metrics` and
 //! written to `<run dir>/controller.json` for `weir status`.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -464,11 +464,10 @@ impl State {
     /// the estimates and counters of DIPs that stay.
     fn reconfigure(&mut self, cfg: &Config) {
         let params = Params::of(cfg);
-        if params.telemetry != self.params.telemetry && params.telemetry == TelemetryKind::Passive {
-            eprintln!("weir: controller: telemetry = \"passive\" needs the data plane loaded with it; restart weir serve if it was not");
-        }
         let alpha_changed = params.alpha != self.params.alpha;
         self.params = params;
+        let old_vips: HashSet<u32> = self.vips.iter().map(|v| v.vip_id).collect();
+        let mut awaiting = HashSet::new();
         let mut old: HashMap<String, DipModel> = self
             .vips
             .drain(..)
@@ -496,10 +495,11 @@ impl State {
                 continue;
             };
             let mut dips = Vec::new();
+            let mut in_force_weights = Vec::new();
             for d in &v.dips {
                 let (addr_w, _) = addr_words(*d.address.get_ref());
                 let nat_port = d.port.as_ref().map_or(0, |p| p.get_ref().to_be());
-                let Some((slot, _)) = slots
+                let Some((slot, in_force)) = slots
                     .iter()
                     .find(|(_, s)| s.vip_id == vip_id && s.addr == addr_w && s.port == nat_port)
                 else {
@@ -511,6 +511,12 @@ impl State {
                     CapacityEstimator::new(self.params.alpha)
                         .expect("ewma_alpha is validated to (0, 1]")
                 };
+                if !old.contains_key(&key) && old_vips.contains(&vip_id) {
+                    // Added to a VIP that serves: `apply` put it in with
+                    // weight 0 if checked; it waits for its first pass.
+                    awaiting.insert(key.clone());
+                }
+                in_force_weights.push(in_force.weight);
                 let mut m = match old.remove(&key) {
                     Some(mut m) => {
                         if alpha_changed {
@@ -553,12 +559,20 @@ impl State {
                 vip_id,
                 key: vip_key(v),
                 dips,
-                // `apply` just published the static table: publish ours anew.
-                published: None,
+                // `apply` just published a table of the weights in the
+                // `dips` map: a change publishes once, and the controller
+                // only when its weights differ. In a cluster the leader's
+                // table is proposed anew.
+                published: self
+                    .shared
+                    .cluster
+                    .get()
+                    .is_none()
+                    .then_some(in_force_weights),
                 history: VecDeque::new(),
             });
         }
-        self.monitor.set_targets(targets);
+        self.monitor.set_targets(targets, &awaiting);
         for v in &mut self.vips {
             for d in &mut v.dips {
                 d.health = self.monitor.get(&d.key);

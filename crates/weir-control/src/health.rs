@@ -1,11 +1,15 @@
 //! Active health checks (`[vip.health]`): a TCP connect, or an HTTP/1.1 GET
 //! whose status must be `expect_status`, every `interval_ms`, each with a
-//! `timeout_ms`. A DIP starts healthy; `fall` failures in a row make it
-//! fail, `rise` passes in a row make it healthy again. A failing DIP gets no
-//! new connections (the controller leaves it out of the table); its
-//! established connections keep going.
+//! `timeout_ms`. A DIP that `weir serve` starts with (or that a reload
+//! brings with a new VIP, or a new `[vip.health]`) starts healthy, so a
+//! restart or a takeover keeps serving; a DIP added to a VIP that already
+//! serves waits for its first passing check, with no new connections until
+//! then. `fall` failures in a row make a DIP fail, `rise` passes in a row
+//! make it healthy again. A failing DIP gets no new connections (the
+//! controller leaves it out of the table); its established connections keep
+//! going.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,6 +24,8 @@ pub struct Hysteresis {
     rise: u32,
     fall: u32,
     healthy: bool,
+    /// Not yet checked: one pass makes it healthy.
+    awaiting_first_pass: bool,
     /// Consecutive results that disagree with `healthy`.
     streak: u32,
 }
@@ -30,7 +36,17 @@ impl Hysteresis {
             rise: rise.max(1),
             fall: fall.max(1),
             healthy: true,
+            awaiting_first_pass: false,
             streak: 0,
+        }
+    }
+
+    /// A DIP that gets no new connections until its first check passes.
+    pub fn awaiting_first_pass(rise: u32, fall: u32) -> Hysteresis {
+        Hysteresis {
+            healthy: false,
+            awaiting_first_pass: true,
+            ..Hysteresis::new(rise, fall)
         }
     }
 
@@ -45,9 +61,14 @@ impl Hysteresis {
             return false;
         }
         self.streak += 1;
-        let need = if self.healthy { self.fall } else { self.rise };
+        let need = match (self.healthy, self.awaiting_first_pass) {
+            (true, _) => self.fall,
+            (false, true) => 1,
+            (false, false) => self.rise,
+        };
         if self.streak >= need {
             self.healthy = pass;
+            self.awaiting_first_pass = false;
             self.streak = 0;
             return true;
         }
@@ -178,19 +199,30 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    /// Runs exactly these targets: new ones start (healthy), removed ones
-    /// stop, changed ones restart with their verdict kept.
-    pub fn set_targets(&mut self, targets: Vec<Target>) {
+    /// Runs exactly these targets: removed ones stop, changed ones restart
+    /// with their verdict kept, new ones start healthy unless `awaiting`
+    /// names them (then they wait for their first passing check).
+    pub fn set_targets(&mut self, targets: Vec<Target>, awaiting: &HashSet<String>) {
         let mut next = HashMap::new();
         for t in targets {
             match self.checkers.remove(&t.key) {
                 Some(c) if c.target == t => {
                     next.insert(t.key.clone(), c);
                 }
-                old => {
-                    let healthy = old.as_ref().is_none_or(|c| c.state.healthy());
+                Some(old) => {
+                    let start = match old.state.healthy() {
+                        true => Start::Healthy,
+                        false => Start::Failing,
+                    };
                     drop(old);
-                    next.insert(t.key.clone(), spawn(t, healthy));
+                    next.insert(t.key.clone(), spawn(t, start));
+                }
+                None => {
+                    let start = match awaiting.contains(&t.key) {
+                        true => Start::AwaitingFirstPass,
+                        false => Start::Healthy,
+                    };
+                    next.insert(t.key.clone(), spawn(t, start));
                 }
             }
         }
@@ -203,9 +235,17 @@ impl Monitor {
     }
 }
 
-fn spawn(target: Target, healthy: bool) -> Checker {
+/// The verdict a checker starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    Healthy,
+    Failing,
+    AwaitingFirstPass,
+}
+
+fn spawn(target: Target, start: Start) -> Checker {
     let state = Arc::new(DipHealth {
-        healthy: AtomicBool::new(healthy),
+        healthy: AtomicBool::new(start == Start::Healthy),
         checks: AtomicU64::new(0),
         failures: AtomicU64::new(0),
         last_error: Mutex::new(None),
@@ -215,10 +255,14 @@ fn spawn(target: Target, healthy: bool) -> Checker {
     let thread = std::thread::Builder::new()
         .name("health".into())
         .spawn(move || {
-            let mut h = Hysteresis::new(t.rise, t.fall);
-            if !healthy {
-                h.healthy = false;
-            }
+            let mut h = match start {
+                Start::Healthy => Hysteresis::new(t.rise, t.fall),
+                Start::Failing => Hysteresis {
+                    healthy: false,
+                    ..Hysteresis::new(t.rise, t.fall)
+                },
+                Start::AwaitingFirstPass => Hysteresis::awaiting_first_pass(t.rise, t.fall),
+            };
             let mut next = Instant::now();
             while !sp.load(Ordering::Relaxed) {
                 let now = Instant::now();
@@ -276,6 +320,22 @@ mod tests {
         assert!(h.healthy());
         let mut once = Hysteresis::new(1, 1);
         assert!(once.record(false) && once.record(true));
+    }
+
+    #[test]
+    fn a_new_dip_is_healthy_after_its_first_pass_only() {
+        let mut h = Hysteresis::awaiting_first_pass(3, 2);
+        assert!(!h.healthy());
+        assert!(!h.record(false), "a failure keeps it out");
+        assert!(!h.record(false));
+        assert!(!h.healthy());
+        assert!(h.record(true), "one pass is enough for a DIP never checked");
+        assert!(h.healthy());
+        // From then on, the usual streaks.
+        assert!(!h.record(false));
+        assert!(h.record(false));
+        assert!(!h.record(true) && !h.record(true));
+        assert!(h.record(true), "a DIP that failed needs `rise` passes");
     }
 
     fn http_server(status: &'static str) -> (SocketAddr, JoinHandle<()>) {
@@ -336,7 +396,7 @@ mod tests {
             fall: 2,
         };
         let mut m = Monitor::default();
-        m.set_targets(vec![t.clone()]);
+        m.set_targets(vec![t.clone()], &HashSet::new());
         let h = m.get("v/dip").unwrap();
         let wait = |want: bool| {
             let deadline = Instant::now() + Duration::from_secs(5);
@@ -350,7 +410,7 @@ mod tests {
         if let Ok(_l) = TcpListener::bind(addr) {
             wait(true);
         }
-        m.set_targets(vec![]);
+        m.set_targets(vec![], &HashSet::new());
         assert!(m.get("v/dip").is_none());
     }
 }

@@ -17,6 +17,8 @@ mod live;
 pub mod metrics;
 pub mod nexthops;
 pub mod redirect_targets;
+pub mod reload_outcome;
+pub mod reload_scope;
 pub mod run_record;
 pub mod runtime;
 pub mod status;

@@ -28,6 +28,8 @@ use weir_dataplane::maps::Maps;
 
 use crate::apply::{apply, prime_neighbours, ApplyReport};
 use crate::controller::{Controller, Params, Shared};
+use crate::reload_outcome::ReloadOutcome;
+use crate::reload_scope::{controller_changes, refusal, restart_only_changes};
 
 /// Why a change was refused (nothing changed) or failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +70,8 @@ pub struct Live {
     run_dir: PathBuf,
     shared: Arc<Shared>,
     state: Mutex<State>,
+    /// Reloads so far, for [`ReloadOutcome::seq`].
+    reloads: AtomicU64,
 }
 
 impl Live {
@@ -89,6 +93,7 @@ impl Live {
                 running: cfg,
                 controller: None,
             }),
+            reloads: AtomicU64::new(0),
         };
         live.sync_controller(&mut live.lock());
         live
@@ -117,36 +122,70 @@ impl Live {
         self.lock().controller = None;
     }
 
-    /// Re-reads the file and applies it. A file that does not load is
-    /// refused, and the running configuration stays.
+    /// Re-reads the file and applies it. A file that does not load, or that
+    /// changes a setting only a restart applies, is refused, and the
+    /// running configuration stays. Every outcome is published in the run
+    /// directory for whoever asked for the reload ([`ReloadOutcome`]).
     pub fn reload(&self) -> Result<ApplyReport, ChangeError> {
+        // Before the lock: a reload started no earlier than its request.
+        let started_ns = weir_sys::monotonic_ns();
         let mut st = self.lock();
+        let result = self.reload_locked(&mut st);
+        let seq = self.reloads.fetch_add(1, Ordering::SeqCst) + 1;
+        let outcome = ReloadOutcome {
+            pid: std::process::id(),
+            seq,
+            started_ns,
+            applied: result.is_ok(),
+            message: match &result {
+                Ok((_, said)) => said.clone(),
+                Err(e) => e.to_string(),
+            },
+        };
+        if let Err(e) = outcome.publish(&self.run_dir) {
+            log::warn!(
+                "reload {seq}: publishing its outcome in {} failed ({e}); `weir reload` will not \
+                 see it",
+                self.run_dir.display()
+            );
+        }
+        result.map(|(report, _)| report)
+    }
+
+    fn reload_locked(&self, st: &mut State) -> Result<(ApplyReport, String), ChangeError> {
         let next = Config::load(&self.config_path).map_err(|e| {
             log::info!("reload refused, keeping the running configuration: {e}");
             ChangeError::Invalid(e.to_string())
         })?;
         log_warnings(&next);
-        warn_restart_only(&st.running, &next);
+        let restart_only = restart_only_changes(&st.running, &next);
+        if !restart_only.is_empty() {
+            let why = refusal(&restart_only);
+            log::info!("reload refused: {why}");
+            return Err(ChangeError::Invalid(why));
+        }
         let report = match self.apply(&st.maps, &next) {
             Ok(r) => r,
             Err(e) => {
                 log::warn!("reload failed while applying ({e}); the tables may be partly updated, fix the file and reload again");
                 // The controller goes on with the configuration in force.
-                self.sync_controller(&mut st);
+                self.sync_controller(st);
                 return Err(ChangeError::Failed(format!(
                     "applying the configuration: {e}"
                 )));
             }
         };
-        log::info!(
+        let mut said = format!(
             "reloaded: +{} -{} VIPs, +{} -{} DIPs",
-            report.vips_added,
-            report.vips_removed,
-            report.dips_added,
-            report.dips_removed
+            report.vips_added, report.vips_removed, report.dips_added, report.dips_removed
         );
-        self.take(&mut st, next);
-        Ok(report)
+        let controller = controller_changes(&st.running, &next);
+        if !controller.is_empty() {
+            said.push_str(&format!("; changed {}", controller.join(", ")));
+        }
+        log::info!("{said}");
+        self.take(st, next);
+        Ok((report, said))
     }
 
     /// Changes the file with `edit` (given the file's configuration as it
@@ -174,12 +213,24 @@ impl Live {
             .map_err(|e| ChangeError::Conflict(format!("{name}: {e}")))?;
         let done = edit(&current, &mut doc)?;
         let new_text = doc.to_string();
+        if new_text == text {
+            // Nothing to apply: no table version, no rewrite.
+            log::info!("api: {done}");
+            return Ok((done, ApplyReport::default()));
+        }
         let next = Config::parse(&name, &new_text).map_err(|e| {
             ChangeError::Invalid(format!(
                 "the change would make the configuration invalid: {}: {}",
                 e.field, e.message
             ))
         })?;
+        let restart_only = restart_only_changes(&st.running, &next);
+        if !restart_only.is_empty() {
+            return Err(ChangeError::Conflict(format!(
+                "the configuration file was changed since weir serve started: {}",
+                refusal(&restart_only)
+            )));
+        }
         let staged = Staged::write(&target, &new_text).map_err(|e| {
             ChangeError::Failed(format!(
                 "cannot write the configuration next to {name} ({e}), so the change was not \
@@ -196,7 +247,6 @@ impl Live {
         }
         log::info!("api: {done}; {name} rewritten");
         log_warnings(&next);
-        warn_restart_only(&st.running, &next);
         self.take(&mut st, next);
         Ok((done, report))
     }
@@ -235,6 +285,16 @@ impl Live {
     /// Makes `next` the running configuration.
     fn take(&self, st: &mut State, next: Config) {
         prime_neighbours(&next);
+        let passive = wants_passive_telemetry(&next);
+        if passive != wants_passive_telemetry(&st.running) {
+            match st.maps.set_passive_telemetry(passive) {
+                Ok(()) => log::info!(
+                    "passive telemetry {} in the data plane",
+                    if passive { "on" } else { "off" }
+                ),
+                Err(e) => log::warn!("switching passive telemetry: {e:#}"),
+            }
+        }
         st.running = next;
         self.sync_controller(st);
     }
@@ -253,39 +313,12 @@ impl Live {
     }
 }
 
-/// Says which changes wait for a restart.
-fn warn_restart_only(running: &Config, next: &Config) {
-    let (a, b) = (&running.dataplane, &next.dataplane);
-    if a.interfaces.get_ref() != b.interfaces.get_ref()
-        || a.conn_table_size != b.conn_table_size
-        || a.max_vips != b.max_vips
-        || a.max_dips != b.max_dips
-        || a.pin_dir != b.pin_dir
-    {
-        log::info!("reload: [dataplane] interfaces, sizes and pin_dir take effect only on restart; applying the VIPs");
-    }
-    if running.api.listen.get_ref() != next.api.listen.get_ref()
-        || running.api.token.as_ref().map(|t| t.get_ref())
-            != next.api.token.as_ref().map(|t| t.get_ref())
-        || running.api.token_file.as_ref().map(|t| t.get_ref())
-            != next.api.token_file.as_ref().map(|t| t.get_ref())
-    {
-        log::info!("reload: [api] takes effect only on restart");
-    }
-    let src = |c: &weir_config::Dataplane| {
-        (
-            *c.encap_mtu.get_ref(),
-            c.encap_source_v4.as_ref().map(|x| *x.get_ref()),
-            c.encap_source_v6.as_ref().map(|x| *x.get_ref()),
-            *c.gue_port.get_ref(),
-        )
-    };
-    if src(a) != src(b) {
-        log::info!("reload: [dataplane] encap_mtu, encap_source_v4/v6 and gue_port take effect only on restart");
-    }
-    if a.syn_budget() != b.syn_budget() {
-        log::info!("reload: [dataplane] syn_rate and syn_burst take effect only on restart");
-    }
+/// Whether the data plane should time nat requests (`[controller]
+/// telemetry = "passive"`).
+pub(crate) fn wants_passive_telemetry(cfg: &Config) -> bool {
+    cfg.controller
+        .as_ref()
+        .is_some_and(|c| c.telemetry == weir_config::TelemetryKind::Passive)
 }
 
 /// Starts the controller thread when the configuration wants one.

@@ -5,7 +5,7 @@ use std::fs;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// Where `weir serve` records itself for `weir status` and `weir reload`.
@@ -28,6 +28,23 @@ impl RunRecord {
         run_dir.join("serve.json")
     }
 
+    /// Where a daemon that stopped leaves its record (`weir status` then
+    /// still reads the pins it used).
+    pub fn last_path(run_dir: &Path) -> PathBuf {
+        run_dir.join("last-run.json")
+    }
+
+    /// At a clean exit: the record becomes the last run's.
+    pub fn retire(run_dir: &Path) -> std::io::Result<()> {
+        fs::rename(Self::path(run_dir), Self::last_path(run_dir))
+    }
+
+    /// The record of the last daemon that stopped in `run_dir`, if any.
+    pub fn read_last(run_dir: &Path) -> Option<RunRecord> {
+        let text = fs::read_to_string(Self::last_path(run_dir)).ok()?;
+        serde_json::from_str(&text).ok()
+    }
+
     pub fn read(run_dir: &Path) -> Result<RunRecord> {
         let p = Self::path(run_dir);
         let text = fs::read_to_string(&p).with_context(|| {
@@ -39,18 +56,4 @@ impl RunRecord {
         serde_json::from_str(&text)
             .with_context(|| format!("{} is corrupt; remove it", p.display()))
     }
-}
-
-/// Sends SIGHUP to the running daemon.
-pub fn request_reload(run_dir: &Path) -> Result<u32> {
-    let rec = RunRecord::read(run_dir)?;
-    if !weir_sys::process::alive(rec.pid) {
-        bail!(
-            "weir serve (pid {}) is not running; start it again",
-            rec.pid
-        );
-    }
-    weir_sys::process::send_signal(rec.pid, libc::SIGHUP)
-        .with_context(|| format!("signalling weir serve (pid {})", rec.pid))?;
-    Ok(rec.pid)
 }

@@ -158,10 +158,7 @@ fn load_options(cfg: &Config) -> LoadOptions {
         hash_seed: dp.hash_seed,
         fib_lookup: dp.fib_lookup,
         pin_dir: Some(dp.pin_dir.clone()),
-        passive_telemetry: cfg
-            .controller
-            .as_ref()
-            .is_some_and(|c| c.telemetry == weir_config::TelemetryKind::Passive),
+        passive_telemetry: crate::live::wants_passive_telemetry(cfg),
         conn_sync: cfg
             .cluster
             .as_ref()
@@ -333,7 +330,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     }) = &takeover
     {
         if cfg.dataplane.tier != weir_config::Tier::Xdp {
-            crate::tier::release_predecessor(p.pid, &opts.run_dir);
+            crate::tier::release_predecessor(p.pid, &opts.run_dir)?;
         }
     }
     let mut tier = crate::tier::start(&cfg, &ifaces, &maps, &opts.run_dir)
@@ -519,7 +516,10 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         return Ok(());
     }
     drop(attachment);
-    let _ = fs::remove_file(RunRecord::path(&opts.run_dir));
+    // `weir status` after the stop still finds the pins of this run.
+    if let Err(e) = RunRecord::retire(&opts.run_dir) {
+        log::warn!("keeping the run record as the last run's: {e}");
+    }
     log::info!(
         "{}",
         match persistence {

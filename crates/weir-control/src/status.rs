@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use weir_abi::*;
-use weir_config::Config;
+use weir_config::{Config, PolicyName};
 use weir_core::flow::{words_addr, Proto};
 use weir_dataplane::maps::Maps;
 
@@ -76,21 +76,56 @@ pub struct VipStatus {
     pub protocol: String,
     pub mode: String,
     pub table_version: u32,
-    pub priority_classes: Vec<u32>,
+    /// The weights of the table's priority classes, highest first.
+    pub classes: Vec<u32>,
     pub packets: u64,
     pub bytes: u64,
     pub new_conns: u64,
     pub dips: Vec<DipStatus>,
 }
 
+/// Entries of the connection tables: one shape for `weir status --json`
+/// and the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Connections {
+    /// Confirmed connections with no FIN or RST seen (expired ones
+    /// included until the next sweep, `sweeper::SWEEP_INTERVAL`).
+    pub established: u64,
+    /// TCP connections whose handshake is not done (the half-open table).
+    pub half_open: u64,
+    /// Connections that saw a FIN or a RST, until their closing timeout.
+    pub closing: u64,
+    /// When they were counted (ms since the epoch).
+    pub counted_at_unix_ms: u64,
+}
+
+impl Connections {
+    /// Counts the tables (walks the connection table).
+    pub fn count(maps: &Maps) -> Connections {
+        let (established, closing) = maps.conn_counts().unwrap_or_else(|e| {
+            log::warn!("counting closing connections: {e:#}");
+            (maps.conn_count(), 0)
+        });
+        Connections {
+            established: established as u64,
+            half_open: maps.half_open_count() as u64,
+            closing: closing as u64,
+            counted_at_unix_ms: crate::api::view::unix_ms(),
+        }
+    }
+}
+
+/// The data plane's counters (`enum weir_stat`), as a JSON object keyed
+/// by name in the enum's order.
+fn counters_by_name<S: serde::Serializer>(c: &[(String, u64)], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_map(c.iter().map(|(k, v)| (k, v)))
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
-    /// Entries in the connection table: confirmed connections, expired
-    /// ones included until the next sweep (`sweeper::SWEEP_INTERVAL`).
-    pub connections: usize,
-    /// TCP connections whose handshake is not done (the half-open table).
-    pub half_open: usize,
+    pub connections: Connections,
     pub vips: Vec<VipStatus>,
+    #[serde(serialize_with = "counters_by_name")]
     pub counters: Vec<(String, u64)>,
     /// The controller's view (estimates, weights, health, agent errors),
     /// when `weir serve` runs one.
@@ -223,8 +258,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
                 m => m.to_string(),
             },
             table_version: maps.table_version(vip.vip_id)?,
-            priority_classes: ranges.class_weight[..ranges.nr.min(WEIR_MAX_CLASSES) as usize]
-                .to_vec(),
+            classes: ranges.class_weight[..ranges.nr.min(WEIR_MAX_CLASSES) as usize].to_vec(),
             packets: t.packets,
             bytes: t.bytes,
             new_conns: t.new_conns,
@@ -238,8 +272,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
         .zip(maps.stats()?)
         .collect();
     Ok(Status {
-        connections: maps.conn_count(),
-        half_open: maps.half_open_count(),
+        connections: Connections::count(maps),
         vips,
         counters,
         controller: None,
@@ -293,16 +326,32 @@ fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or("-".into(), |v| format!("{v:.digits$}"))
 }
 
+/// A value as the configuration spells it (`awfd`, `keep`, `passive`).
+fn word<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => "?".into(),
+    }
+}
+
 /// The controller's part of the human output.
 fn render_controller(o: &mut String, c: &crate::controller::Snapshot) {
+    let policy = match c.policy {
+        // Only AWFD takes m; the other policies are fixed points of it.
+        PolicyName::Awfd => format!("policy=awfd m={}", c.m),
+        PolicyName::Static => {
+            "policy=static (the configured weights, health checks applied)".into()
+        }
+        p => format!("policy={}", word(&p)),
+    };
+    let telemetry = c
+        .telemetry
+        .map_or(String::new(), |t| format!(" telemetry={}", word(&t)));
     let _ = writeln!(
         o,
-        "\ncontroller: policy={:?} m={} interval={}ms telemetry={} on_agent_silent={:?} tables_published={} entries_written={}",
-        c.policy,
-        c.m,
+        "\ncontroller: {policy} interval={}ms{telemetry} on_agent_silent={} tables_published={} entries_written={}",
         c.update_interval_ms,
-        c.telemetry.map_or("-".into(), |t| format!("{t:?}").to_lowercase()),
-        c.on_agent_silent,
+        word(&c.on_agent_silent),
         c.tables_published,
         c.entries_written
     );
@@ -557,10 +606,11 @@ pub fn render(s: &Status) -> String {
             }
         };
     }
+    let c = &s.connections;
     let _ = writeln!(
         o,
-        "connections: {} (half-open: {})",
-        s.connections, s.half_open
+        "connections: {} established, {} closing, {} half-open",
+        c.established, c.closing, c.half_open
     );
     for v in &s.vips {
         let _ = writeln!(
@@ -572,7 +622,7 @@ pub fn render(s: &Status) -> String {
             v.protocol,
             v.mode,
             v.table_version,
-            v.priority_classes,
+            v.classes,
             v.packets,
             v.new_conns
         );
@@ -594,8 +644,11 @@ pub fn render(s: &Status) -> String {
             );
         }
     }
-    if let Some(c) = &s.controller {
-        render_controller(&mut o, c);
+    match &s.controller {
+        Some(c) => render_controller(&mut o, c),
+        None => {
+            let _ = writeln!(o, "\ncontroller: none");
+        }
     }
     if let Some(a) = &s.software_accounting {
         let _ = writeln!(
@@ -658,8 +711,12 @@ mod tests {
             last_error: None,
         };
         let st = Status {
-            connections: 3,
-            half_open: 1,
+            connections: Connections {
+                established: 3,
+                half_open: 1,
+                closing: 2,
+                counted_at_unix_ms: 0,
+            },
             vips: Vec::new(),
             counters: vec![("rx".into(), 9)],
             controller: Some(Snapshot {
@@ -713,8 +770,15 @@ mod tests {
             row_of(&text, "fast table 5/16").contains("promoted 2"),
             "{text}"
         );
+        // The configuration's words, not Rust's names.
         assert!(
-            text.contains("controller: policy=Awfd m=4 interval=100ms telemetry=agent"),
+            text.contains(
+                "controller: policy=awfd m=4 interval=100ms telemetry=agent on_agent_silent=drain"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("connections: 3 established, 2 closing, 1 half-open"),
             "{text}"
         );
         let row = |a: &str| row_of(&text, a);
@@ -733,6 +797,24 @@ mod tests {
             json["controller"]["vips"][0]["dips"][1]["agent_silent"],
             true
         );
+        // The API's shape: counters by name, connections by kind.
+        assert_eq!(json["counters"], serde_json::json!({"rx": 9}));
+        assert_eq!(json["connections"]["closing"], 2);
+        // Health checks only: no m; no controller at all: "none".
+        let mut st = st;
+        if let Some(c) = st.controller.as_mut() {
+            c.policy = PolicyName::Static;
+            c.m = 0;
+            c.telemetry = None;
+        }
+        let text = render(&st);
+        let line = row_of(&text, "controller:");
+        assert!(
+            line.contains("policy=static") && !line.contains("m=") && !line.contains("telemetry"),
+            "{line}"
+        );
+        st.controller = None;
+        assert_eq!(row_of(&render(&st), "controller:"), "controller: none");
     }
     #[test]
     fn the_human_output_shows_the_cluster() {
@@ -843,8 +925,12 @@ mod tests {
 
     fn collect_empty() -> Status {
         Status {
-            connections: 0,
-            half_open: 0,
+            connections: Connections {
+                established: 0,
+                half_open: 0,
+                closing: 0,
+                counted_at_unix_ms: 0,
+            },
             vips: Vec::new(),
             counters: Vec::new(),
             controller: None,

@@ -94,19 +94,30 @@ impl Drop for RunningTier {
 /// it steers to the tier and drops it (`drop_no_worker`): a gap of a few
 /// milliseconds, which TCP retransmits over. The fast table's connections
 /// (hybrid) go on in XDP throughout.
-pub fn release_predecessor(pid: u32, run_dir: &Path) {
+///
+/// A predecessor that does not answer stops the takeover here, with its
+/// data plane untouched.
+pub fn release_predecessor(pid: u32, run_dir: &Path) -> Result<()> {
     let file = workers_file(run_dir);
     if !file.exists() {
-        return;
+        return Ok(());
     }
-    if let Err(e) = weir_sys::process::send_signal(pid, libc::SIGUSR2) {
-        log::warn!("asking predecessor pid {pid} to release its workers: {e}");
-        return;
-    }
+    weir_sys::process::send_signal(pid, libc::SIGUSR2).with_context(|| {
+        format!("asking the running weir serve (pid {pid}) to release its software tier's sockets")
+    })?;
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
-    while file.exists() && std::time::Instant::now() < deadline {
+    while file.exists() {
+        if std::time::Instant::now() >= deadline {
+            bail!(
+                "the running weir serve (pid {pid}) did not release its software tier's sockets \
+                 within 3 s (it still reports workers in {}); the takeover stopped before \
+                 touching its data plane: see its log, then retry or restart it",
+                file.display()
+            );
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
+    Ok(())
 }
 
 /// Starts the tier the configuration asks for (none for `tier = "xdp"`).

@@ -206,7 +206,9 @@ pub struct LoadOptions {
     pub fib_lookup: bool,
     /// Reuse and pin the state maps here; `None` keeps them private.
     pub pin_dir: Option<PathBuf>,
-    /// Time nat requests in the data plane (`dip_telemetry`, telemetry.h).
+    /// Time nat requests in the data plane (`dip_telemetry`, telemetry.h)
+    /// from the start; [`crate::maps::Maps::set_passive_telemetry`] turns it
+    /// on and off while the program runs.
     pub passive_telemetry: bool,
     /// Announce installed connections in `sync_events` (lib/sync.h), for
     /// connection sync between cluster nodes.
@@ -454,8 +456,12 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     };
     ro.cfg_hash_seed = opts.hash_seed;
     ro.cfg_fib_lookup = u32::from(opts.fib_lookup);
-    ro.cfg_passive_telemetry = u32::from(opts.passive_telemetry);
     ro.cfg_tier = opts.tier.raw();
+    open.maps
+        .bss_data
+        .as_deref_mut()
+        .context("weir_lb has no .bss")?
+        .passive_telemetry_on = u32::from(opts.passive_telemetry);
     ro.cfg_vip_slot_shift = weir_core::vip_slot::slot_shift(vip_slots(opts)?);
     let w = &opts.workers;
     if w.count == 0 || w.count > weir_abi::WEIR_MAX_QUEUES {

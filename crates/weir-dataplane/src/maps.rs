@@ -46,6 +46,8 @@ pub struct Maps {
     /// Adaptive distribution: each bucket's workers (`dist_sets`) and the
     /// packets per bucket and CPU (`dist_packets`); only on a loaded program.
     pub dist: Option<(MapHandle, MapHandle)>,
+    /// The program's run-time switches (its .bss); only on a loaded program.
+    pub switches: Option<MapHandle>,
     /// The workers the loaded program distributes to (its `cfg_workers`).
     workers: u32,
 }
@@ -140,6 +142,7 @@ impl Maps {
             ifaces: Some((handle(&m.tx_ports)?, handle(&m.ifaces)?)),
             xsks: Some(handle(&m.xsks)?),
             dist: Some((handle(&m.dist_sets)?, handle(&m.dist_packets)?)),
+            switches: Some(handle(&m.bss)?),
             workers: m.rodata_data.as_ref().map_or(1, |r| r.cfg_workers),
         })
     }
@@ -173,8 +176,24 @@ impl Maps {
             ifaces: None,
             xsks: None,
             dist: None,
+            switches: None,
             workers: 1,
         })
+    }
+
+    /// Turns the data plane's passive telemetry (bpf/lib/telemetry.h) on or
+    /// off while the program runs.
+    pub fn set_passive_telemetry(&self, on: bool) -> Result<()> {
+        let switches = self
+            .switches
+            .as_ref()
+            .context("the run-time switches belong to the loaded program, not to its pins")?;
+        // The .bss holds this one switch (a u32): its map's one value.
+        const _: () = assert!(std::mem::size_of::<crate::skel::lb::types::bss>() == 4);
+        let value = u32::from(on).to_ne_bytes();
+        switches
+            .update(&0u32.to_ne_bytes(), &value, MapFlags::ANY)
+            .context("writing the program's run-time switches")
     }
 
     /// Writes a VIP into `vips`, then into its slot (or marks the slot
@@ -336,6 +355,31 @@ impl Maps {
         Ok(report)
     }
 
+    /// Whether the VIP's active table is `table` already, entry for entry:
+    /// publishing it again would change nothing but the version.
+    pub fn holds_table(&self, vip_id: u32, table: &AwfdTable) -> Result<bool> {
+        let slot = self.table_version(vip_id)? % WEIR_TABLE_SLOTS;
+        let idx = vip_id * WEIR_TABLE_SLOTS + slot;
+        let held: Option<weir_class_ranges> = get(&self.class_ranges, &u32_key(idx))?;
+        if held.is_none_or(|h| h.as_bytes() != table.ranges().as_bytes()) {
+            return Ok(false);
+        }
+        for range in 0..WEIR_MAX_CLASSES {
+            let key = u32_key(class_row(vip_id, slot, range));
+            let row = get::<weir_class_members>(&self.class_members, &key)?.filter(|h| h.nr != 0);
+            let same = match (table.members(range as usize), row) {
+                (Some(want), Some(row)) => same_members(&row, &want),
+                (Some(_), None) => false,
+                // Rows past the last class are never read.
+                (None, _) => true,
+            };
+            if !same {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// The table a VIP's slot holds, as (dip, weight) pairs per class: what
     /// the data plane reads once that slot is active.
     pub fn slot_table(&self, vip_id: u32, slot: u32) -> Result<Vec<(u32, Vec<u32>)>> {
@@ -478,6 +522,15 @@ impl Maps {
     /// Entries in the connection table, both families (walks it: O(n)).
     pub fn conn_count(&self) -> usize {
         self.conns.len()
+    }
+
+    /// The connection table's entries: (open, closing). Closing ones have
+    /// seen a FIN or a RST (`close_flags`) and age out on the closing
+    /// timeouts.
+    pub fn conn_counts(&self) -> Result<(usize, usize)> {
+        let entries = self.conns.entries()?;
+        let closing = entries.iter().filter(|(_, c)| c.close_flags != 0).count();
+        Ok((entries.len() - closing, closing))
     }
 
     /// Every connection: key and value (reads the table in batches).

@@ -7,12 +7,13 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use weir_config::{Config, HostFacts};
-use weir_control::run_record::{self, RunRecord, DEFAULT_RUN_DIR};
+use weir_control::run_record::{RunRecord, DEFAULT_RUN_DIR};
 use weir_control::runtime::{self, ServeOptions};
 use weir_control::status;
 use weir_dataplane::attach::XdpMode;
 
 mod logger;
+mod reload;
 
 #[derive(Parser)]
 #[command(
@@ -100,11 +101,9 @@ enum Command {
     /// Run on a backend of ipip/gue VIPs: strip the outer IPIP/IPv6/GUE header of packets to
     /// this host in XDP (`weir decap --interface IF`, `weir decap status --interface IF`).
     Decap(weir_backend::decap::DecapArgs),
-    /// Make the running daemon re-read its configuration (same as SIGHUP).
-    Reload {
-        #[arg(long, default_value = DEFAULT_RUN_DIR)]
-        run_dir: PathBuf,
-    },
+    /// Make the running daemon re-read its configuration (SIGHUP) and wait
+    /// for its answer: exits non-zero with its reason when it refuses the file.
+    Reload(reload::ReloadArgs),
     /// The memcached switch: `weir kv --nutcracker nc.yml`, `weir kv --config kv.toml`, `weir kv status`.
     Kv(weir_kv::KvArgs),
     /// Shell completions on stdout, generated from this CLI (`make install`).
@@ -127,7 +126,7 @@ impl Command {
             | Command::Doctor(_)
             | Command::Status { .. }
             | Command::Dip(_)
-            | Command::Reload { .. }
+            | Command::Reload(_)
             | Command::Completions { .. }
             | Command::Man { .. } => false,
         }
@@ -178,12 +177,20 @@ fn run(cli: Cli) -> Result<()> {
             run_dir,
         } => {
             let record = RunRecord::read(&run_dir).ok();
-            let pins = match (&pin_dir, &record) {
+            // A daemon that stopped left its pins where its run said.
+            let last = record
+                .is_none()
+                .then(|| RunRecord::read_last(&run_dir))
+                .flatten();
+            let pins = match (&pin_dir, record.as_ref().or(last.as_ref())) {
                 (Some(p), _) => p.clone(),
                 (None, Some(r)) => r.pin_dir.clone(),
                 (None, None) => PathBuf::from(weir_config::DEFAULT_PIN_DIR),
             };
-            let cfg = record.as_ref().and_then(|r| Config::load(&r.config).ok());
+            let cfg = record
+                .as_ref()
+                .or(last.as_ref())
+                .and_then(|r| Config::load(&r.config).ok());
             let running = record.as_ref().map(|_| run_dir.as_path());
             let mut st = status::collect_pinned(&pins, cfg.as_ref(), running)?;
             st.controller = record
@@ -225,11 +232,7 @@ fn run(cli: Cli) -> Result<()> {
             .with_context(|| format!("writing man pages into {}", dir.display())),
         Command::Dip(args) => weir_control::api::cli::run(&args),
         Command::Decap(args) => weir_backend::decap::run(&args),
-        Command::Reload { run_dir } => {
-            let pid = run_record::request_reload(&run_dir)?;
-            println!("asked weir serve (pid {pid}) to reload its configuration");
-            Ok(())
-        }
+        Command::Reload(args) => reload::run(&args),
     }
 }
 

@@ -185,6 +185,20 @@ fn reload_without_a_daemon_fails() {
     let o = weir(&["reload", "--run-dir", "/nonexistent-weir-run"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no running weir"), "{}", stderr(&o));
+    for bad in ["0", "nan", "inf", "7200"] {
+        let o = weir(&[
+            "reload",
+            "--run-dir",
+            "/nonexistent-weir-run",
+            "--timeout",
+            bad,
+        ]);
+        assert!(
+            !o.status.success() && stderr(&o).contains("--timeout"),
+            "{bad}: {}",
+            stderr(&o)
+        );
+    }
 }
 
 /// A namespace with one veth pair (a0 <-> a1) to attach to.

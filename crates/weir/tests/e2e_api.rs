@@ -114,6 +114,30 @@ fn file_weight(d: &Daemon, id: &str) -> Option<u32> {
         .map(|dip| *dip.weight.get_ref())
 }
 
+/// Polls `GET /api/v1/vips/web` until the DIPs have these weights in
+/// force (bounded); the VIP as it was then.
+fn wait_weights(lab: &Lab, addr: SocketAddr, want: &[(&str, u32)]) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let v = get(lab, addr, "/api/v1/vips/web");
+        let all = want.iter().all(|(id, w)| {
+            v["dips"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["id"] == *id && d["weight"] == *w)
+        });
+        if all {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "weights {want:?} not in force within 5 s: {v:#}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections() {
     let lab = Lab::build(4).expect("building the lab");
@@ -410,13 +434,18 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
     let v = r.json().unwrap();
     assert_eq!(
         v["message"],
-        "VIP web: added DIP 10.77.3.2:8080 with weight 1"
+        "VIP web: added DIP 10.77.3.2:8080 with weight 1; it gets new connections once its \
+         first health check passes"
     );
-    assert!(
-        v["vip"]["table_version"].as_u64() > before.0["table_version"].as_u64(),
-        "{v}"
-    );
-    assert_eq!(v["vip"]["dips"][2]["weight"], 1, "{v}");
+    // Health-checked VIP: no new connections before the first check
+    // passes. The DIP is in no table until then, so the table in force and
+    // its version stay; the passing check publishes one version.
+    let version = |v: &Value| v["table_version"].as_u64().unwrap();
+    assert_eq!(v["vip"]["dips"][2]["weight"], 0, "{v}");
+    assert_eq!(version(&v["vip"]), version(&before.0), "{v}");
+    let web = wait_weights(&lab, a, &[("10.77.3.2:8080", 1)]);
+    assert_eq!(web["dips"][2]["healthy"], true, "{web}");
+    assert_eq!(version(&web), version(&before.0) + 1, "{web}");
     assert_eq!(
         new_connections(&lab.client, nat, 40),
         set(&["backend-1", "backend-2", "backend-3"])
@@ -432,9 +461,11 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
     assert_eq!(file_weight(&d, "10.77.3.2:8080"), Some(1));
 
     // Weight through the API.
+    let was = version(&get(&lab, a, "/api/v1/vips/web"));
     let r = call(&lab.lb, a, Method::PUT, w1, Some(json!({"weight": 3})));
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json().unwrap();
+    assert_eq!(version(&v["vip"]), was + 1, "{v}");
     assert_eq!(v["message"], "VIP web: DIP 10.77.1.2:8080 weight 1 -> 3");
     assert_eq!(v["vip"]["classes"], json!([3, 1]), "{v}");
     assert_eq!(v["vip"]["dips"][0]["weight"], 3);
@@ -473,6 +504,25 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
     assert!(std::fs::read_to_string(d.config_path())
         .unwrap()
         .contains("port = 8080   # second backend"));
+    // Draining a drained DIP changes nothing: no version, no rewrite.
+    let (was, file_was) = state(&lab, a, &d);
+    let r = call(
+        &lab.lb,
+        a,
+        Method::POST,
+        "/api/v1/vips/web/dips/10.77.2.2:8080/drain",
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json().unwrap()["message"],
+        "VIP web: DIP 10.77.2.2:8080 is drained already (weight 0): unchanged"
+    );
+    assert_eq!(
+        state(&lab, a, &d),
+        (was, file_was),
+        "an unchanged write changed something"
+    );
     // The CLI's errors are the API's.
     let out = weir_in(
         &lab.lb,
@@ -523,6 +573,7 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    wait_weights(&lab, a, &[("10.77.4.2:8080", 2)]);
     assert_eq!(
         new_connections(&lab.client, nat, 40),
         set(&["backend-1", "backend-4"])
@@ -606,7 +657,8 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
         ("10.77.3.2:8080", 5),
         ("10.77.4.2:8080", 18),
     ];
-    let v = get(&lab, a, "/api/v1/vips/web");
+    // The last add of backend 3 waits for its first health check.
+    let v = wait_weights(&lab, a, &want);
     for (id, w) in want {
         assert_eq!(file_weight(&d, id), Some(w), "{id} in the file");
         let dip = v["dips"]

@@ -189,14 +189,18 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     }
     let status = daemon.status_json()?;
     println!("\ndata-plane counters (weir status):");
-    if let Some(counters) = status["counters"].as_array() {
-        for c in counters {
-            if c[1].as_u64().unwrap_or(0) > 0 {
-                println!("  {:<20} {}", c[0].as_str().unwrap_or("?"), c[1]);
+    if let Some(counters) = status["counters"].as_object() {
+        for (name, n) in counters {
+            if n.as_u64().unwrap_or(0) > 0 {
+                println!("  {name:<20} {n}");
             }
         }
     }
-    println!("connections in the table: {}", status["connections"]);
+    let c = &status["connections"];
+    println!(
+        "connections in the table: {} established, {} closing, {} half-open",
+        c["established"], c["closing"], c["half_open"]
+    );
     daemon.stop()?;
     drop(daemon);
     drop(backends);

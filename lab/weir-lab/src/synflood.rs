@@ -317,10 +317,8 @@ impl Totals {
     fn of(d: &Daemon) -> Result<Totals> {
         let status = d.status_json()?;
         let counter = |name: &str| {
-            status["counters"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c[0] == name))
-                .and_then(|c| c[1].as_u64())
+            status["counters"][name]
+                .as_u64()
                 .with_context(|| format!("weir status has no counter {name}"))
         };
         let workers = weir_control::tier::read_worker_stats(&d.run_dir());

@@ -114,15 +114,17 @@ pub fn run(args: &DipArgs) -> Result<()> {
              listens; [api] listen in its configuration)"
         )
     })?;
-    let v = reply.json()?;
     if !(200..300).contains(&reply.status) {
-        bail!(
-            "{} ({})",
-            v["error"].as_str().unwrap_or(&reply.body),
-            reply.status
-        );
+        // The daemon's message; any other answer (a proxy's page) as it came.
+        let said = reply
+            .json()
+            .ok()
+            .and_then(|v| v["error"].as_str().map(String::from))
+            .unwrap_or_else(|| reply.body.trim().to_string());
+        bail!("weir serve refused the change: {said} ({})", reply.status);
     }
-    let changed: Changed = serde_json::from_value(v).context("decoding the API's answer")?;
+    let changed: Changed =
+        serde_json::from_value(reply.json()?).context("decoding the API's answer")?;
     match changed.vip.and_then(|v| v.table_version) {
         Some(t) => println!("{}; table version {t}", changed.message),
         None => println!("{}", changed.message),

@@ -13,7 +13,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use toml_edit::{Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, TableLike, Value};
-use weir_config::{Config, Vip};
+use weir_config::{Config, Mode, Vip};
 
 use crate::live::ChangeError;
 
@@ -276,8 +276,18 @@ pub fn add_dip(
         }
     }
     let weight = new.weight.unwrap_or(1);
+    // A nat DIP serves on a port of its own; none given means the VIP's,
+    // which the backend may not listen on: say so.
+    let port_note = match (vip.mode, new.port) {
+        (Mode::Nat, None) => " (the VIP's port; give a port to change it)",
+        _ => "",
+    };
+    let health_note = match (&vip.health, weight) {
+        (Some(_), 1..) => "; it gets new connections once its first health check passes",
+        _ => "",
+    };
     Ok(format!(
-        "VIP {vip_name}: added DIP {name} with weight {weight}"
+        "VIP {vip_name}: added DIP {name}{port_note} with weight {weight}{health_note}"
     ))
 }
 
@@ -345,6 +355,12 @@ pub fn set_weight(
     let d = &vip.dips[j];
     let name = SocketAddr::new(*d.address.get_ref(), d.service_port(vip));
     let before = *d.weight.get_ref();
+    if before == weight {
+        return Ok(match weight {
+            0 => format!("VIP {vip_name}: DIP {name} is drained already (weight 0): unchanged"),
+            w => format!("VIP {vip_name}: DIP {name} has weight {w} already: unchanged"),
+        });
+    }
     set(dip_table(doc, i, j)?, "weight", i64::from(weight));
     Ok(match weight {
         0 => format!("VIP {vip_name}: drained DIP {name} (weight {before} -> 0)"),
@@ -486,6 +502,53 @@ dip = [{ address = "10.77.1.2" }]
             "{text}"
         );
         assert_eq!(next.vips[1].dips.len(), 2);
+    }
+
+    #[test]
+    fn a_nat_dip_without_a_port_is_told_it_got_the_vips() {
+        let new = NewDip {
+            address: "10.77.3.2".parse().unwrap(),
+            port: None,
+            weight: None,
+            mac: None,
+            agent: None,
+        };
+        let (said, _, next) = run(|c, d| add_dip(c, d, "web", &new)).unwrap();
+        assert_eq!(
+            said,
+            "VIP web: added DIP 10.77.3.2:80 (the VIP's port; give a port to change it) with \
+             weight 1"
+        );
+        assert_eq!(next.vips[0].dips[2].service_port(&next.vips[0]), 80);
+        // dsr: a DIP serves on the VIP's port by definition; nothing to say.
+        let (said, _, _) = run(|c, d| {
+            add_dip(
+                c,
+                d,
+                "dns",
+                &NewDip {
+                    address: "10.77.2.2".parse().unwrap(),
+                    ..new.clone()
+                },
+            )
+        })
+        .unwrap();
+        assert_eq!(said, "VIP dns: added DIP 10.77.2.2:53 with weight 1");
+    }
+
+    #[test]
+    fn a_weight_that_is_already_so_changes_nothing() {
+        let (said, text, _) =
+            run(|c, d| set_weight(c, d, "web", dip("10.77.1.2:8080"), 1)).unwrap();
+        assert_eq!(
+            said,
+            "VIP web: DIP 10.77.1.2:8080 has weight 1 already: unchanged"
+        );
+        assert_eq!(text, FILE);
+        // A DIP without the key has weight 1: no key is added either.
+        let (said, text, _) = run(|c, d| set_weight(c, d, "web", dip("10.77.2.2"), 1)).unwrap();
+        assert!(said.ends_with("unchanged"), "{said}");
+        assert_eq!(text, FILE);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use weir_dataplane::maps::Maps;
 
 use crate::apply::vip_key;
 use crate::controller::{DipSnapshot, Snapshot};
-use crate::status::STAT_NAMES;
+use crate::status::{Connections, STAT_NAMES};
 
 /// Connection counts are at most this old: counting walks the tables.
 pub const COUNT_MAX_AGE: Duration = Duration::from_secs(2);
@@ -80,17 +80,6 @@ pub struct VipView {
     /// Whether its DIPs are health-checked.
     pub health_checks: bool,
     pub dips: Vec<DipView>,
-}
-
-/// Entries of the connection tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Connections {
-    /// Confirmed connections (expired ones included until the next sweep).
-    pub established: u64,
-    /// TCP connections whose handshake is not done.
-    pub half_open: u64,
-    /// When they were counted (ms since the epoch).
-    pub counted_at_unix_ms: u64,
 }
 
 /// The controller's parameters and counters.
@@ -328,11 +317,7 @@ impl Counts {
                 return c;
             }
         }
-        let c = Connections {
-            established: maps.conn_count() as u64,
-            half_open: maps.half_open_count() as u64,
-            counted_at_unix_ms: unix_ms(),
-        };
+        let c = Connections::count(maps);
         *last = Some((Instant::now(), c));
         c
     }

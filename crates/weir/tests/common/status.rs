@@ -6,12 +6,8 @@ use weir_lab::daemon::Daemon;
 
 /// The XDP counter `name` of a `weir status --json`.
 pub fn counter(status: &Value, name: &str) -> u64 {
-    status["counters"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no counters in status: {status}"))
-        .iter()
-        .find(|c| c[0] == name)
-        .and_then(|c| c[1].as_u64())
+    status["counters"][name]
+        .as_u64()
         .unwrap_or_else(|| panic!("no counter {name}: {status}"))
 }
 
