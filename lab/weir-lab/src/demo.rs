@@ -353,7 +353,7 @@ mod tests {
     fn the_static_split_is_the_example_without_its_controller() {
         let s = without_controller(EXAMPLE_CONFIG).unwrap();
         assert!(EXAMPLE_CONFIG.contains("[controller]\npolicy = \"awfd\""));
-        assert!(!s.contains("[controller]") && !s.contains("policy"));
+        assert!(!s.contains("\n[controller]") && !s.contains("policy ="));
         assert!(s.contains("[dataplane]") && s.contains("[[vip]]"));
         assert_eq!(s.matches("[[vip.dip]]").count(), 3);
         let e = without_controller(&s).unwrap_err().to_string();
