@@ -218,6 +218,37 @@ pub fn http_load(
         .collect()
 }
 
+/// One keep-alive connection to `vip`, from the calling thread's namespace:
+/// up to `requests` requests started `pause` apart, none after `deadline`.
+/// Returns the backend and response time of every answered request, and
+/// why the connection ended early, if it did.
+pub fn timed_http(
+    vip: SocketAddr,
+    requests: usize,
+    pause: Duration,
+    deadline: Instant,
+) -> (Vec<(String, Duration)>, Option<String>) {
+    let mut answered = Vec::new();
+    let mut session = match Session::open(vip) {
+        Ok(s) => s,
+        Err(e) => return (answered, Some(format!("{e:#}"))),
+    };
+    let mut next = Instant::now();
+    for i in 0..requests.max(1) {
+        if i > 0 && Instant::now() >= deadline {
+            break;
+        }
+        let sent = Instant::now();
+        match session.get(i) {
+            Ok(b) => answered.push((b, sent.elapsed())),
+            Err(e) => return (answered, Some(format!("{e:#}"))),
+        }
+        next = (next + pause).max(Instant::now());
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    (answered, None)
+}
+
 /// One HTTP request on a fresh connection; returns the backend's name.
 pub fn http_once(ns: &str, vip: SocketAddr) -> Result<String> {
     let h = spawn_http(ns, vip, 1, 1, Duration::ZERO).pop().unwrap();

@@ -1,39 +1,74 @@
-//! `weir-lab demo`: weir's main job on a built-in lab. Builds the lab, runs
-//! `weir serve` with the shipped example configuration, sends real HTTP
-//! requests through the VIP, prints what happened and tears it all down.
-//! While the traffic runs, a headless Chromium (when installed) watches the
-//! live dashboard and saves a screenshot of it.
+//! `weir-lab demo`: weir's main job on a built-in lab. Three web backends of
+//! unequal speed, each with an embedded `weir agent`, sit behind one VIP.
+//! The same client load runs twice: once under the load-aware controller
+//! (AWFD, the shipped example configuration) and once under a static split
+//! (the same configuration without its controller: equal weights). Part way
+//! through each run one backend slows down tenfold. The demo prints, per
+//! run and phase (before and after the slowdown), the share of new
+//! connections each backend got, response times and failures, writes the
+//! same as JSON, and tears the lab down. While the controller runs, a
+//! headless Chromium (when installed) saves a screenshot of the dashboard.
 
-use std::collections::BTreeMap;
+pub mod load;
+pub mod report;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendOptions};
 use crate::browser::{self, Browser};
-use crate::client::spawn_http;
 use crate::daemon::Daemon;
 use crate::topology::Lab;
+use load::LoadShape;
+use report::{BackendSetup, Report, Run};
 
 /// The configuration `make demo` runs: examples/weir.toml.
 pub const EXAMPLE_CONFIG: &str = include_str!("../../../examples/weir.toml");
 
+/// Service time per request of each backend: backend-1 is three times as
+/// fast as the others.
+const SERVICE_MS: [u64; 3] = [2, 6, 6];
+/// The backend that slows down, and its service time afterwards (a tenth
+/// of its capacity: strong enough to show on a busy machine).
+const SLOWED: usize = 1;
+const SLOWED_TO_MS: u64 = 60;
+/// The agents' sliding window.
+const AGENT_WINDOW: Duration = Duration::from_millis(500);
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
-    /// Client connections to open through the VIP.
-    #[arg(long, default_value_t = 60)]
-    pub connections: usize,
-    /// HTTP requests per connection (keep-alive).
-    #[arg(long, default_value_t = 5)]
+    /// Client threads; each opens one keep-alive connection after another.
+    #[arg(long, default_value_t = 6)]
+    pub threads: usize,
+    /// HTTP requests per connection.
+    #[arg(long, default_value_t = 2)]
     pub requests: usize,
-    /// Use this configuration instead of the shipped example (its interfaces
-    /// and addresses must match the lab: see ARCHITECTURE.md).
+    /// Milliseconds between the starts of a thread's requests.
+    #[arg(long, default_value_t = 25)]
+    pub pause_ms: u64,
+    /// Seconds of load before the measured phases (the controller's first
+    /// estimates).
+    #[arg(long, default_value_t = 3.0)]
+    pub warmup: f64,
+    /// Seconds measured before the slowdown.
+    #[arg(long, default_value_t = 6.0)]
+    pub before: f64,
+    /// Seconds measured after the slowdown.
+    #[arg(long, default_value_t = 8.0)]
+    pub after: f64,
+    /// Use this configuration instead of the shipped example. It needs a
+    /// [controller] section (the static run drops it), and its interfaces,
+    /// addresses and agents must match the lab: see ARCHITECTURE.md.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Write the results as JSON here.
+    #[arg(long, default_value = "out/demo.json")]
+    pub json: PathBuf,
     /// Where to save a screenshot of the live dashboard, taken by headless
-    /// Chromium while the traffic runs (skipped, with a warning, without it).
+    /// Chromium while the controller runs (skipped, with a warning, without it).
     #[arg(long, default_value = "out/dashboard.png")]
     pub screenshot: PathBuf,
     /// Take no screenshot.
@@ -41,9 +76,55 @@ pub struct DemoArgs {
     pub no_screenshot: bool,
 }
 
-/// The connections go out in this many waves, one a second, so that the
-/// dashboard (which polls once a second) draws them over time.
-const WAVES: usize = 5;
+impl DemoArgs {
+    fn validate(&self) -> Result<()> {
+        if !(1..=64).contains(&self.threads) {
+            bail!("--threads must be 1..=64, got {}", self.threads);
+        }
+        if !(1..=1000).contains(&self.requests) {
+            bail!("--requests must be 1..=1000, got {}", self.requests);
+        }
+        if !(1..=10_000).contains(&self.pause_ms) {
+            bail!("--pause-ms must be 1..=10000, got {}", self.pause_ms);
+        }
+        for (name, v, lo) in [
+            ("--warmup", self.warmup, 0.0),
+            ("--before", self.before, 1.0),
+            ("--after", self.after, 1.0),
+        ] {
+            if !(v.is_finite() && (lo..=60.0).contains(&v)) {
+                bail!("{name} must be {lo}..=60 seconds, got {v}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `config` without its `[controller]` table: the static split the demo
+/// compares the controller with. An error when it has none.
+pub fn without_controller(config: &str) -> Result<String> {
+    let mut out = String::new();
+    let mut found = false;
+    let mut skipping = false;
+    for line in config.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            skipping = t == "[controller]";
+            found |= skipping;
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if !found {
+        bail!(
+            "the configuration has no [controller] section: the demo runs it with its \
+             controller and without (add [controller] policy = \"awfd\", telemetry = \"agent\")"
+        );
+    }
+    Ok(out)
+}
 
 /// Opens the dashboard of the daemon's API in a headless browser inside the
 /// lab; None, with a warning, when that cannot be done.
@@ -79,135 +160,203 @@ fn screenshot(b: &mut Browser, path: &Path) -> Result<()> {
         Duration::from_secs(5),
     )?;
     let png = b.screenshot()?;
+    write_file(path, &png)
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    std::fs::write(path, png).with_context(|| format!("writing {}", path.display()))
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
-pub fn run(args: &DemoArgs) -> Result<()> {
-    if args.connections == 0
-        || args.connections > 1000
-        || args.requests == 0
-        || args.requests > 1000
-    {
-        bail!("--connections and --requests must be 1..=1000");
-    }
-    let config = match &args.config {
-        Some(p) => {
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
-        }
-        None => EXAMPLE_CONFIG.to_string(),
-    };
-    crate::netns::install_signal_teardown();
-    eprintln!("[1/4] building the lab: client, load balancer, 3 backends (network namespaces)");
-    let lab = Lab::build(3)?;
-    let backends: Vec<Backend> = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, ns)| Backend::start(ns, &format!("backend-{}", i + 1)))
-        .collect::<Result<_>>()?;
+/// Sleeps until `t0 + at_s`.
+fn sleep_until(t0: Instant, at_s: f64) {
+    let at = t0 + Duration::from_secs_f64(at_s);
+    std::thread::sleep(at.saturating_duration_since(Instant::now()));
+}
 
-    eprintln!("[2/4] starting weir serve with examples/weir.toml in the load balancer's namespace");
-    let exe = crate::weir_binary::locate()?;
-    let mut daemon = Daemon::new(&exe, &lab.lb)?;
-    daemon.write_config(&config)?;
-    daemon.start()?;
-
-    let mut browser = if args.no_screenshot {
-        None
-    } else {
+/// One run: `weir serve` with `config`, the load, the slowdown between the
+/// phases; the backends are back to their normal speed afterwards.
+#[allow(clippy::too_many_arguments)]
+fn run_once(
+    args: &DemoArgs,
+    policy: &str,
+    config: &str,
+    lab: &Lab,
+    backends: &[Backend],
+    exe: &Path,
+    shape: LoadShape,
+    want_screenshot: bool,
+) -> Result<Run> {
+    let mut daemon = Daemon::new(exe, &lab.lb)?;
+    daemon.write_config(config)?;
+    daemon
+        .start()
+        .with_context(|| format!("starting weir serve for the {policy} run"))?;
+    let mut browser = if want_screenshot {
         open_dashboard(&daemon, &lab.lb)
+    } else {
+        None
     };
-    eprintln!(
-        "[3/4] {} connections x {} requests to the VIP 10.77.100.1:80, in {WAVES} waves 1 s apart",
-        args.connections, args.requests
-    );
     let vip: SocketAddr = "10.77.100.1:80".parse().unwrap();
-    let mut clients = Vec::with_capacity(args.connections);
-    for w in 0..WAVES {
-        if w > 0 {
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        let n = args.connections * (w + 1) / WAVES - args.connections * w / WAVES;
-        clients.extend(spawn_http(
-            &lab.client,
-            vip,
-            n,
-            args.requests,
-            Duration::from_millis(20),
-        ));
-    }
-    // While the last wave is on its way.
+    let t0 = Instant::now();
+    let threads = load::start(&lab.client, vip, shape, t0);
+    let slow_at = args.warmup + args.before;
+    sleep_until(t0, slow_at);
+    backends[SLOWED].set_delay(Duration::from_millis(SLOWED_TO_MS));
+    eprintln!(
+        "      {policy}: {} now takes {SLOWED_TO_MS} ms per request",
+        backends[SLOWED].name
+    );
     if let Some(b) = browser.as_mut() {
+        // Once the controller has had time to react, so the page shows it.
+        sleep_until(t0, slow_at + 3.0);
         match screenshot(b, &args.screenshot) {
             Ok(()) => eprintln!("      dashboard screenshot: {}", args.screenshot.display()),
             Err(e) => eprintln!("warning: no dashboard screenshot: {e:#}"),
         }
     }
     drop(browser);
-    let records: Vec<_> = clients
+    let conns: Vec<load::Conn> = threads
         .into_iter()
-        .map(|h| h.join().expect("client thread"))
+        .flat_map(|h| h.join().expect("client thread"))
         .collect();
-
-    eprintln!("[4/4] results\n");
-    let mut per_backend: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    let mut violations = 0;
-    let mut failed = Vec::new();
-    for r in &records {
-        if r.violated() {
-            violations += 1;
-            if let Some(e) = &r.error {
-                failed.push(e.clone());
-            }
-        }
-        if let Some(b) = r.backend() {
-            let e = per_backend.entry(b.to_string()).or_default();
-            e.0 += 1;
-            e.1 += r.served_by.len();
-        }
-    }
-    println!(
-        "{:<12} {:>12} {:>10} {:>16}",
-        "backend", "connections", "requests", "served (server)"
-    );
-    for b in &backends {
-        let (c, r) = per_backend.get(&b.name).copied().unwrap_or_default();
-        println!(
-            "{:<12} {:>12} {:>10} {:>16}",
-            b.name,
-            c,
-            r,
-            b.requests.load(std::sync::atomic::Ordering::Relaxed)
-        );
-    }
-    println!("\nPCC violations (a connection served by two backends, or broken): {violations}");
-    for e in failed.iter().take(5) {
-        println!("  failure: {e}");
-    }
-    let status = daemon.status_json()?;
-    println!("\ndata-plane counters (weir status):");
-    if let Some(counters) = status["counters"].as_object() {
-        for (name, n) in counters {
-            if n.as_u64().unwrap_or(0) > 0 {
-                println!("  {name:<20} {n}");
-            }
-        }
-    }
-    let c = &status["connections"];
-    println!(
-        "connections in the table: {} established, {} closing, {} half-open",
-        c["established"], c["closing"], c["half_open"]
-    );
+    backends[SLOWED].set_delay(Duration::from_millis(SERVICE_MS[SLOWED]));
     daemon.stop()?;
-    drop(daemon);
+    let names: Vec<String> = backends.iter().map(|b| b.name.clone()).collect();
+    Ok(Run {
+        policy: policy.to_string(),
+        phases: vec![
+            report::phase("before", &conns, &names, args.warmup, slow_at),
+            report::phase("after", &conns, &names, slow_at, slow_at + args.after),
+        ],
+    })
+}
+
+pub fn run(args: &DemoArgs) -> Result<()> {
+    args.validate()?;
+    let started = Instant::now();
+    let awfd_config = match &args.config {
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+        }
+        None => EXAMPLE_CONFIG.to_string(),
+    };
+    let static_config = without_controller(&awfd_config)?;
+    crate::netns::install_signal_teardown();
+    eprintln!(
+        "[1/4] building the lab: client, load balancer, 3 backends (network namespaces); \
+         service times {} ms, each with a weir agent",
+        SERVICE_MS.map(|m| m.to_string()).join(" / ")
+    );
+    let lab = Lab::build(SERVICE_MS.len())?;
+    let backends: Vec<Backend> = lab
+        .backends
+        .iter()
+        .zip(SERVICE_MS)
+        .enumerate()
+        .map(|(i, (ns, ms))| {
+            let opts = BackendOptions {
+                delay_us: ms * 1000,
+                agent_window: Some(AGENT_WINDOW),
+            };
+            Backend::start_with(ns, &format!("backend-{}", i + 1), &opts)
+        })
+        .collect::<Result<_>>()?;
+    let exe = crate::weir_binary::locate()?;
+    let shape = LoadShape {
+        threads: args.threads,
+        per_conn: args.requests,
+        pause: Duration::from_millis(args.pause_ms),
+        duration: Duration::from_secs_f64(args.warmup + args.before + args.after),
+    };
+    let plan = format!(
+        "{} threads of {}-request connections to the VIP 10.77.100.1:80 for {:.0} s \
+         ({:.0} s warm-up, {:.0} s before and {:.0} s after {} slows down)",
+        args.threads,
+        args.requests,
+        shape.duration.as_secs_f64(),
+        args.warmup,
+        args.before,
+        args.after,
+        backends[SLOWED].name
+    );
+    eprintln!("[2/4] load-aware: weir serve with the AWFD controller; {plan}");
+    let awfd = run_once(
+        args,
+        "awfd",
+        &awfd_config,
+        &lab,
+        &backends,
+        &exe,
+        shape,
+        !args.no_screenshot,
+    )?;
+    eprintln!("[3/4] static split: the same configuration without [controller], the same load");
+    let fixed = run_once(
+        args,
+        "static",
+        &static_config,
+        &lab,
+        &backends,
+        &exe,
+        shape,
+        false,
+    )?;
     drop(backends);
     drop(lab);
-    eprintln!("\nlab torn down.");
-    if violations > 0 {
-        bail!("{violations} connections broke or moved between backends");
+    eprintln!("[4/4] results (lab torn down)\n");
+
+    let report = Report {
+        backends: SERVICE_MS
+            .iter()
+            .enumerate()
+            .map(|(i, &ms)| BackendSetup {
+                backend: format!("backend-{}", i + 1),
+                service_ms: ms as f64,
+                slowed_to_ms: (i == SLOWED).then_some(SLOWED_TO_MS as f64),
+            })
+            .collect(),
+        slowed_backend: format!("backend-{}", SLOWED + 1),
+        warmup_s: args.warmup,
+        before_s: args.before,
+        after_s: args.after,
+        client_threads: args.threads,
+        requests_per_connection: args.requests,
+        runs: vec![awfd, fixed],
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+    println!("{}", report::table(&report));
+    write_file(
+        &args.json,
+        serde_json::to_string_pretty(&report)?.as_bytes(),
+    )?;
+    eprintln!("wrote {}", args.json.display());
+    let moved: usize = report
+        .runs
+        .iter()
+        .flat_map(|r| &r.phases)
+        .map(|p| p.moved_connections)
+        .sum();
+    if moved > 0 {
+        bail!("{moved} connections moved between backends");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_static_split_is_the_example_without_its_controller() {
+        let s = without_controller(EXAMPLE_CONFIG).unwrap();
+        assert!(EXAMPLE_CONFIG.contains("[controller]\npolicy = \"awfd\""));
+        assert!(!s.contains("\n[controller]") && !s.contains("policy ="));
+        assert!(s.contains("[dataplane]") && s.contains("[[vip]]"));
+        assert_eq!(s.matches("[[vip.dip]]").count(), 3);
+        let e = without_controller(&s).unwrap_err().to_string();
+        assert!(e.contains("no [controller] section"), "{e}");
+    }
 }
