@@ -23,13 +23,21 @@ impl HostFacts {
         let meminfo = read("/proc/meminfo")?;
         let mem_available = mem_available(&meminfo)
             .ok_or("/proc/meminfo has no MemAvailable line (Linux >= 3.14 has one)")?;
-        let possible = read("/sys/devices/system/cpu/possible")?;
-        let possible_cpus = weir_sys::parse_cpu_list(possible.trim())
-            .map(|c| c.len() as u32)
-            .filter(|&n| n > 0)
-            .ok_or_else(|| {
-                format!("cannot parse /sys/devices/system/cpu/possible: {possible:?}")
-            })?;
+        let possible_cpus = match read("/sys/devices/system/cpu/possible") {
+            Ok(possible) => weir_sys::parse_cpu_list(possible.trim())
+                .map(|c| c.len() as u32)
+                .filter(|&n| n > 0)
+                .ok_or_else(|| {
+                    format!("cannot parse /sys/devices/system/cpu/possible: {possible:?}")
+                })?,
+            // Without sysfs (a chroot, a container that hides it) the CPUs
+            // this process may run on stand in: enough to check a file
+            // there; `weir serve` itself needs sysfs and says so.
+            Err(_) => match weir_sys::online_cpus().len() {
+                0 => return Err("neither /sys/devices/system/cpu/possible nor this process's CPU affinity can be read".into()),
+                n => n as u32,
+            },
+        };
         Ok(HostFacts {
             mem_available,
             memcg_room: memcg_room(),

@@ -76,13 +76,8 @@ pub fn reload_and_wait(run_dir: &Path, timeout: Duration) -> Result<(u32, Reload
         );
     }
     let sent_ns = weir_sys::monotonic_ns();
-    // SAFETY: plain kill(2).
-    if unsafe { libc::kill(rec.pid as i32, libc::SIGHUP) } != 0 {
-        bail!(
-            "signalling weir serve (pid {}): {}",
-            rec.pid,
-            io::Error::last_os_error()
-        );
+    if let Err(e) = weir_sys::process::send_signal(rec.pid, libc::SIGHUP) {
+        bail!("signalling weir serve (pid {}): {e}", rec.pid);
     }
     let deadline = Instant::now() + timeout;
     loop {

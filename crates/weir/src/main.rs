@@ -12,6 +12,7 @@ use weir_control::runtime::{self, ServeOptions};
 use weir_control::status;
 use weir_dataplane::attach::XdpMode;
 
+mod dip;
 mod logger;
 mod reload;
 
@@ -97,7 +98,7 @@ enum Command {
     },
     /// Add, remove, reweight or drain a DIP of the running daemon (through its API;
     /// the change is written back to its configuration file).
-    Dip(weir_control::api::cli::DipArgs),
+    Dip(dip::DipArgs),
     /// Run on a backend of ipip/gue VIPs: strip the outer IPIP/IPv6/GUE header of packets to
     /// this host in XDP (`weir decap --interface IF`, `weir decap status --interface IF`).
     Decap(weir_backend::decap::DecapArgs),
@@ -230,7 +231,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Man { dir } => std::fs::create_dir_all(&dir)
             .and_then(|()| clap_mangen::generate_to(Cli::command(), &dir))
             .with_context(|| format!("writing man pages into {}", dir.display())),
-        Command::Dip(args) => weir_control::api::cli::run(&args),
+        Command::Dip(args) => dip::run(&args),
         Command::Decap(args) => weir_backend::decap::run(&args),
         Command::Reload(args) => reload::run(&args),
     }

@@ -19,6 +19,7 @@ use weir_lab::backend::{Backend, BackendOptions};
 use weir_lab::client::{http_once, spawn_http};
 use weir_lab::daemon::Daemon;
 use weir_lab::topology::Lab;
+use weir_sys::process::send_signal;
 
 const VIP: &str = "10.77.100.1:80";
 
@@ -143,12 +144,10 @@ fn weir_reload_exits_on_the_daemons_answer_and_applies_what_it_accepts() {
 
     // No answer (the daemon is stopped): a timeout that says so.
     d.write_config(&config("", "1", "")).unwrap();
-    let pid = d.pid().unwrap() as i32;
-    // SAFETY: plain kill(2) to our child.
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let pid = d.pid().unwrap();
+    send_signal(pid, libc::SIGSTOP).unwrap();
     let o = reload(&d, &["--timeout", "1"]);
-    // SAFETY: as above.
-    unsafe { libc::kill(pid, libc::SIGCONT) };
+    send_signal(pid, libc::SIGCONT).unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && err.contains("did not answer the reload within 1 s"),

@@ -22,7 +22,6 @@
 //! invalid, 500 a file that cannot be written. A refused write changes
 //! neither the maps nor the file.
 
-pub mod cli;
 pub mod edit;
 pub mod view;
 

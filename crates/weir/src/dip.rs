@@ -7,14 +7,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use axum::http::Method;
 use clap::{Args, Subcommand};
 use weir_config::Config;
-
-use super::edit::{DipRef, NewDip};
-use super::{reachable, Changed};
-use crate::run_record::{RunRecord, DEFAULT_RUN_DIR};
-use weir_http::client::Call;
+use weir_control::api::edit::{DipRef, NewDip};
+use weir_control::api::{reachable, Changed};
+use weir_control::run_record::{RunRecord, DEFAULT_RUN_DIR};
+use weir_http::client::{Call, Method};
 
 #[derive(Args, Debug)]
 pub struct DipArgs {
