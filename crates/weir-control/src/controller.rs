@@ -671,12 +671,7 @@ impl State {
             .is_none_or(|t| now.duration_since(t) >= SNAPSHOT_EVERY);
         if let (Some(dir), true) = (&self.run_dir, write) {
             self.last_snapshot_write = Some(now);
-            let tmp = dir.join("controller.json.tmp");
-            if let Ok(bytes) = serde_json::to_vec_pretty(&snap) {
-                if std::fs::write(&tmp, bytes).is_ok() {
-                    let _ = std::fs::rename(&tmp, snapshot_path(dir));
-                }
-            }
+            crate::run_record::publish_json(&snapshot_path(dir), &snap);
         }
         *self
             .shared

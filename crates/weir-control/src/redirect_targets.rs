@@ -233,12 +233,7 @@ impl Watch {
             }
         }
         if now != self.last {
-            let tmp = self.file.with_extension("json.tmp");
-            if let Ok(text) = serde_json::to_vec_pretty(&now) {
-                if fs::write(&tmp, text).is_ok() {
-                    let _ = fs::rename(&tmp, &self.file);
-                }
-            }
+            crate::run_record::publish_json(&self.file, &now);
         }
         self.last = now;
     }

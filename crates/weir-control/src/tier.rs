@@ -194,12 +194,7 @@ pub fn start(
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .clone();
-                    let tmp = file.with_extension("json.tmp");
-                    if let Ok(text) = serde_json::to_vec_pretty(&all) {
-                        if fs::write(&tmp, text).is_ok() {
-                            let _ = fs::rename(&tmp, &file);
-                        }
-                    }
+                    crate::run_record::publish_json(&file, &all);
                 }
             })?
     };
