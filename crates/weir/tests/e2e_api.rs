@@ -116,16 +116,19 @@ fn file_weight(d: &Daemon, id: &str) -> Option<u32> {
 
 /// Polls `GET /api/v1/vips/web` until the DIPs have these weights in
 /// force (bounded); the VIP as it was then.
+/// The weights come from the data plane's tables and the health verdicts
+/// from the controller's last round, which is published just after the
+/// tables: on a health-checked VIP a DIP with weight counts as in force once
+/// both say so.
 fn wait_weights(lab: &Lab, addr: SocketAddr, want: &[(&str, u32)]) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         let v = get(lab, addr, "/api/v1/vips/web");
+        let checked = v["health_checks"] == true;
         let all = want.iter().all(|(id, w)| {
-            v["dips"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|d| d["id"] == *id && d["weight"] == *w)
+            v["dips"].as_array().unwrap().iter().any(|d| {
+                d["id"] == *id && d["weight"] == *w && (!checked || *w == 0 || d["healthy"] == true)
+            })
         });
         if all {
             return v;
