@@ -229,6 +229,9 @@ pub fn start(cfg: &KvConfig) -> Result<Running> {
     let udp_status = switch.as_ref().map(|s| s.status_handle());
     let dist = Arc::new(cfg.distribution());
     let proxy = Arc::new(Proxy::start(cfg, dist, inval)?);
+    if let Some(sw) = &switch {
+        sw.follow(proxy.routing().clone());
+    }
     eprintln!(
         "weir kv: pool {} on {} ({} servers, {}/{}, {} workers)",
         cfg.pool,
