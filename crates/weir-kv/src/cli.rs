@@ -179,6 +179,11 @@ impl Running {
         self.proxy.local_addr()
     }
 
+    /// The XDP switch's status, when the UDP path runs.
+    pub fn udp_status(&self) -> Option<crate::udp::StatusHandle> {
+        self.switch.as_ref().map(|s| s.status_handle())
+    }
+
     /// Where /metrics and /status answer, if they do.
     pub fn metrics_addr(&self) -> Option<SocketAddr> {
         self.metrics.as_ref().map(|m| m.addr)

@@ -403,6 +403,45 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_ejected_server_shows_its_state_and_ejections() {
+        let mut st = sample(false);
+        st.eject = "rehash".into();
+        let h = &mut st.servers[1].health;
+        (h.state, h.ejections, h.returns, h.retry_unix_ms) =
+            (ServerState::Ejected, 2, 1, Some(90_000));
+        let head = render(&st);
+        assert!(
+            head.starts_with("pool alpha on 127.0.0.1:22121 (fnv1a_64 / ketama, ejection rehash)"),
+            "{head}"
+        );
+        let text = servers_table(&st, 65_000);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("10.0.0.2:11211"))
+            .unwrap();
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        // name, address, weight, state, age, requests, failures, ejections
+        assert_eq!(&cols[3..8], ["ejected", "15s", "3", "3", "2"], "{text}");
+        let json = serde_json::to_value(&st).unwrap();
+        let s = &json["servers"][1];
+        assert_eq!(
+            (
+                &s["state"],
+                &s["ejections"],
+                &s["returns"],
+                &s["retry_unix_ms"]
+            ),
+            (
+                &serde_json::json!("ejected"),
+                &serde_json::json!(2),
+                &serde_json::json!(1),
+                &serde_json::json!(90_000)
+            )
+        );
+        assert_eq!(json["eject"], "rehash");
+    }
+
+    #[test]
     fn views_derive_ratios_and_per_server_requests() {
         let p = sample(true).pool_view();
         assert_eq!(p.hit_ratio, Some(0.75));

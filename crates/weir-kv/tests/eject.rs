@@ -3,13 +3,14 @@
 //! places every key where the real nutcracker binary places it (ketama and
 //! modula, checked key by key on the servers themselves); weir's `failover`
 //! mode moves only the ejected server's keys; an ejected server returns
-//! after `server_retry_timeout`.
+//! after `server_retry_timeout`; status and /metrics show it all; the XDP
+//! switch's UDP path follows an ejection (namespaces, veth pairs).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir_kv::{parse_nutcracker, KvConfig, Proxy, ServerState};
+use weir_kv::{http_get, parse_nutcracker, start, KvConfig, Proxy, ServerState, Status};
 use weir_lab::kv::testbed::{free_port, memcached, nutcracker, McClient, Proc};
 
 const KEYS: usize = 300;
@@ -295,4 +296,156 @@ fn an_ejected_server_returns_after_the_retry_timeout() {
     }
     let h = &weir.health()[1];
     assert_eq!((h.state, h.ejections, h.returns), (ServerState::Up, 1, 1));
+}
+
+#[test]
+fn status_and_metrics_show_ejections_and_returns() {
+    let mut servers = Servers::start();
+    let extra = "  eject_mode: failover\n  server_failure_limit: 1\n  server_retry_timeout: 300\n";
+    let mut cfg = parse_nutcracker(
+        "weir.yml",
+        &servers.yaml("127.0.0.1:0".parse().unwrap(), "md5", "ketama", extra),
+        None,
+    )
+    .unwrap();
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    cfg.metrics = Some(metrics);
+    let running = start(&cfg).unwrap();
+    let status =
+        || -> Status { serde_json::from_str(&http_get(metrics, "/status").unwrap()).unwrap() };
+    assert_eq!(status().eject, "failover");
+    servers.stop(1);
+    let mut c = McClient::connect(running.proxy_addr()).unwrap();
+    let probe = key_of(&cfg, 1);
+    assert!(c.set(&probe, b"x").unwrap().starts_with("SERVER_ERROR"));
+    let st = status();
+    let beta = &st.servers[1];
+    assert_eq!(beta.name, "beta");
+    assert_eq!(
+        (
+            beta.health.state,
+            beta.health.ejections,
+            beta.health.returns
+        ),
+        (ServerState::Ejected, 1, 0),
+        "{beta:?}"
+    );
+    assert!(beta.health.retry_unix_ms.is_some(), "{beta:?}");
+    let text = http_get(metrics, "/metrics").unwrap();
+    for line in [
+        "weir_kv_server_state{server=\"beta\",address=\"127.0.0.1:",
+        "weir_kv_server_ejections_total{server=\"beta\"} 1",
+        "weir_kv_server_returns_total{server=\"beta\"} 0",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("weir_kv_server_state{server=\"beta\"")
+                && l.ends_with("state=\"ejected\"} 1")),
+        "{text}"
+    );
+    // the ejected server's key is served by the next live one meanwhile
+    assert_eq!(c.set(&probe, b"x").unwrap(), "STORED\r\n");
+    servers.restart(1);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while status().servers[1].health.returns == 0 {
+        assert!(Instant::now() < deadline, "beta never returned");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(c.set(&probe, b"y").unwrap(), "STORED\r\n");
+    assert_eq!(
+        servers.direct(1).get(&probe).unwrap().as_deref(),
+        Some(&b"y"[..])
+    );
+    let st = status();
+    assert_eq!(
+        (st.servers[1].health.state, st.servers[1].health.returns),
+        (ServerState::Up, 1)
+    );
+    assert!(http_get(metrics, "/metrics")
+        .unwrap()
+        .contains("weir_kv_server_returns_total{server=\"beta\"} 1"));
+    running.stop();
+}
+
+#[test]
+fn the_udp_path_follows_an_ejection() {
+    use std::net::IpAddr;
+    use weir_lab::kv::lab::{in_ns, server_ip, KvLab, UdpMc, MC_PORT, PROXY_PORT, SWITCH_IP, VIP};
+
+    let lab = KvLab::new(3, 1).unwrap();
+    let toml = lab.toml("l2", true).replace(
+        "metrics = \"\"\n",
+        "metrics = \"\"\ntimeout_ms = 300\nauto_eject_hosts = true\neject_mode = \"failover\"\n\
+         server_failure_limit = 1\nserver_retry_timeout_ms = 60000\n",
+    );
+    let cfg = weir_kv::parse_toml("lab.toml", &toml).unwrap();
+    let full = cfg.distribution();
+    let c2 = cfg.clone();
+    let running = in_ns(&lab.switch, move || start(&c2)).unwrap();
+    let probe = key_of(&cfg, 1);
+    // server 1 leaves the network: the proxy's next request to it fails
+    let down = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &lab.servers[1],
+            "ip",
+            "link",
+            "set",
+            "eth0",
+            "down",
+        ])
+        .status()
+        .unwrap();
+    assert!(down.success());
+    let p2 = probe.clone();
+    let first = in_ns(&lab.client, move || {
+        let mut tcp = McClient::connect(SocketAddr::new(IpAddr::V4(SWITCH_IP), PROXY_PORT))?;
+        tcp.set(&p2, b"x")
+    })
+    .unwrap();
+    assert!(first.starts_with("SERVER_ERROR"), "{first}");
+    let udp_status = running.udp_status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while udp_status.get().reroutes == 0 {
+        assert!(Instant::now() < deadline, "the XDP table was not rewritten");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // every key set over UDP lands where the TCP proxy now sends it
+    let keys = keys()[..120].to_vec();
+    let want = full.failover(&[true, false, true]);
+    let k2 = keys.clone();
+    let owners: Vec<usize> = keys
+        .iter()
+        .map(|k| want.server_for_key(k.as_bytes()))
+        .collect();
+    let moved = keys
+        .iter()
+        .filter(|k| full.server_for_key(k.as_bytes()) == 1)
+        .count();
+    assert!(moved > 10, "only {moved} keys of server 1 in the sample");
+    in_ns(&lab.client, move || {
+        let mut udp = UdpMc::new(SocketAddr::new(IpAddr::V4(VIP), MC_PORT))?;
+        for k in &k2 {
+            assert_eq!(udp.set(k, k.as_bytes())?, "STORED", "{k} over UDP");
+        }
+        let mut direct: Vec<McClient> = [0, 2]
+            .iter()
+            .map(|&i| McClient::connect(SocketAddr::new(IpAddr::V4(server_ip(i)), MC_PORT)))
+            .collect::<anyhow::Result<_>>()?;
+        for (k, &o) in k2.iter().zip(&owners) {
+            let d = if o == 0 { 0 } else { 1 };
+            assert_eq!(
+                direct[d].get(k)?,
+                Some(k.clone().into_bytes()),
+                "{k} on {o}"
+            );
+            assert_eq!(direct[1 - d].get(k)?, None, "{k} not only on {o}");
+        }
+        Ok(())
+    })
+    .unwrap();
+    running.stop();
 }
