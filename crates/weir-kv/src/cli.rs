@@ -11,6 +11,7 @@ use weir_http::Server;
 use weir_sys::SignalSet;
 
 use crate::config::{parse_metrics, KvConfig, UdpConfig};
+use crate::health::EjectMode;
 use crate::invalidate::Invalidation;
 use crate::proxy::Proxy;
 use crate::status::{render, status_of};
@@ -147,8 +148,17 @@ pub fn run(args: &KvArgs) -> Result<()> {
             None => String::new(),
         };
         let metrics = cfg.metrics.map_or("off".into(), |m| m.to_string());
+        let eject = match cfg.eject.mode {
+            EjectMode::Off => String::new(),
+            mode => format!(
+                ", ejection {} after {} failures for {} ms",
+                mode.as_str(),
+                cfg.eject.failure_limit,
+                cfg.eject.retry.as_millis()
+            ),
+        };
         println!(
-            "{}: ok (pool {}, {} servers, {} / {}{udp}; metrics {metrics})",
+            "{}: ok (pool {}, {} servers, {} / {}{eject}{udp}; metrics {metrics})",
             cfg.file.display(),
             cfg.pool,
             cfg.servers.len(),
@@ -177,6 +187,11 @@ pub struct Running {
 impl Running {
     pub fn proxy_addr(&self) -> SocketAddr {
         self.proxy.local_addr()
+    }
+
+    /// The XDP switch's status, when the UDP path runs.
+    pub fn udp_status(&self) -> Option<crate::udp::StatusHandle> {
+        self.switch.as_ref().map(|s| s.status_handle())
     }
 
     /// Where /metrics and /status answer, if they do.
@@ -229,6 +244,9 @@ pub fn start(cfg: &KvConfig) -> Result<Running> {
     let udp_status = switch.as_ref().map(|s| s.status_handle());
     let dist = Arc::new(cfg.distribution());
     let proxy = Arc::new(Proxy::start(cfg, dist, inval)?);
+    if let Some(sw) = &switch {
+        sw.follow(proxy.routing().clone());
+    }
     eprintln!(
         "weir kv: pool {} on {} ({} servers, {}/{}, {} workers)",
         cfg.pool,

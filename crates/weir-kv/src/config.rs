@@ -12,8 +12,8 @@
 //! | `timeout` | honoured: a request without a reply in time gets `SERVER_ERROR Connection timed out` |
 //! | `backlog`, `client_connections`, `preconnect`, `tcpkeepalive` | honoured |
 //! | `server_connections` | accepted; weir keeps one pipelined connection per server per worker |
-//! | `auto_eject_hosts: false`, `server_retry_timeout`, `server_failure_limit` | accepted (no ejection) |
-//! | `auto_eject_hosts: true` | refused: ejection remaps keys in one proxy only; the XDP path and the hot-key cache need one fixed owner per key |
+//! | `auto_eject_hosts`, `server_failure_limit`, `server_retry_timeout` | honoured: ejection and return as nutcracker's, the keys rehashed bit for bit |
+//! | `eject_mode: rehash \| failover` (weir's own) | `failover` moves only an ejected server's keys (to the next live point of the ring) |
 //! | `redis: true`, `redis_auth`, `redis_db` | refused: weir switches memcached only |
 //! | `stats_listen`, `stats_port` style keys, anything else | refused as unknown (nutcracker refuses them too) |
 
@@ -22,6 +22,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::health::{EjectMode, EjectPolicy};
 use crate::route::{DistKind, Distribution, HashKind, Server};
 use serde::Deserialize;
 use toml::Spanned;
@@ -147,6 +148,8 @@ pub struct KvConfig {
     pub client_connections: usize,
     pub preconnect: bool,
     pub tcpkeepalive: bool,
+    /// `auto_eject_hosts` and how: off, nutcracker's rehash, or failover.
+    pub eject: EjectPolicy,
     pub servers: Vec<Server>,
     /// `servers[i]` resolved.
     pub server_addrs: Vec<SocketAddr>,
@@ -205,6 +208,7 @@ fn defaults(file: &str, pool: &str, listen: SocketAddr) -> KvConfig {
         client_connections: 0,
         preconnect: false,
         tcpkeepalive: false,
+        eject: EjectPolicy::default(),
         servers: Vec::new(),
         server_addrs: Vec::new(),
         workers: 1,
@@ -461,6 +465,8 @@ pub fn parse_nutcracker(
     let p = &pool.name;
     let mut cfg = defaults(file, p, SocketAddr::from(([127, 0, 0, 1], 22121)));
     let mut have_listen = false;
+    let mut auto_eject = false;
+    let mut eject_mode: Option<(usize, EjectMode)> = None;
     let mut seen = std::collections::HashSet::new();
     for (line, key, val) in &pool.keys {
         let line = *line;
@@ -491,19 +497,14 @@ pub fn parse_nutcracker(
                     return Err(bad("must be at least 1".into()));
                 }
             }
-            "server_retry_timeout" | "server_failure_limit" => {
-                parse_num(val).map_err(bad)?;
+            "server_retry_timeout" => {
+                cfg.eject.retry = Duration::from_millis(parse_num(val).map_err(bad)? as u64);
             }
-            "auto_eject_hosts" => {
-                if parse_bool(val).map_err(bad)? {
-                    return Err(bad(
-                        "true is not supported: ejecting a server remaps its keys in this proxy \
-                         only, while the XDP path and the hot-key cache need one fixed owner per \
-                         key; set it to false (weir answers SERVER_ERROR for a down server)"
-                            .into(),
-                    ));
-                }
+            "server_failure_limit" => {
+                cfg.eject.failure_limit = parse_num(val).map_err(bad)?.min(u32::MAX as i64) as u32;
             }
+            "auto_eject_hosts" => auto_eject = parse_bool(val).map_err(bad)?,
+            "eject_mode" => eject_mode = Some((line, val.parse().map_err(bad)?)),
             "redis" => {
                 if parse_bool(val).map_err(bad)? {
                     return Err(bad(
@@ -523,6 +524,7 @@ pub fn parse_nutcracker(
     if !have_listen {
         return Err(e.at(pool.line, &format!("{p}.listen"), "is required"));
     }
+    cfg.eject.mode = eject_mode_of(&e, auto_eject, eject_mode, &format!("{p}.eject_mode"))?;
     if pool.servers.is_empty() {
         return Err(e.at(
             pool.servers_line.max(pool.line),
@@ -537,6 +539,26 @@ pub fn parse_nutcracker(
         cfg.server_addrs.push(addr);
     }
     finish(&e, cfg, pool.servers_line)
+}
+
+/// The ejection mode of `auto_eject_hosts` and weir's `eject_mode` (which
+/// needs ejection on).
+fn eject_mode_of(
+    e: &Err_,
+    auto_eject: bool,
+    mode: Option<(usize, EjectMode)>,
+    field: &str,
+) -> Result<EjectMode, ConfigError> {
+    match (auto_eject, mode) {
+        (false, None) => Ok(EjectMode::Off),
+        (false, Some((line, _))) => Err(e.at(
+            line,
+            field,
+            "chooses how servers are ejected; set auto_eject_hosts to true as well",
+        )),
+        (true, None) => Ok(EjectMode::Rehash),
+        (true, Some((_, m))) => Ok(m),
+    }
 }
 
 fn finish(e: &Err_, cfg: KvConfig, servers_line: usize) -> Result<KvConfig, ConfigError> {
@@ -584,6 +606,14 @@ struct TomlPool {
     preconnect: bool,
     #[serde(default)]
     tcpkeepalive: bool,
+    #[serde(default)]
+    auto_eject_hosts: bool,
+    #[serde(default)]
+    eject_mode: Option<Spanned<String>>,
+    #[serde(default)]
+    server_failure_limit: Option<u32>,
+    #[serde(default)]
+    server_retry_timeout_ms: Option<u64>,
     #[serde(default)]
     workers: Option<Spanned<usize>>,
     #[serde(default)]
@@ -700,6 +730,25 @@ pub fn parse_toml(file: &str, src: &str) -> Result<KvConfig, ConfigError> {
     cfg.client_connections = p.client_connections.unwrap_or(0);
     cfg.preconnect = p.preconnect;
     cfg.tcpkeepalive = p.tcpkeepalive;
+    let mode = match &p.eject_mode {
+        Some(m) => {
+            let l = ln(&m.span());
+            Some((
+                l,
+                m.get_ref()
+                    .parse()
+                    .map_err(|msg| e.at(l, "pool.eject_mode", msg))?,
+            ))
+        }
+        None => None,
+    };
+    cfg.eject.mode = eject_mode_of(&e, p.auto_eject_hosts, mode, "pool.eject_mode")?;
+    if let Some(n) = p.server_failure_limit {
+        cfg.eject.failure_limit = n;
+    }
+    if let Some(ms) = p.server_retry_timeout_ms {
+        cfg.eject.retry = Duration::from_millis(ms);
+    }
     if let Some(w) = &p.workers {
         if *w.get_ref() == 0 || *w.get_ref() > 64 {
             return Err(e.at(ln(&w.span()), "pool.workers", "must be 1..=64"));
@@ -881,11 +930,69 @@ alpha:
     }
 
     #[test]
+    fn ejection_options_as_nutcracker_and_weir_name_them() {
+        let c = parse_nutcracker("nc.yml", NC, None).unwrap();
+        assert_eq!(c.eject.mode, EjectMode::Off);
+        assert_eq!(c.eject.failure_limit, 1);
+        assert_eq!(c.eject.retry, Duration::from_millis(2000));
+        let on = NC.replace("auto_eject_hosts: false", "auto_eject_hosts: true");
+        let c = parse_nutcracker("nc.yml", &on, None).unwrap();
+        assert_eq!(c.eject.mode, EjectMode::Rehash);
+        let failover = on.replace("  redis: false\n", "  eject_mode: failover\n");
+        let c = parse_nutcracker("nc.yml", &failover, None).unwrap();
+        assert_eq!(c.eject.mode, EjectMode::Failover);
+        let e = nc_err(&failover.replace("failover", "sideways"));
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(8), "alpha.eject_mode"),
+            "{e}"
+        );
+        let e = nc_err(&failover.replace("auto_eject_hosts: true", "auto_eject_hosts: false"));
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(8), "alpha.eject_mode"),
+            "{e}"
+        );
+        assert!(e.message.contains("auto_eject_hosts"), "{e}");
+        // nutcracker's defaults when the limits are not written
+        let bare = on
+            .replace("  server_retry_timeout: 2000\n", "")
+            .replace("  server_failure_limit: 1\n", "");
+        let c = parse_nutcracker("nc.yml", &bare, None).unwrap();
+        assert_eq!(
+            (c.eject.failure_limit, c.eject.retry),
+            (2, Duration::from_secs(30))
+        );
+        let t = parse_toml(
+            "kv.toml",
+            &TOML.replace(
+                "workers = 2",
+                "workers = 2\nauto_eject_hosts = true\neject_mode = \"failover\"\nserver_failure_limit = 3\nserver_retry_timeout_ms = 500",
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            (t.eject.mode, t.eject.failure_limit, t.eject.retry),
+            (EjectMode::Failover, 3, Duration::from_millis(500))
+        );
+        let e = parse_toml(
+            "kv.toml",
+            &TOML.replace("workers = 2", "workers = 2\neject_mode = \"failover\""),
+        )
+        .unwrap_err();
+        assert_eq!(
+            (e.line, e.field.as_str()),
+            (Some(7), "pool.eject_mode"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn nutcracker_refusals_name_the_option_and_line() {
         let e = nc_err(&NC.replace("redis: false", "redis: true"));
         assert_eq!((e.line, e.field.as_str()), (Some(8), "alpha.redis"), "{e}");
         assert!(e.message.contains("memcached"), "{e}");
-        let e = nc_err(&NC.replace("auto_eject_hosts: false", "auto_eject_hosts: true"));
+        let e = nc_err(&NC.replace("auto_eject_hosts: false", "auto_eject_hosts: maybe"));
         assert_eq!(
             (e.line, e.field.as_str()),
             (Some(7), "alpha.auto_eject_hosts")

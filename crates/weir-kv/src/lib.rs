@@ -17,7 +17,10 @@
 //! - `udp`: the XDP switch (`weir_kv`) loaded and attached, the hot-key
 //!   loop that fills its cache, and the XDP invalidator of the TCP proxy.
 //! - `stats`: counters shared by the workers; `health`: each server's
-//!   state (unknown, up, down), since when, and its last error.
+//!   state (unknown, up, down, ejected), since when, its last error, and
+//!   nutcracker's `auto_eject_hosts` bookkeeping; `routing`: the
+//!   distribution in force with the ejected servers taken out (nutcracker's
+//!   rehash, or weir's failover), shared by the workers and the XDP path.
 //! - `status`: what a running switch reports (`/status`, `weir kv status`,
 //!   the read-only management API's views); `metrics`: the same as
 //!   Prometheus metrics; `endpoint`: the HTTP routes that serve them.
@@ -38,6 +41,7 @@ mod metrics;
 mod proto;
 mod proxy;
 pub mod route;
+mod routing;
 mod stats;
 mod status;
 mod udp;
@@ -51,7 +55,7 @@ mod skel {
 
 pub use cli::{http_get, load as load_config, run, start, KvArgs, Running, Status};
 pub use config::{parse_nutcracker, parse_toml, ConfigError, KvConfig};
-pub use health::{HealthReport, ServerState};
+pub use health::{EjectMode, EjectPolicy, HealthReport, ServerState};
 pub use invalidate::{Invalidated, Invalidation, Invalidator, Recorder};
 pub use proxy::Proxy;
 pub use status::ServerStatus;

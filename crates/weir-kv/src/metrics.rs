@@ -74,7 +74,12 @@ fn server_health(enc: &mut DescriptorEncoder, servers: &[ServerStatus]) -> fmt::
         MetricType::Gauge,
     )?;
     for srv in servers {
-        for state in [ServerState::Unknown, ServerState::Up, ServerState::Down] {
+        for state in [
+            ServerState::Unknown,
+            ServerState::Up,
+            ServerState::Down,
+            ServerState::Ejected,
+        ] {
             let labels = [
                 ("server", srv.name.as_str()),
                 ("address", srv.address.as_str()),
@@ -103,6 +108,22 @@ fn server_health(enc: &mut DescriptorEncoder, servers: &[ServerStatus]) -> fmt::
         servers
             .iter()
             .map(|srv| ([("server", srv.name.as_str())], srv.health.failures)),
+    )?;
+    family(
+        enc,
+        "weir_kv_server_ejections",
+        "Times each server was ejected (auto_eject_hosts).",
+        servers
+            .iter()
+            .map(|srv| ([("server", srv.name.as_str())], srv.health.ejections)),
+    )?;
+    family(
+        enc,
+        "weir_kv_server_returns",
+        "Times each ejected server returned to the ring after server_retry_timeout.",
+        servers
+            .iter()
+            .map(|srv| ([("server", srv.name.as_str())], srv.health.returns)),
     )
 }
 

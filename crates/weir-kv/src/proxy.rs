@@ -35,6 +35,7 @@ use crate::config::KvConfig;
 use crate::health::{Health, HealthReport};
 use crate::invalidate::Invalidation;
 use crate::proto::{self, Cmd, Parsed, RespKind};
+use crate::routing::Routing;
 use crate::stats::{inc, snapshot, Snapshot, WorkerStats};
 
 const LISTENER: Token = Token(0);
@@ -54,7 +55,7 @@ pub struct Proxy {
     wakers: Vec<Arc<Waker>>,
     threads: Vec<JoinHandle<()>>,
     stats: Vec<Arc<WorkerStats>>,
-    health: Arc<Health>,
+    routing: Arc<Routing>,
     local: SocketAddr,
 }
 
@@ -78,7 +79,17 @@ impl Proxy {
         let mut threads = Vec::new();
         let mut wakers = Vec::new();
         let mut stats = Vec::new();
-        let health = Arc::new(Health::new(cfg.servers.len()));
+        let names = cfg
+            .servers
+            .iter()
+            .map(|s| {
+                s.name
+                    .clone()
+                    .unwrap_or_else(|| format!("{}:{}", s.addr, s.port))
+            })
+            .collect();
+        let health = Arc::new(Health::ejecting(&cfg.pool, names, cfg.eject));
+        let routing = Arc::new(Routing::new(cfg, dist, health.clone()));
         for (i, l) in listeners.into_iter().enumerate() {
             let poll = Poll::new()?;
             let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
@@ -87,7 +98,7 @@ impl Proxy {
                 poll,
                 TcpListener::from_std(l),
                 cfg,
-                dist.clone(),
+                routing.clone(),
                 invalidation.clone(),
                 st.clone(),
                 health.clone(),
@@ -111,7 +122,7 @@ impl Proxy {
             wakers,
             threads,
             stats,
-            health,
+            routing,
             local,
         })
     }
@@ -126,7 +137,12 @@ impl Proxy {
 
     /// Each server's state, in the configuration's order.
     pub fn health(&self) -> Vec<HealthReport> {
-        self.health.reports()
+        self.routing.health().reports()
+    }
+
+    /// Which server owns a key now, ejections included.
+    pub fn routing(&self) -> &Arc<Routing> {
+        &self.routing
     }
 
     /// Stop the workers and close every connection.
@@ -279,7 +295,10 @@ struct Worker {
     free: Vec<u32>,
     next_gen: u32,
     servers: Vec<ServerConn>,
+    routing: Arc<Routing>,
+    /// `routing`'s distribution as of generation `dist_generation`.
     dist: Arc<Distribution>,
+    dist_generation: u64,
     inval: Option<Invalidation>,
     stats: Arc<WorkerStats>,
     health: Arc<Health>,
@@ -309,7 +328,7 @@ impl Worker {
         poll: Poll,
         mut listener: TcpListener,
         cfg: &KvConfig,
-        dist: Arc<Distribution>,
+        routing: Arc<Routing>,
         inval: Option<Invalidation>,
         stats: Arc<WorkerStats>,
         health: Arc<Health>,
@@ -331,6 +350,7 @@ impl Worker {
                 inflight: VecDeque::new(),
             })
             .collect();
+        let (dist_generation, dist) = routing.current();
         let mut w = Worker {
             poll,
             listener,
@@ -338,7 +358,9 @@ impl Worker {
             free: Vec::new(),
             next_gen: 1,
             servers,
+            dist_generation,
             dist,
+            routing,
             inval,
             stats,
             health,
@@ -400,8 +422,18 @@ impl Worker {
             if let Some(t) = self.timeout {
                 self.check_timeouts(t);
             }
+            self.health.tick();
+            self.follow_routing();
         }
         Ok(())
+    }
+
+    /// Routes by the newest distribution (after an ejection or a return);
+    /// requests already sent finish where they went.
+    fn follow_routing(&mut self) {
+        if self.routing.generation() != self.dist_generation {
+            (self.dist_generation, self.dist) = self.routing.current();
+        }
     }
 
     fn flush(&mut self) {
@@ -525,6 +557,9 @@ impl Worker {
         let Some(mut c) = self.clients[idx as usize].take() else {
             return;
         };
+        // An ejection can come between a reply and the next request it
+        // prompted, within one turn of the event loop.
+        self.follow_routing();
         if c.first && !c.rbuf.is_empty() {
             c.first = false;
             if c.rbuf[0] == 0x80 {

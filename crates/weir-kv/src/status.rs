@@ -19,6 +19,9 @@ pub struct Status {
     pub listen: String,
     pub hash: String,
     pub distribution: String,
+    /// `auto_eject_hosts`: off, rehash (nutcracker's) or failover (weir's).
+    #[serde(default = "eject_off")]
+    pub eject: String,
     /// Each server, in the configuration's order.
     pub servers: Vec<ServerStatus>,
     pub stats: Snapshot,
@@ -42,6 +45,10 @@ pub struct ServerStatus {
     pub health: HealthReport,
 }
 
+fn eject_off() -> String {
+    "off".into()
+}
+
 /// Reads the status of a running switch.
 pub fn status_of(proxy: &Proxy, cfg: &KvConfig, udp: Option<&StatusHandle>) -> Status {
     let udp = udp.map(|h| h.get());
@@ -50,6 +57,7 @@ pub fn status_of(proxy: &Proxy, cfg: &KvConfig, udp: Option<&StatusHandle>) -> S
         listen: proxy.local_addr().to_string(),
         hash: cfg.hash.to_string(),
         distribution: cfg.distribution.to_string(),
+        eject: cfg.eject.mode.as_str().into(),
         servers: cfg
             .servers
             .iter()
@@ -162,8 +170,8 @@ impl Status {
 pub fn render(st: &Status) -> String {
     let s = &st.stats;
     let mut out = format!(
-        "pool {} on {} ({} / {})\nclients {} (total {})  requests {}  writes {}\nget keys {}  hits {}  misses {}\nerrors: client {}  server {}  timeouts {}  binary refused {}\ninvalidations {} (failed {})\n",
-        st.pool, st.listen, st.hash, st.distribution,
+        "pool {} on {} ({} / {}, ejection {})\nclients {} (total {})  requests {}  writes {}\nget keys {}  hits {}  misses {}\nerrors: client {}  server {}  timeouts {}  binary refused {}\ninvalidations {} (failed {})\n",
+        st.pool, st.listen, st.hash, st.distribution, st.eject,
         s.client_connections, s.client_connections_total, s.requests, s.writes,
         s.get_keys, s.get_hits, s.get_misses,
         s.client_errors, s.server_errors, s.timeouts, s.binary_refused,
@@ -247,8 +255,8 @@ fn age(then_ms: u64, now_ms: u64) -> String {
 /// failures and the newest error.
 fn servers_table(st: &Status, now_ms: u64) -> String {
     let mut out = format!(
-        "{:<20} {:<22} {:>6} {:<14} {:>10} {:>8}  last error\n",
-        "server", "address", "weight", "state", "requests", "failures"
+        "{:<20} {:<22} {:>6} {:<14} {:>10} {:>8} {:>8}  last error\n",
+        "server", "address", "weight", "state", "requests", "failures", "ejected"
     );
     for (i, srv) in st.servers.iter().enumerate() {
         let h = &srv.health;
@@ -262,13 +270,14 @@ fn servers_table(st: &Status, now_ms: u64) -> String {
             (None, _) => "-".into(),
         };
         out.push_str(&format!(
-            "{:<20} {:<22} {:>6} {:<14} {:>10} {:>8}  {error}\n",
+            "{:<20} {:<22} {:>6} {:<14} {:>10} {:>8} {:>8}  {error}\n",
             srv.name,
             srv.address,
             srv.weight,
             state,
             st.stats.server_requests.get(i).copied().unwrap_or(0),
             h.failures,
+            h.ejections,
         ));
     }
     out
@@ -295,6 +304,7 @@ pub(crate) mod tests {
             listen: "127.0.0.1:22121".into(),
             hash: "fnv1a_64".into(),
             distribution: "ketama".into(),
+            eject: "off".into(),
             servers: vec![
                 server(
                     "cache-a",
@@ -305,6 +315,9 @@ pub(crate) mod tests {
                         failures: 0,
                         last_error: None,
                         last_error_unix_ms: None,
+                        ejections: 0,
+                        returns: 0,
+                        retry_unix_ms: None,
                     },
                 ),
                 server(
@@ -316,6 +329,9 @@ pub(crate) mod tests {
                         failures: 3,
                         last_error: Some("Connection refused".into()),
                         last_error_unix_ms: Some(62_000),
+                        ejections: 0,
+                        returns: 0,
+                        retry_unix_ms: None,
                     },
                 ),
             ],
@@ -384,6 +400,45 @@ pub(crate) mod tests {
         let api = serde_json::to_value(st.pool_view()).unwrap();
         assert_eq!(api["servers"][0]["name"], "cache-a");
         assert_eq!(api["servers"][1]["state"], "down");
+    }
+
+    #[test]
+    fn an_ejected_server_shows_its_state_and_ejections() {
+        let mut st = sample(false);
+        st.eject = "rehash".into();
+        let h = &mut st.servers[1].health;
+        (h.state, h.ejections, h.returns, h.retry_unix_ms) =
+            (ServerState::Ejected, 2, 1, Some(90_000));
+        let head = render(&st);
+        assert!(
+            head.starts_with("pool alpha on 127.0.0.1:22121 (fnv1a_64 / ketama, ejection rehash)"),
+            "{head}"
+        );
+        let text = servers_table(&st, 65_000);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("10.0.0.2:11211"))
+            .unwrap();
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        // name, address, weight, state, age, requests, failures, ejections
+        assert_eq!(&cols[3..8], ["ejected", "15s", "3", "3", "2"], "{text}");
+        let json = serde_json::to_value(&st).unwrap();
+        let s = &json["servers"][1];
+        assert_eq!(
+            (
+                &s["state"],
+                &s["ejections"],
+                &s["returns"],
+                &s["retry_unix_ms"]
+            ),
+            (
+                &serde_json::json!("ejected"),
+                &serde_json::json!(2),
+                &serde_json::json!(1),
+                &serde_json::json!(90_000)
+            )
+        );
+        assert_eq!(json["eject"], "rehash");
     }
 
     #[test]

@@ -49,6 +49,7 @@ use weir_dataplane::runstats::RunStats;
 use crate::config::{KvConfig, UdpForward};
 use crate::invalidate::Invalidator;
 use crate::route::Distribution;
+use crate::routing::Routing;
 use crate::xdp::{Cache, KvForward, KvLoadOptions, ServerAddr, STAT_NAMES};
 
 /// The XDP cache as the TCP proxy's invalidator: a write bumps the key's
@@ -153,6 +154,10 @@ pub struct UdpStatus {
     pub too_large: u64,
     pub fetch_errors: u64,
     pub evictions: u64,
+    /// Times the key-to-server table was rewritten after an ejection or a
+    /// return (each also voided the whole cache).
+    #[serde(default)]
+    pub reroutes: u64,
     pub cached_keys: usize,
     /// The current hot keys, hottest first (lossy UTF-8).
     pub hot_keys: Vec<String>,
@@ -164,10 +169,15 @@ pub struct UdpStatus {
 /// A running XDP switch and its hot-key loop.
 pub struct UdpSwitch {
     cache: Cache,
+    /// The TCP proxy's routing, once it runs: XDP follows its ejections.
+    routing: FollowedRouting,
     handle: StatusHandle,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
+
+/// The routing the hot-key loop follows (none before the proxy starts).
+type FollowedRouting = Arc<Mutex<Option<Arc<Routing>>>>;
 
 /// Reads the switch's status from another thread (the metrics server); it
 /// does not keep the program attached.
@@ -254,8 +264,10 @@ impl UdpSwitch {
             ..Default::default()
         }));
         let stop = Arc::new(AtomicBool::new(false));
+        let routing = FollowedRouting::default();
         let (tx, rx) = mpsc::channel::<Result<(Cache, OwnedFd)>>();
         let (st2, stop2, cfg2) = (status.clone(), stop.clone(), cfg.clone());
+        let routing2 = routing.clone();
         let thread = std::thread::Builder::new()
             .name("weir-kv-hotkeys".into())
             .spawn(move || {
@@ -306,7 +318,7 @@ impl UdpSwitch {
                 if tx.send(Ok((kv.cache(), fd2))).is_err() {
                     return; // the caller is gone: `att` detaches
                 }
-                let mut hl = HotLoop::new(&cfg2, kv.cache(), dist, st2);
+                let mut hl = HotLoop::new(&cfg2, kv.cache(), dist, routing2, st2);
                 if let Err(e) = hl.run(&mut kv, &stop2) {
                     eprintln!("weir kv: hot-key loop stopped: {e:#}");
                 }
@@ -315,6 +327,7 @@ impl UdpSwitch {
         match rx.recv() {
             Ok(Ok((cache, prog_fd))) => Ok(UdpSwitch {
                 cache,
+                routing,
                 handle: StatusHandle {
                     status,
                     prog_fd: Arc::new(prog_fd),
@@ -340,6 +353,12 @@ impl UdpSwitch {
 
     pub fn status(&self) -> UdpStatus {
         self.handle.get()
+    }
+
+    /// From now on, forward each key to the server `routing` gives it
+    /// (ejections included).
+    pub(crate) fn follow(&self, routing: Arc<Routing>) {
+        *self.routing.lock().unwrap_or_else(|e| e.into_inner()) = Some(routing);
     }
 
     pub fn status_handle(&self) -> StatusHandle {
@@ -419,6 +438,9 @@ impl Fetcher {
 struct HotLoop {
     cache: Cache,
     dist: Distribution,
+    routing: FollowedRouting,
+    /// The generation of `routing` that `dist` and the XDP table are of.
+    generation: u64,
     servers: Vec<SocketAddr>,
     fetchers: Vec<Option<Fetcher>>,
     hot: HotKeys,
@@ -438,6 +460,7 @@ impl HotLoop {
         cfg: &KvConfig,
         cache: Cache,
         dist: Distribution,
+        routing: FollowedRouting,
         status: Arc<Mutex<UdpStatus>>,
     ) -> HotLoop {
         let c = &cfg.cache;
@@ -445,6 +468,8 @@ impl HotLoop {
         HotLoop {
             cache,
             dist,
+            routing,
+            generation: 0,
             servers: cfg.server_addrs.clone(),
             fetchers: cfg.server_addrs.iter().map(|_| None).collect(),
             hot: HotKeys::new(
@@ -483,6 +508,7 @@ impl HotLoop {
                 self.hot.observe(&s.key, now);
             }
             self.status.lock().unwrap().samples += n;
+            self.follow_routing(kv)?;
             if last.elapsed() < self.refresh {
                 continue;
             }
@@ -511,6 +537,31 @@ impl HotLoop {
                 .collect();
             s.cached_keys = self.cache.keys().len();
         }
+        Ok(())
+    }
+
+    /// After an ejection or a return, XDP forwards each key to its new owner
+    /// and the whole cache is voided: a cached value came from the former
+    /// owner, which the new one need not hold. Writes through the TCP proxy
+    /// invalidate their key whoever owns it, so nothing else goes stale.
+    fn follow_routing(&mut self, kv: &crate::xdp::LoadedKv) -> Result<()> {
+        let Some(routing) = self
+            .routing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
+            return Ok(());
+        };
+        if routing.generation() == self.generation {
+            return Ok(());
+        }
+        let (generation, dist) = routing.current();
+        kv.set_distribution(&dist)?;
+        self.cache.flush()?;
+        self.dist = (*dist).clone();
+        self.generation = generation;
+        self.status.lock().unwrap().reroutes += 1;
         Ok(())
     }
 

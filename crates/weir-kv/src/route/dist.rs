@@ -270,6 +270,33 @@ impl Distribution {
         })
     }
 
+    /// The same continuum with every point of a server whose `live` flag is
+    /// clear handed to the owner of the next live point (wrapping): only the
+    /// keys of those servers move, every other key keeps its owner. This is
+    /// weir's `failover` ejection mode, not nutcracker's (which rebuilds the
+    /// continuum over the live servers, see [`Distribution::build_live`]).
+    /// With no live server at all the owners stay as they are.
+    pub fn failover(&self, live: &[bool]) -> Distribution {
+        let mut d = self.clone();
+        let n = self.continuum.len();
+        if !live.iter().any(|&l| l) {
+            return d;
+        }
+        // Walk the ring backwards twice, carrying the nearest live owner
+        // ahead of each point; the first lap only primes the carry.
+        let mut next_live = None;
+        for j in (0..2 * n).rev() {
+            let i = j % n;
+            let owner = self.continuum[i].1;
+            if live.get(owner as usize).copied().unwrap_or(false) {
+                next_live = Some(owner);
+            } else if let (true, Some(t)) = (j < n, next_live) {
+                d.continuum[i].1 = t;
+            }
+        }
+        d
+    }
+
     /// nutcracker's `hash_tag: "{}"`: hash only the part of a key between
     /// the first `tag[0]` and the next `tag[1]`, when that part is non-empty.
     pub fn with_hash_tag(mut self, tag: Option<[u8; 2]>) -> Distribution {
@@ -473,6 +500,44 @@ mod tests {
             if a != 2 {
                 assert_eq!(a, b, "{k} moved although its server stayed");
             }
+        }
+    }
+
+    #[test]
+    fn failover_moves_only_the_keys_of_the_failed_server_to_the_next_live_point() {
+        for kind in [DistKind::Ketama, DistKind::Modula] {
+            let s = pool(4);
+            let all = Distribution::build(kind, HashKind::Md5, &s).unwrap();
+            let live = [true, false, true, false];
+            let f = all.failover(&live);
+            let c = all.continuum();
+            let mut moved = 0;
+            for i in 0..2000 {
+                let k = format!("key:{i}");
+                let a = all.server_for_key(k.as_bytes());
+                let b = f.server_for_key(k.as_bytes());
+                assert!(live[b], "{kind}: {k} went to failed server {b}");
+                if live[a] {
+                    assert_eq!(a, b, "{kind}: {k} moved although its server lives");
+                } else {
+                    moved += 1;
+                    // the owner of the first live point from the key's own point on
+                    let h = all.key_hash(k.as_bytes());
+                    let start = match kind {
+                        DistKind::Ketama => c.partition_point(|&(v, _)| v < h) % c.len(),
+                        _ => (h % c.len() as u32) as usize,
+                    };
+                    let want = (0..c.len())
+                        .map(|j| c[(start + j) % c.len()].1 as usize)
+                        .find(|&o| live[o])
+                        .unwrap();
+                    assert_eq!(b, want, "{kind}: {k}");
+                }
+            }
+            assert!(moved > 0, "{kind}: no key of a failed server in the sample");
+            // nothing live: owners are kept (the servers' own errors answer)
+            let none = all.failover(&[false; 4]);
+            assert_eq!(none.continuum(), all.continuum());
         }
     }
 
