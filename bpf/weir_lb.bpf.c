@@ -429,26 +429,25 @@ int weir_lb(struct xdp_md *ctx)
 	}
 
 	/* The software tier keeps every reverse entry itself; the hybrid tier
-	 * has only the fast table's and no half-open one. */
-	if (cfg_tier != WEIR_TIER_SOFTWARE) {
-		rev = rev_lookup(&pkt.key);
-		if (rev)
-			return reverse_nat(ctx, &pkt, rev);
-	}
-	ep = nat_endpoint_of(&pkt);
-	if (ep) {
+	 * has only the fast table's and no half-open one. In the xdp tier a
+	 * reply with no reverse entry may be a SYN-ACK (its half-open entry
+	 * carries it) or one whose entry was evicted (restored from its
+	 * connection). */
+	rev = cfg_tier != WEIR_TIER_SOFTWARE ? rev_lookup(&pkt.key) : NULL;
+	if (!rev) {
+		ep = nat_endpoint_of(&pkt);
+		if (!ep)
+			return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP,
+				       WEIR_STAT_DROP_NOT_VIP);
 		if (cfg_tier == WEIR_TIER_XDP) {
 			half = pkt.key.proto == IPPROTO_TCP ? half_open_of_reply(&pkt, ep) : NULL;
-			if (half)
-				return reverse_nat(ctx, &pkt, &half->rev);
-			rev = restore_reverse(ctx, &pkt, ep);
-			if (rev)
-				return reverse_nat(ctx, &pkt, rev);
+			rev = half ? &half->rev : restore_reverse(ctx, &pkt, ep);
 		}
-		return reply_without_state(ctx, &pkt);
+		if (!rev)
+			return reply_without_state(ctx, &pkt);
 	}
-
-	return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP, WEIR_STAT_DROP_NOT_VIP);
+	/* One call site: the rewrite back is inlined once. */
+	return reverse_nat(ctx, &pkt, rev);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -60,16 +60,18 @@ static __noinline struct weir_rev_nat *restore_reverse(struct xdp_md *ctx,
 	struct weir_flow_key fkey = {};
 	struct weir_vip_key vkey = {};
 	struct weir_rev_nat rev = {};
-	__u32 count = ep->count, now = now_ticks();
+	__u32 count = ep->count, now = now_ticks(), i;
+	struct weir_vip *vip;
 
 	__builtin_memcpy(fkey.src, pkt->key.dst, sizeof(fkey.src));
 	fkey.sport = pkt->key.dport;
 	fkey.proto = pkt->key.proto;
 	fkey.family = pkt->key.family;
-	for (__u32 i = 0; i < WEIR_ENDPOINT_VIPS && i < count; i++) {
+	/* Not unrolled: each round inlines a table lookup of both families. */
+#pragma clang loop unroll(disable)
+	for (i = 0; i < WEIR_ENDPOINT_VIPS && i < count; i++) {
 		struct weir_conn *conn;
 		struct weir_dip *dip;
-		struct weir_vip *vip;
 
 		__builtin_memcpy(fkey.dst, ep->vips[i].addr, sizeof(fkey.dst));
 		fkey.dport = ep->vips[i].port;
@@ -77,24 +79,25 @@ static __noinline struct weir_rev_nat *restore_reverse(struct xdp_md *ctx,
 		if (!conn || conn_expired(conn, fkey.proto, now))
 			continue;
 		dip = conn_dip(conn);
-		if (!dip || !dip_sent_reply(dip, pkt, &fkey))
-			continue;
-		__builtin_memcpy(vkey.addr, fkey.dst, sizeof(vkey.addr));
-		vkey.port = fkey.dport;
-		vkey.proto = fkey.proto;
-		vkey.family = fkey.family;
-		vip = vip_match(&vkey);
-		if (!vip || vip->mode != WEIR_MODE_NAT)
-			continue;
-		__builtin_memcpy(rev.vip, fkey.dst, sizeof(rev.vip));
-		rev.vport = fkey.dport;
-		rev.family = fkey.family;
-		rev.vip_id = vip->vip_id;
-		if (route_to_client(ctx, pkt, &rev) < 0 || rev_update(&pkt->key, &rev) < 0)
-			return NULL;
-		return rev_lookup(&pkt->key);
+		if (dip && dip_sent_reply(dip, pkt, &fkey))
+			break;
 	}
-	return NULL;
+	if (i >= WEIR_ENDPOINT_VIPS || i >= count)
+		return NULL;
+	__builtin_memcpy(vkey.addr, fkey.dst, sizeof(vkey.addr));
+	vkey.port = fkey.dport;
+	vkey.proto = fkey.proto;
+	vkey.family = fkey.family;
+	vip = vip_match(&vkey);
+	if (!vip || vip->mode != WEIR_MODE_NAT)
+		return NULL;
+	__builtin_memcpy(rev.vip, fkey.dst, sizeof(rev.vip));
+	rev.vport = fkey.dport;
+	rev.family = fkey.family;
+	rev.vip_id = vip->vip_id;
+	if (route_to_client(ctx, pkt, &rev) < 0 || rev_update(&pkt->key, &rev) < 0)
+		return NULL;
+	return rev_lookup(&pkt->key);
 }
 
 #endif /* WEIR_REVERSE_RESTORE_H */
