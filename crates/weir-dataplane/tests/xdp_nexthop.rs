@@ -280,9 +280,14 @@ fn an_evicted_reverse_entry_is_restored_by_the_reply() {
                 }),
         );
         cases.push(
-            Case::new("next reply by the entry", r.bytes(), Redirect, WEIR_STAT_REDIRECT)
-                .output(r_out.bytes())
-                .events(&[WEIR_STAT_REV_NAT]),
+            Case::new(
+                "next reply by the entry",
+                r.bytes(),
+                Redirect,
+                WEIR_STAT_REDIRECT,
+            )
+            .output(r_out.bytes())
+            .events(&[WEIR_STAT_REV_NAT]),
         );
         run_cases(&h, cases);
         h.assert_balanced("reverse entry restored by its reply");

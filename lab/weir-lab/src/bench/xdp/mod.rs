@@ -22,7 +22,9 @@
 //!   verdict and the packet without carrying either out.
 //! - Connections. Each instance's connection table and reverse table are
 //!   filled from user space with batch updates to its size (1, 1k, 100k, 1M
-//!   by default): distinct client address/port pairs towards the VIP.
+//!   by default): distinct client address/port pairs towards the VIP,
+//!   last used IDLE_AGE (2 s) before the fill, past every interval at
+//!   which the data plane refreshes an entry (one second).
 //! - Hot mode ("hot"). One test_run call repeats one packet `--repeat` times
 //!   and the kernel reports the mean time per repetition (whole ns,
 //!   truncated). Run i uses another connection drawn at random from the
@@ -32,7 +34,11 @@
 //! - Spread mode ("spread"). `--spread` test_run calls of one repetition
 //!   each per run, every call another connection drawn at random from the
 //!   table: each lookup starts from the caches a syscall left behind, which
-//!   is where the table size shows. The figure includes the kernel's timer
+//!   is where the table size shows. Every call (warm-up included) takes a
+//!   connection no packet has used since the fill while the table has such
+//!   left, so it takes the path of a connection idle past every refresh
+//!   interval, as most of a large table's are; a table too small for that
+//!   (the row's `idle` share below 1) reuses connections. The figure includes the kernel's timer
 //!   reads around a single repetition, for the floor as well.
 //!   Between calls the syscall and the other instances' runs evict caches
 //!   and TLB entries: spread is the pessimistic bound for real traffic, hot
@@ -40,7 +46,10 @@
 //! - The miss path can only be measured in spread mode (the first
 //!   repetition installs the connection and the rest would be hits): every
 //!   call is a SYN of a new connection, dispatched by AWFD and installed, on
-//!   the largest table.
+//!   the smallest and the largest table. The half-open table is as large as
+//!   `weir serve` makes it by default (a quarter of the connection table)
+//!   and filled to its capacity first, as a SYN flood leaves it: every SYN
+//!   inserts into a full LRU table.
 //! - In nat mode the packet left by one repetition is the input of the next
 //!   (test_run does not restore it), so the DIP has the VIP's address and
 //!   port: the rewrite and both incremental checksum updates are still
@@ -51,6 +60,9 @@
 //!   ratio to the floor and of the per-run ratio to the smallest table.
 //! - `--compare-lru` adds the two LRU layouts of the connection tables side
 //!   by side at equal capacity (lru_compare.rs).
+//! - The report gives weir_lb's translated and jited size (the kernel's
+//!   program info), and with `--baseline` every row's ratio to the same row
+//!   of an earlier report, printed as SLOWER above SLOWER_THAN.
 //! - After every series the data-plane counters prove what ran: every
 //!   repetition of a hit series counted a connection hit and an XDP_REDIRECT,
 //!   every miss call installed a connection.
@@ -230,8 +242,8 @@ const METHOD: &[&str] = &[
     "test_run of XDP_TX and XDP_REDIRECT returns the verdict and the packet without transmitting: no driver or NIC cost in any figure",
     "connection and reverse-NAT tables filled from user space with batch updates (BPF_MAP_UPDATE_BATCH)",
     "hot: one packet repeated `repeat` times per call (kernel mean, whole ns, truncated); run i uses installed connection i mod `keys`, drawn at random per table; the caches keep that connection's entries warm, so this is the instruction cost",
-    "spread: `spread` calls of one repetition each per run, every call a connection drawn at random from the table; shows the table size through cache misses; includes the kernel's timer reads around one repetition, as does the floor it is compared with; between calls the syscall and the other tables' runs evict caches and TLB entries, so spread is the pessimistic bound and hot the optimistic one for real traffic",
-    "miss: spread mode only (a repeated packet hits after its first repetition); every call a SYN of a new connection, dispatched by AWFD and installed, on the largest table; the half-open table has room for every SYN of the run (no mode pays for evicting another's)",
+    "spread: `spread` calls of one repetition each per run, every call a connection no packet has used since the fill (dated 2 s back, past every 1 s refresh interval) while the table has such left, else a random one (row field idle_share); shows the table size through cache misses; includes the kernel's timer reads around one repetition, as does the floor it is compared with; between calls the syscall and the other tables' runs evict caches and TLB entries, so spread is the pessimistic bound and hot the optimistic one for real traffic",
+    "miss: spread mode only (a repeated packet hits after its first repetition); every call a SYN of a new connection, dispatched by AWFD and installed, on the smallest and the largest table; the half-open table has `weir serve`'s default size (a quarter of the connection table) and is filled to its capacity before the first SYN, as a flood leaves it, so every SYN inserts into a full LRU table",
     "miss allcpus: the same, with one thread per online CPU (whatever the bench's own affinity), each pinned to it and sending its own new connections at the same time as the others into the same program, so inserts contend; the floor runs the same way first in every run; ns = mean over CPUs of each CPU's mean",
     "the tables are filled by one pinned thread per online CPU, each writing its part: an entry written from user space lands in the per-CPU LRU share of the CPU that wrote it, so with conn_lru per-cpu every share holds its part and the capacity is the shared layout's (times possible / online CPUs)",
     "LRU comparison (--compare-lru): per family, two weir_lb with the largest fill, one with shared and one with per-CPU LRU lists, the same capacity and connections; per run both in rotating order (hit hot, hit spread, miss spread: the same packets to both; miss allcpus: the layouts alternate which goes first); ratio = median of per-run per-cpu / shared",
@@ -480,8 +492,10 @@ impl FamilyBench<'_> {
                     repeat: args.repeat,
                     runs: args.runs,
                 };
-                let hot = series.run(floor_prog, &insts, &hot_pkts, &warm_up(&hot_pkts), progress)?;
-                part.rows.extend(series.rows(mode, &insts, &hot_pkts, &hot, &no_idle));
+                let hot =
+                    series.run(floor_prog, &insts, &hot_pkts, &warm_up(&hot_pkts), progress)?;
+                part.rows
+                    .extend(series.rows(mode, &insts, &hot_pkts, &hot, &no_idle));
                 part.verdicts.push(verdict(mode, "hot", &insts, &hot));
             } else {
                 progress.inc(u64::from(args.runs));
@@ -505,8 +519,15 @@ impl FamilyBench<'_> {
                 repeat: 1,
                 runs: args.runs,
             };
-            let hot1 = series.run(floor_prog, &insts, &hot1_pkts, &warm_up(&hot1_pkts), progress)?;
-            part.rows.extend(series.rows(mode, &insts, &hot1_pkts, &hot1, &no_idle));
+            let hot1 = series.run(
+                floor_prog,
+                &insts,
+                &hot1_pkts,
+                &warm_up(&hot1_pkts),
+                progress,
+            )?;
+            part.rows
+                .extend(series.rows(mode, &insts, &hot1_pkts, &hot1, &no_idle));
 
             // Spread mode: `spread` connections per run, one call each, every
             // one idle since the fill while the table has such left (warm-up
@@ -543,7 +564,8 @@ impl FamilyBench<'_> {
                 runs: args.runs,
             };
             let spread = series.run(floor_prog, &insts, &spread_pkts, &spread_warm, progress)?;
-            part.rows.extend(series.rows(mode, &insts, &spread_pkts, &spread, &idle_share));
+            part.rows
+                .extend(series.rows(mode, &insts, &spread_pkts, &spread, &idle_share));
             part.verdicts.push(verdict(mode, "spread", &insts, &spread));
         }
 
@@ -581,7 +603,8 @@ impl FamilyBench<'_> {
                     runs: args.runs,
                 };
                 let m = series.run(floor_prog, one, &batches, &[Vec::new()], progress)?;
-                part.rows.extend(series.rows(mode, one, &batches, &m, &no_idle));
+                part.rows
+                    .extend(series.rows(mode, one, &batches, &m, &no_idle));
                 // The same on every CPU at once: inserts from all cores contend.
                 progress.set_message(format!(
                     "{fam} miss path, {} mode, all CPUs at once",
@@ -623,7 +646,11 @@ type Set = Vec<Vec<u8>>;
 /// measurement uses again (their entries are meant to be warm).
 fn warm_up(pkts: &[Vec<Set>]) -> Vec<Set> {
     pkts.iter()
-        .map(|sets| sets.iter().flat_map(|s| s.iter().take(64).cloned()).collect())
+        .map(|sets| {
+            sets.iter()
+                .flat_map(|s| s.iter().take(64).cloned())
+                .collect()
+        })
         .collect()
 }
 
