@@ -291,11 +291,7 @@ pub fn render(report: &Report) -> String {
                 .filter(|_| r.path == "hit")
                 .map_or("-".to_string(), |x| format!("{x:.2}x")),
             r.idle_share,
-            r.over_baseline.map_or("-".to_string(), |x| if x > SLOWER_THAN {
-                format!("{x:.2}x SLOWER")
-            } else {
-                format!("{x:.2}x")
-            }),
+            baseline_cell(r.over_baseline),
         );
     }
     let _ = writeln!(s);
@@ -370,6 +366,16 @@ pub fn render(report: &Report) -> String {
     s
 }
 
+/// The "vs base" cell of a row: its ratio to the baseline, marked SLOWER
+/// above SLOWER_THAN; "-" without a baseline row.
+fn baseline_cell(over_baseline: Option<f64>) -> String {
+    match over_baseline {
+        Some(x) if x > SLOWER_THAN => format!("{x:.2}x SLOWER"),
+        Some(x) => format!("{x:.2}x"),
+        None => "-".to_string(),
+    }
+}
+
 /// Compares `report` with an earlier report's JSON: each row with the row
 /// of the same family, path, mode, table size and measure there, and the
 /// program's size.
@@ -430,4 +436,73 @@ pub(super) fn program_size(prog: &ProgramMut<'_>) -> Result<ProgramSize> {
         baseline_xlated_bytes: None,
         baseline_jited_bytes: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_slower_than_its_baseline_is_marked() {
+        assert_eq!(baseline_cell(None), "-");
+        assert_eq!(baseline_cell(Some(0.5)), "0.50x");
+        assert_eq!(baseline_cell(Some(SLOWER_THAN)), "1.05x");
+        assert_eq!(baseline_cell(Some(1.2)), "1.20x SLOWER");
+    }
+
+    #[test]
+    fn a_baseline_that_is_no_report_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("weir-bench-base-{}", std::process::id()));
+        std::fs::write(&dir, "{\"bench\": \"xdp\"}").unwrap();
+        let mut report = Report {
+            bench: "xdp",
+            kernel: String::new(),
+            cpus: 1,
+            method: Vec::new(),
+            config: Config {
+                repeat: 1,
+                runs: 1,
+                keys: 1,
+                spread: 1,
+                sizes: vec![1],
+                families: vec![Family::V4],
+                modes: vec![Mode::Nat],
+                next_hop: NextHopSource::Resolved,
+                lru: Lru::Shared,
+                compare_lru: false,
+                seed: 0,
+                conn_capacity: 1,
+                half_open_capacity: 1,
+                half_open_before_misses: 0,
+                frame_bytes: 64,
+                frame_bytes_v6: 84,
+                packet: "",
+                test_run_ingress_ifindex: 1,
+                loopback_ifindex: 1,
+            },
+            targets: Targets {
+                hit1_over_floor_max: 0.0,
+                hit1m_over_hit1_max: 0.0,
+                encap_hit_over_dsr_max: 0.0,
+            },
+            program: ProgramSize {
+                xlated_bytes: 8,
+                jited_bytes: 8,
+                baseline_xlated_bytes: None,
+                baseline_jited_bytes: None,
+            },
+            baseline: None,
+            rows: Vec::new(),
+            verdicts: Vec::new(),
+            encap_verdicts: Vec::new(),
+            lru_comparison: Vec::new(),
+            fill_seconds: 0.0,
+            total_seconds: 0.0,
+        };
+        let err = compare_with_baseline(&mut report, &dir).unwrap_err();
+        std::fs::remove_file(&dir).unwrap();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("has no \"rows\""), "{msg}");
+        assert!(msg.contains("--baseline"), "{msg}");
+    }
 }
