@@ -35,6 +35,7 @@
 #include "lib/admission.h"
 #include "lib/sync.h"
 #include "lib/vip_match.h"
+#include "lib/reverse_restore.h"
 
 /* Load-time knobs, set by the loader from the configuration. */
 const volatile __u32 cfg_not_vip_action = WEIR_ACT_PASS;
@@ -56,20 +57,6 @@ static __always_inline int verdict(__u32 action, __u32 pass_stat, __u32 drop_sta
 	}
 	stat_inc(pass_stat);
 	return XDP_PASS;
-}
-
-/* Make sure the reply of a nat connection finds its way back (the reverse
- * entry lives in its own LRU and may have been evicted independently).
- * Called when a hit refreshes its entry's atime: at most once a second per
- * connection, and on the first packet after a second of silence. */
-static __always_inline void ensure_reverse(struct xdp_md *ctx, const struct packet *pkt,
-					   const struct weir_dip *dip, __u32 vip_id)
-{
-	struct weir_flow_key rkey = {};
-
-	reverse_key(pkt, dip, &rkey);
-	if (!rev_lookup(&rkey))
-		install_reverse(ctx, pkt, dip, vip_id);
 }
 
 /* Picks a DIP for a new connection from the VIP's current table and fills
@@ -173,12 +160,12 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 
 /* Counts a client packet of a connection to `dip`, rewrites it (nat) or
  * encapsulates it (ipip, gue), and sends it. `event`: WEIR_STAT_CONN_HIT
- * when it had an entry (counted with the outcome), else STAT_NO_EVENT;
- * `recheck`: the hit refreshed the entry's atime, so its reverse entry
- * (nat) is re-checked. */
+ * when it had an entry (counted with the outcome), else STAT_NO_EVENT.
+ * A hit looks up nothing but its entry: a nat reply whose reverse entry
+ * was evicted writes it back itself (reverse_restore.h). */
 static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 				  const struct weir_vip *vip, const struct weir_dip *dip,
-				  __u32 dip_id, int new_conn, __u32 event, int recheck)
+				  __u32 dip_id, int new_conn, __u32 event)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -188,11 +175,6 @@ static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 	traffic_add(&dip_traffic, dip_id, bytes, new_conn);
 
 	if (vip->mode == WEIR_MODE_NAT) {
-		/* Replies keep the reverse entry fresh in its LRU, so an established
-		 * connection re-checks it only when its atime is refreshed (the
-		 * lookup is a third of the nat hit path's cost). */
-		if (recheck)
-			ensure_reverse(ctx, pkt, dip, vip->vip_id);
 		if (rewrite_endpoint(data, data_end, pkt, 1, dip->addr, dip->port) < 0) {
 			stat_outcome(event, WEIR_STAT_DROP_MALFORMED);
 			return XDP_DROP;
@@ -218,7 +200,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	__u32 now = now_ticks(), dip_id = 0;
 	struct weir_conn *conn, entry = {};
 	struct weir_dip *dip = NULL;
-	int new_conn = 0, stale = 0, refreshed = 0;
+	int new_conn = 0, stale = 0;
 
 	conn = conn_lookup(&pkt->key);
 	if (conn) {
@@ -239,7 +221,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			stale = 1;
 		} else {
 			dip_id = conn->dip_id;
-			refreshed = conn_touch(conn, now);
+			conn_touch(conn, now);
 			if (tcp)
 				conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
 			if (passive_telemetry_on && nat)
@@ -281,7 +263,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 		new_conn = 1;
 	}
 	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn,
-		      conn && !stale ? WEIR_STAT_CONN_HIT : STAT_NO_EVENT, refreshed);
+		      conn && !stale ? WEIR_STAT_CONN_HIT : STAT_NO_EVENT);
 }
 
 /* The hybrid tier. A packet whose connection the fast table holds is
@@ -297,7 +279,7 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 {
 	int tcp = pkt->key.proto == IPPROTO_TCP;
 	int syn = tcp && (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
-	int nat = vip->mode == WEIR_MODE_NAT, refreshed;
+	int nat = vip->mode == WEIR_MODE_NAT;
 	__u32 now = now_ticks(), dip_id;
 	struct weir_conn *conn;
 	struct weir_dip *dip;
@@ -327,12 +309,12 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 	}
 	dip_id = conn->dip_id;
 	conn->hits += 1;
-	refreshed = conn_touch(conn, now);
+	conn_touch(conn, now);
 	if (tcp)
 		conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
 	if (passive_telemetry_on && nat)
 		telemetry_request(conn, pkt, dip_id);
-	return to_dip(ctx, pkt, vip, dip, dip_id, 0, WEIR_STAT_CONN_HIT, refreshed);
+	return to_dip(ctx, pkt, vip, dip, dip_id, 0, WEIR_STAT_CONN_HIT);
 miss:
 	stat_inc(WEIR_STAT_CONN_MISS);
 	return to_software(ctx, pkt, cfg_hash_seed);
@@ -447,23 +429,25 @@ int weir_lb(struct xdp_md *ctx)
 	}
 
 	/* The software tier keeps every reverse entry itself; the hybrid tier
-	 * has only the fast table's and no half-open one. */
-	if (cfg_tier != WEIR_TIER_SOFTWARE) {
-		rev = rev_lookup(&pkt.key);
-		if (rev)
-			return reverse_nat(ctx, &pkt, rev);
-	}
-	ep = nat_endpoint_of(&pkt);
-	if (ep) {
-		if (cfg_tier == WEIR_TIER_XDP && pkt.key.proto == IPPROTO_TCP) {
-			half = half_open_of_reply(&pkt, ep);
-			if (half)
-				return reverse_nat(ctx, &pkt, &half->rev);
+	 * has only the fast table's and no half-open one. In the xdp tier a
+	 * reply with no reverse entry may be a SYN-ACK (its half-open entry
+	 * carries it) or one whose entry was evicted (restored from its
+	 * connection). */
+	rev = cfg_tier != WEIR_TIER_SOFTWARE ? rev_lookup(&pkt.key) : NULL;
+	if (!rev) {
+		ep = nat_endpoint_of(&pkt);
+		if (!ep)
+			return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP,
+				       WEIR_STAT_DROP_NOT_VIP);
+		if (cfg_tier == WEIR_TIER_XDP) {
+			half = pkt.key.proto == IPPROTO_TCP ? half_open_of_reply(&pkt, ep) : NULL;
+			rev = half ? &half->rev : restore_reverse(ctx, &pkt, ep);
 		}
-		return reply_without_state(ctx, &pkt);
+		if (!rev)
+			return reply_without_state(ctx, &pkt);
 	}
-
-	return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP, WEIR_STAT_DROP_NOT_VIP);
+	/* One call site: the rewrite back is inlined once. */
+	return reverse_nat(ctx, &pkt, rev);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -66,14 +66,12 @@ static __always_inline int half_open_expired(const struct weir_conn *c, __u32 no
 	return (__s32)(now - c->atime) > (__s32)cfg_timeouts.tcp_half_open;
 }
 
-/* Refreshes the entry's atime if it is ATIME_REFRESH old; returns whether
- * it did (at most once a second per connection). */
-static __always_inline int conn_touch(struct weir_conn *c, __u32 now)
+/* Refreshes the entry's atime if it is ATIME_REFRESH old (at most once a
+ * second per connection). */
+static __always_inline void conn_touch(struct weir_conn *c, __u32 now)
 {
-	if (now - c->atime < ATIME_REFRESH)
-		return 0;
-	c->atime = now;
-	return 1;
+	if (now - c->atime >= ATIME_REFRESH)
+		c->atime = now;
 }
 
 /* Notes a FIN or RST seen in one direction (`fin` says which side's FIN

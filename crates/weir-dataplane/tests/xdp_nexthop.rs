@@ -17,6 +17,7 @@ mod common;
 use common::*;
 use libbpf_rs::MapCore;
 use weir_abi::*;
+use weir_core::flow::FlowTuple;
 use weir_dataplane::iface::Iface;
 use weir_dataplane::testrun::XdpAction::{Drop, Redirect, Tx};
 
@@ -211,5 +212,84 @@ fn an_unresolved_next_hop_falls_back_to_the_configured_mac() {
                 .events(HIT),
         );
         run_cases(&h, cases);
+    });
+}
+
+/// The MAC of the client's neighbour entry in the namespace.
+const CLIENT_NH_MAC: [u8; 6] = [0x02, 0, 0, 0, 0x07, 0x07];
+
+/// A nat connection whose reverse entry its LRU evicted apart from the
+/// connection: the client's packets leave the reverse table alone (a hit is
+/// one lookup), and the DIP's next reply finds the connection under its
+/// endpoint's VIPs, writes the reverse entry back with the FIB's way to the
+/// client, and leaves from the VIP by that way; the reply after it uses the
+/// restored entry.
+#[test]
+fn an_evicted_reverse_entry_is_restored_by_the_reply() {
+    let setup = [
+        "ip link add nha type veth peer name nhb",
+        "ip link set nha up",
+        "ip link set nhb up",
+        "ip addr add 192.0.2.1/24 dev nha",
+        "ip neigh replace 192.0.2.77 lladdr 02:00:00:00:07:07 dev nha nud permanent",
+        "sysctl -qw net.ipv4.conf.all.forwarding=1",
+        "sysctl -qw net.ipv4.conf.lo.forwarding=1",
+    ];
+    in_new_netns(&setup, || {
+        let h = Harness::new(&test_options());
+        let out_if = Iface::by_name(OUT_IF).unwrap();
+        h.maps.put_iface(out_if.ifindex, out_if.mac).unwrap();
+        let f = syn("192.0.2.77", 41000, "10.0.0.100", 80);
+        let t = f.tuple();
+        let d = h.fx.predict(0, &t).unwrap().clone();
+        set_nh(&h, &d, nh(TEST_IFINDEX));
+        let rkey = FlowTuple {
+            src: d.addr,
+            dst: t.src,
+            sport: d.port_for(t.dport),
+            dport: t.sport,
+            proto: t.proto,
+        }
+        .key();
+        let mut cases = flow_cases(&h, &f, 0, NAT, Tx, WEIR_STAT_TX, (NH_SMAC, NH_DMAC));
+        let a = ack(&f);
+        cases.push(
+            Case::new("hit after the eviction", a.bytes(), Tx, WEIR_STAT_TX)
+                .output(out(&a, &d, NAT, NH_SMAC, NH_DMAC))
+                .events(HIT)
+                .before(move |h| assert!(h.maps.rev_nat.delete(&rkey).unwrap()))
+                .after(move |h| {
+                    let rev = h.maps.rev_nat(&rkey).unwrap();
+                    assert!(rev.is_none(), "a hit looked up the reverse entry");
+                }),
+        );
+        let r = reply(&f, &d, L4::Tcp(TcpFlags::ACK));
+        let r_out = reply_out(&r, &f).macs(out_if.mac, CLIENT_NH_MAC);
+        let ifindex = out_if.ifindex;
+        cases.push(
+            Case::new("reply restores it", r.bytes(), Redirect, WEIR_STAT_REDIRECT)
+                .output(r_out.bytes())
+                .events(&[WEIR_STAT_REV_NAT])
+                .after(move |h| {
+                    let rev = h.maps.rev_nat(&rkey).unwrap().expect("restored");
+                    assert_eq!(rev.ifindex, ifindex, "egress from the FIB");
+                    assert_eq!(rev.client_mac, CLIENT_NH_MAC);
+                    assert_eq!(rev.lb_mac, out_if.mac);
+                    assert_eq!(rev.vip_id, 0);
+                    assert_eq!(u16::from_be(rev.vport), 80);
+                }),
+        );
+        cases.push(
+            Case::new(
+                "next reply by the entry",
+                r.bytes(),
+                Redirect,
+                WEIR_STAT_REDIRECT,
+            )
+            .output(r_out.bytes())
+            .events(&[WEIR_STAT_REV_NAT]),
+        );
+        run_cases(&h, cases);
+        h.assert_balanced("reverse entry restored by its reply");
     });
 }

@@ -188,24 +188,30 @@ fn a_syn_flood_breaks_no_established_connection() {
     );
     assert_eq!(leaks.count(), 0, "replies left with a backend's address");
 
-    // Lose the reverse entries of live connections: their replies must be
-    // dropped and counted, never sent to the client untranslated. A client
-    // packet restores an entry only when it refreshes its connection's idle
-    // clock (once a second), so requests 200 ms apart get replies without
-    // one until then.
+    // Lose the reverse entries of live connections: the first reply of
+    // each finds its connection and writes its entry back, so every request
+    // is answered, no reply is dropped, and none reaches the client
+    // untranslated.
     let live = spawn_http(&lab.client, vip, 10, 6, Duration::from_millis(200));
     std::thread::sleep(Duration::from_millis(300));
     let maps = Maps::pinned(&d.pin_dir).unwrap();
+    let mut lost = 0;
     for (k, _) in maps.rev_nat.entries().unwrap() {
-        let _ = maps.rev_nat.delete(&k);
+        lost += usize::from(maps.rev_nat.delete(&k).unwrap_or(false));
     }
+    assert!(lost > 0, "no reverse entry of a live connection to lose");
     for h in live {
-        let _ = h.join();
+        let r = h.join().unwrap();
+        assert!(
+            r.error.is_none() && r.served_by.len() == 6,
+            "a connection whose reverse entry was lost broke: {r:?}"
+        );
     }
     let status = d.status_json().unwrap();
-    assert!(
-        counter(&status, "drop_reply_no_state") > 0,
-        "no reply was caught without its reverse entry: {status}"
+    assert_eq!(
+        counter(&status, "drop_reply_no_state"),
+        0,
+        "a reply was dropped without its reverse entry instead of restoring it: {status}"
     );
     assert_eq!(leaks.count(), 0, "replies left with a backend's address");
     d.stop().unwrap();

@@ -126,5 +126,8 @@ pub(super) fn miss_on_all_cpus(
         repeat: 1,
         calls_per_run: spread * cpus.len() as u32,
         distinct_keys: spread * cpus.len() as u32 * runs,
+        idle_share: 0.0,
+        baseline_ns: None,
+        over_baseline: None,
     })
 }

@@ -11,14 +11,27 @@ pub(super) struct Inst {
     pub(super) lb: LoadedLb,
     pub(super) maps: Maps,
     pub(super) lo: u32,
+    /// Installed connections no packet has used yet, in random order: idle
+    /// since the fill, which dated them IDLE_AGE back (`draw`).
+    untouched: std::sync::Mutex<Vec<u32>>,
 }
+
+/// How far back the fill dates its connections' last use: past every
+/// interval at which the data plane refreshes an entry (conntrack.h
+/// ATIME_REFRESH, one second), so the first packet of a connection takes
+/// the path of one that has been idle, as most of a large table's are.
+pub(super) const IDLE_AGE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Where the keys of the connections that fill the half-open table start:
+/// far from every measured connection's (packet.rs `flow`).
+const FLOOD_BASE: u64 = 500_000_000_000;
 
 /// The table sizes every instance of a run gets.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Capacity {
     /// The measured family's connection and reverse-NAT tables.
     pub(super) conns: u32,
-    /// The half-open table, where every miss's SYN stays.
+    /// The half-open table, which the miss path finds full (`flood_half_open`).
     pub(super) half_open: u32,
 }
 
@@ -121,9 +134,70 @@ impl Inst {
             lb,
             maps,
             lo,
+            untouched: std::sync::Mutex::new(Vec::new()),
         };
         inst.set_mode(Mode::Nat)?;
         Ok(inst)
+    }
+
+    /// Deals the installed connections out in a random order (after `fill`).
+    pub(super) fn shuffle_untouched(&self, rng: &mut SplitMix) {
+        let mut keys: Vec<u32> = (0..self.size as u32).collect();
+        for i in (1..keys.len()).rev() {
+            keys.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        *self.untouched.lock().unwrap() = keys;
+    }
+
+    /// An installed connection to send a packet of, and whether it is idle:
+    /// one no packet has used since the fill while there are any, else a
+    /// random one (a small table runs out; its connections were used
+    /// moments before and are fresh).
+    pub(super) fn draw(&self, rng: &mut SplitMix) -> (u64, bool) {
+        match self.untouched.lock().unwrap().pop() {
+            Some(k) => (u64::from(k), true),
+            None => (rng.below(self.size), false),
+        }
+    }
+
+    /// Fills the half-open table to its capacity with SYNs that got no
+    /// answer, as a SYN flood leaves it: every SYN the miss path then sends
+    /// inserts into a full LRU table and evicts. Returns the entries it
+    /// holds afterwards.
+    pub(super) fn flood_half_open(&self, capacity: u32) -> Result<usize> {
+        let half = weir_half_open {
+            conn: weir_conn {
+                dip_id: 0,
+                dip_gen: DIP_GEN,
+                table_version: TABLE_VERSION,
+                atime: weir_dataplane::conntrack::now_ticks(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let mut i = 0u64;
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        while i < u64::from(capacity) {
+            let n = (u64::from(capacity) - i).min(FILL_BATCH as u64);
+            keys.clear();
+            values.clear();
+            for j in i..i + n {
+                keys.extend_from_slice(flow(self.family, FLOOD_BASE + j).key().as_bytes());
+                values.extend_from_slice(half.as_bytes());
+            }
+            self.maps
+                .half_open
+                .update_batch(
+                    &keys,
+                    &values,
+                    n as u32,
+                    libbpf_rs::MapFlags::ANY,
+                    libbpf_rs::MapFlags::ANY,
+                )
+                .context("batch update of the half-open table")?;
+            i += n;
+        }
+        Ok(self.maps.half_open_count())
     }
 
     /// The frame of connection `i` of this instance's family.
@@ -214,8 +288,10 @@ impl Inst {
             dip_gen: DIP_GEN,
             table_version: TABLE_VERSION,
             created_ns: 0,
-            // Fresh: the data plane ignores entries past their idle timeout.
-            atime: weir_dataplane::conntrack::now_ticks(),
+            // Idle past every refresh interval, well within the idle
+            // timeout (the data plane ignores entries past it).
+            atime: weir_dataplane::conntrack::now_ticks()
+                .wrapping_sub(weir_dataplane::conntrack::ticks(IDLE_AGE)),
             ..Default::default()
         };
         let (vip, family) = addr_words(self.family.vip());

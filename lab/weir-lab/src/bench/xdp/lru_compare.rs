@@ -67,7 +67,8 @@ pub(super) fn shared_against_per_cpu(
                 repeat,
                 runs: args.runs,
             };
-            let t = series.run(floor, &pair, &[pkts.clone(), pkts], progress)?;
+            let sets = [pkts.clone(), pkts];
+            let t = series.run(floor, &pair, &sets, &warm_up(&sets), progress)?;
             Ok(row(path, measure, &pairs_of(&t)))
         };
 

@@ -22,7 +22,9 @@
 //!   verdict and the packet without carrying either out.
 //! - Connections. Each instance's connection table and reverse table are
 //!   filled from user space with batch updates to its size (1, 1k, 100k, 1M
-//!   by default): distinct client address/port pairs towards the VIP.
+//!   by default): distinct client address/port pairs towards the VIP,
+//!   last used IDLE_AGE (2 s) before the fill, past every interval at
+//!   which the data plane refreshes an entry (one second).
 //! - Hot mode ("hot"). One test_run call repeats one packet `--repeat` times
 //!   and the kernel reports the mean time per repetition (whole ns,
 //!   truncated). Run i uses another connection drawn at random from the
@@ -32,7 +34,11 @@
 //! - Spread mode ("spread"). `--spread` test_run calls of one repetition
 //!   each per run, every call another connection drawn at random from the
 //!   table: each lookup starts from the caches a syscall left behind, which
-//!   is where the table size shows. The figure includes the kernel's timer
+//!   is where the table size shows. Every call (warm-up included) takes a
+//!   connection no packet has used since the fill while the table has such
+//!   left, so it takes the path of a connection idle past every refresh
+//!   interval, as most of a large table's are; a table too small for that
+//!   (the row's `idle` share below 1) reuses connections. The figure includes the kernel's timer
 //!   reads around a single repetition, for the floor as well.
 //!   Between calls the syscall and the other instances' runs evict caches
 //!   and TLB entries: spread is the pessimistic bound for real traffic, hot
@@ -40,7 +46,10 @@
 //! - The miss path can only be measured in spread mode (the first
 //!   repetition installs the connection and the rest would be hits): every
 //!   call is a SYN of a new connection, dispatched by AWFD and installed, on
-//!   the largest table.
+//!   the smallest and the largest table. The half-open table is as large as
+//!   `weir serve` makes it by default (a quarter of the connection table)
+//!   and filled to its capacity first, as a SYN flood leaves it: every SYN
+//!   inserts into a full LRU table.
 //! - In nat mode the packet left by one repetition is the input of the next
 //!   (test_run does not restore it), so the DIP has the VIP's address and
 //!   port: the rewrite and both incremental checksum updates are still
@@ -51,6 +60,9 @@
 //!   ratio to the floor and of the per-run ratio to the smallest table.
 //! - `--compare-lru` adds the two LRU layouts of the connection tables side
 //!   by side at equal capacity (lru_compare.rs).
+//! - The report gives weir_lb's translated and jited size (the kernel's
+//!   program info), and with `--baseline` every row's ratio to the same row
+//!   of an earlier report, printed as SLOWER above SLOWER_THAN.
 //! - After every series the data-plane counters prove what ran: every
 //!   repetition of a hit series counted a connection hit and an XDP_REDIRECT,
 //!   every miss call installed a connection.
@@ -82,7 +94,9 @@ mod report;
 use instance::*;
 use packet::*;
 use report::stats;
-pub use report::{render, Config, EncapVerdict, LruRow, Report, Row, Targets, Verdict};
+pub use report::{
+    render, Config, EncapVerdict, LruRow, ProgramSize, Report, Row, Targets, Verdict, SLOWER_THAN,
+};
 
 /// Targets of issue 2, item 5.
 const TARGET_HIT1_OVER_FLOOR: f64 = 2.0;
@@ -156,6 +170,11 @@ pub struct XdpBenchArgs {
     /// Seed of the random choice of measured connections.
     #[arg(long, default_value_t = 0x7765_6972)]
     pub seed: u64,
+    /// Compare every row with the same row of an earlier `--json` report
+    /// (printed as SLOWER where it got slower) and the program's size with
+    /// that report's.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
 }
 
 impl Default for XdpBenchArgs {
@@ -174,6 +193,7 @@ impl Default for XdpBenchArgs {
             lru: Lru::Shared,
             compare_lru: false,
             seed: 0x7765_6972,
+            baseline: None,
         }
     }
 }
@@ -222,8 +242,8 @@ const METHOD: &[&str] = &[
     "test_run of XDP_TX and XDP_REDIRECT returns the verdict and the packet without transmitting: no driver or NIC cost in any figure",
     "connection and reverse-NAT tables filled from user space with batch updates (BPF_MAP_UPDATE_BATCH)",
     "hot: one packet repeated `repeat` times per call (kernel mean, whole ns, truncated); run i uses installed connection i mod `keys`, drawn at random per table; the caches keep that connection's entries warm, so this is the instruction cost",
-    "spread: `spread` calls of one repetition each per run, every call a connection drawn at random from the table; shows the table size through cache misses; includes the kernel's timer reads around one repetition, as does the floor it is compared with; between calls the syscall and the other tables' runs evict caches and TLB entries, so spread is the pessimistic bound and hot the optimistic one for real traffic",
-    "miss: spread mode only (a repeated packet hits after its first repetition); every call a SYN of a new connection, dispatched by AWFD and installed, on the largest table; the half-open table has room for every SYN of the run (no mode pays for evicting another's)",
+    "spread: `spread` calls of one repetition each per run, every call a connection no packet has used since the fill (dated 2 s back, past every 1 s refresh interval) while the table has such left, else a random one (row field idle_share); shows the table size through cache misses; includes the kernel's timer reads around one repetition, as does the floor it is compared with; between calls the syscall and the other tables' runs evict caches and TLB entries, so spread is the pessimistic bound and hot the optimistic one for real traffic",
+    "miss: spread mode only (a repeated packet hits after its first repetition); every call a SYN of a new connection, dispatched by AWFD and installed, on the smallest and the largest table; the half-open table has `weir serve`'s default size (a quarter of the connection table) and is filled to its capacity before the first SYN, as a flood leaves it, so every SYN inserts into a full LRU table",
     "miss allcpus: the same, with one thread per online CPU (whatever the bench's own affinity), each pinned to it and sending its own new connections at the same time as the others into the same program, so inserts contend; the floor runs the same way first in every run; ns = mean over CPUs of each CPU's mean",
     "the tables are filled by one pinned thread per online CPU, each writing its part: an entry written from user space lands in the per-CPU LRU share of the CPU that wrote it, so with conn_lru per-cpu every share holds its part and the capacity is the shared layout's (times possible / online CPUs)",
     "LRU comparison (--compare-lru): per family, two weir_lb with the largest fill, one with shared and one with per-CPU LRU lists, the same capacity and connections; per run both in rotating order (hit hot, hit spread, miss spread: the same packets to both; miss allcpus: the layouts alternate which goes first); ratio = median of per-run per-cpu / shared",
@@ -236,7 +256,10 @@ const METHOD: &[&str] = &[
 
 /// Runs the benchmark, prints the table and writes the JSON if asked.
 pub fn run(args: &XdpBenchArgs) -> Result<()> {
-    let report = measure(args)?;
+    let mut report = measure(args)?;
+    if let Some(path) = &args.baseline {
+        report::compare_with_baseline(&mut report, path)?;
+    }
     print!("{}", render(&report));
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)?;
@@ -288,15 +311,9 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
     } else {
         base
     };
-    // Every miss stays in the half-open table (no ACK follows): the SYNs on
-    // one CPU and on all at once, in every mode. A later mode must not pay
-    // for evicting an earlier one's entries. With per-CPU lists every
-    // share gets that room, as one CPU may write them all.
-    let syns = misses * (1 + cpus.len() as u64);
-    let mut half_open = syns + syns / 4 + 4096;
-    if per_cpu {
-        half_open *= possible;
-    }
+    // The half-open table as `weir serve` sizes it by default (a quarter of
+    // the connection table); the miss path finds it full (flood_half_open).
+    let half_open = conns / 4;
     let capacity = Capacity {
         conns: u32::try_from(conns).context("connection table too large")?,
         half_open: u32::try_from(half_open).context("half-open table too large")?,
@@ -365,6 +382,7 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             seed: args.seed,
             conn_capacity: capacity.conns,
             half_open_capacity: capacity.half_open,
+            half_open_before_misses: part.half_open_entries,
             frame_bytes: FRAME_LEN,
             frame_bytes_v6: Family::V6.frame_len(),
             packet: "Ethernet + IPv4 (64 bytes) or IPv6 (84 bytes) + TCP (ACK for hits, SYN for misses) + 10 bytes, valid checksums",
@@ -376,6 +394,8 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             hit1m_over_hit1_max: TARGET_HITMAX_OVER_HIT1,
             encap_hit_over_dsr_max: TARGET_ENCAP_OVER_DSR,
         },
+        program: part.program.context("no weir_lb was loaded")?,
+        baseline: None,
         rows: part.rows,
         verdicts: part.verdicts,
         encap_verdicts: part.encap_verdicts,
@@ -394,6 +414,9 @@ struct Part {
     lru_rows: Vec<LruRow>,
     fill_seconds: f64,
     ingress: u32,
+    /// Entries of the half-open table before the last miss series.
+    half_open_entries: usize,
+    program: Option<ProgramSize>,
 }
 
 /// The measurement of one address family.
@@ -432,6 +455,7 @@ impl FamilyBench<'_> {
             inst.fill(progress)?;
             part.fill_seconds += t.elapsed().as_secs_f64();
             inst.verify_installed(rng)?;
+            inst.shuffle_untouched(rng);
             insts.push(inst);
         }
         let ingress = insts[0].probe_ingress()?;
@@ -441,8 +465,10 @@ impl FamilyBench<'_> {
             self.lo
         );
         part.ingress = ingress;
-        let (rows, verdicts) = (&mut part.rows, &mut part.verdicts);
+        part.program = Some(report::program_size(insts[0].prog())?);
         let fam = family.name();
+        // Hot measures and the miss path use no idle connection.
+        let no_idle = vec![0.0; insts.len()];
         for &mode in modes {
             for inst in &insts {
                 inst.set_mode(mode)?;
@@ -451,7 +477,7 @@ impl FamilyBench<'_> {
             // Hot mode: every instance's own random connections, one per run.
             let hot_keys: Vec<Vec<u64>> = insts
                 .iter()
-                .map(|i| (0..args.keys).map(|_| rng.below(i.size)).collect())
+                .map(|i| (0..args.keys).map(|_| i.draw(rng).0).collect())
                 .collect();
             if !mode.encapsulates() {
                 progress.set_message(format!("{fam} hit path, {} mode, hot", mode.name()));
@@ -466,9 +492,11 @@ impl FamilyBench<'_> {
                     repeat: args.repeat,
                     runs: args.runs,
                 };
-                let hot = series.run(floor_prog, &insts, &hot_pkts, progress)?;
-                rows.extend(series.rows(mode, &insts, &hot_pkts, &hot));
-                verdicts.push(verdict(mode, "hot", &insts, &hot));
+                let hot =
+                    series.run(floor_prog, &insts, &hot_pkts, &warm_up(&hot_pkts), progress)?;
+                part.rows
+                    .extend(series.rows(mode, &insts, &hot_pkts, &hot, &no_idle));
+                part.verdicts.push(verdict(mode, "hot", &insts, &hot));
             } else {
                 progress.inc(u64::from(args.runs));
             }
@@ -491,68 +519,107 @@ impl FamilyBench<'_> {
                 repeat: 1,
                 runs: args.runs,
             };
-            let hot1 = series.run(floor_prog, &insts, &hot1_pkts, progress)?;
-            rows.extend(series.rows(mode, &insts, &hot1_pkts, &hot1));
+            let hot1 = series.run(
+                floor_prog,
+                &insts,
+                &hot1_pkts,
+                &warm_up(&hot1_pkts),
+                progress,
+            )?;
+            part.rows
+                .extend(series.rows(mode, &insts, &hot1_pkts, &hot1, &no_idle));
 
-            // Spread mode: `spread` random connections per run, one call each.
+            // Spread mode: `spread` connections per run, one call each, every
+            // one idle since the fill while the table has such left (warm-up
+            // included, which uses connections of its own).
             progress.set_message(format!("{fam} hit path, {} mode, spread", mode.name()));
+            let mut idle = vec![0u64; insts.len()];
+            let spread_warm: Vec<Set> = insts
+                .iter()
+                .map(|i| (0..64).map(|_| i.packet(i.draw(rng).0, TCP_ACK)).collect())
+                .collect();
             let spread_pkts: Vec<Vec<Set>> = insts
                 .iter()
-                .map(|i| {
-                    vec![(0..args.spread)
-                        .map(|_| i.packet(rng.below(i.size), TCP_ACK))
-                        .collect()]
+                .zip(&mut idle)
+                .map(|(i, idle)| {
+                    (0..args.runs)
+                        .map(|_| {
+                            (0..args.spread)
+                                .map(|_| {
+                                    let (k, fresh) = i.draw(rng);
+                                    *idle += u64::from(fresh);
+                                    i.packet(k, TCP_ACK)
+                                })
+                                .collect()
+                        })
+                        .collect()
                 })
                 .collect();
+            let calls = f64::from(args.runs) * f64::from(args.spread);
+            let idle_share: Vec<f64> = idle.iter().map(|&n| n as f64 / calls).collect();
             let series = Series {
                 path: "hit",
                 measure: "spread",
                 repeat: 1,
                 runs: args.runs,
             };
-            let spread = series.run(floor_prog, &insts, &spread_pkts, progress)?;
-            rows.extend(series.rows(mode, &insts, &spread_pkts, &spread));
-            verdicts.push(verdict(mode, "spread", &insts, &spread));
+            let spread = series.run(floor_prog, &insts, &spread_pkts, &spread_warm, progress)?;
+            part.rows
+                .extend(series.rows(mode, &insts, &spread_pkts, &spread, &idle_share));
+            part.verdicts.push(verdict(mode, "spread", &insts, &spread));
         }
 
-        // The miss path, on the largest table: SYNs of new connections.
-        let big = std::slice::from_ref(insts.last().unwrap());
+        // The miss path, on the smallest and the largest table: SYNs of new
+        // connections into a half-open table a flood has filled.
         let mut next_fresh = u64::from(largest) + 1_000_000;
-        for &mode in modes {
-            big[0].set_mode(mode)?;
-            progress.set_message(format!("{fam} miss path, {} mode, spread", mode.name()));
-            let batches: Vec<Vec<Set>> = vec![(0..args.runs)
-                .map(|_| {
-                    (0..args.spread)
-                        .map(|_| {
-                            next_fresh += 1;
-                            big[0].packet(next_fresh, TCP_SYN)
-                        })
-                        .collect()
-                })
-                .collect()];
-            let series = Series {
-                path: "miss",
-                measure: "spread",
-                repeat: 1,
-                runs: args.runs,
-            };
-            let m = series.run(floor_prog, big, &batches, progress)?;
-            rows.extend(series.rows(mode, big, &batches, &m));
-            // The same on every CPU at once: inserts from all cores contend.
+        let mut measured: Vec<&Inst> = vec![&insts[0]];
+        if insts.len() > 1 {
+            measured.push(insts.last().unwrap());
+        }
+        for inst in measured {
             progress.set_message(format!(
-                "{fam} miss path, {} mode, all CPUs at once",
-                mode.name()
+                "{fam} miss path: filling the half-open table of the {}-connection table",
+                inst.size
             ));
-            rows.push(concurrent::miss_on_all_cpus(
-                &big[0],
-                floor_prog,
-                mode,
-                args.runs,
-                args.spread,
-                self.cpus,
-                &mut next_fresh,
-            )?);
+            part.half_open_entries = inst.flood_half_open(self.capacity.half_open)?;
+            let one = std::slice::from_ref(inst);
+            for &mode in modes {
+                inst.set_mode(mode)?;
+                progress.set_message(format!("{fam} miss path, {} mode, spread", mode.name()));
+                let batches: Vec<Vec<Set>> = vec![(0..args.runs)
+                    .map(|_| {
+                        (0..args.spread)
+                            .map(|_| {
+                                next_fresh += 1;
+                                inst.packet(next_fresh, TCP_SYN)
+                            })
+                            .collect()
+                    })
+                    .collect()];
+                let series = Series {
+                    path: "miss",
+                    measure: "spread",
+                    repeat: 1,
+                    runs: args.runs,
+                };
+                let m = series.run(floor_prog, one, &batches, &[Vec::new()], progress)?;
+                part.rows
+                    .extend(series.rows(mode, one, &batches, &m, &no_idle));
+                // The same on every CPU at once: inserts from all cores contend.
+                progress.set_message(format!(
+                    "{fam} miss path, {} mode, all CPUs at once",
+                    mode.name()
+                ));
+                part.rows.push(concurrent::miss_on_all_cpus(
+                    inst,
+                    floor_prog,
+                    mode,
+                    args.runs,
+                    args.spread,
+                    self.cpus,
+                    &mut next_fresh,
+                )?);
+            }
         }
         progress.set_message(format!(
             "{fam} hit path, encapsulation against dsr, interleaved"
@@ -575,6 +642,18 @@ impl FamilyBench<'_> {
 /// Packets measured together: one packet repeated, or one call per packet.
 type Set = Vec<Vec<u8>>;
 
+/// The warm-up of a hot series: the first packets of its sets, which the
+/// measurement uses again (their entries are meant to be warm).
+fn warm_up(pkts: &[Vec<Set>]) -> Vec<Set> {
+    pkts.iter()
+        .map(|sets| {
+            sets.iter()
+                .flat_map(|s| s.iter().take(64).cloned())
+                .collect()
+        })
+        .collect()
+}
+
 /// One series of runs: per run, the floor and every instance, in an order
 /// that rotates from run to run.
 struct Series {
@@ -594,13 +673,15 @@ struct RunTimes {
 impl Series {
     /// `pkts[inst][set]` is a set of packets; run r uses set r mod len. With
     /// repeat > 1 a set is one packet repeated; with repeat 1 every packet
-    /// of the set is one call and the run's figure is the mean. Each run is
-    /// one step of `progress`.
+    /// of the set is one call and the run's figure is the mean. `warm[inst]`
+    /// warms the caches first (hit path only). Each run is one step of
+    /// `progress`.
     fn run(
         &self,
         floor: &ProgramMut<'_>,
         insts: &[Inst],
         pkts: &[Vec<Set>],
+        warm: &[Set],
         progress: &Progress,
     ) -> Result<Vec<RunTimes>> {
         // The floor transmits; weir_lb redirects to the DIP's next hop (net.rs).
@@ -612,13 +693,12 @@ impl Series {
             Ok(sum / set.len() as f64)
         };
         // Warm-up, not counted.
-        for (inst, sets) in insts.iter().zip(pkts) {
-            for set in sets {
-                for p in set.iter().take(64) {
-                    if self.path == "hit" {
-                        timed(floor, p, 1000.min(self.repeat), XdpAction::Tx)?;
-                        timed(inst.prog(), p, 1000.min(self.repeat), XdpAction::Redirect)?;
-                    }
+        for (inst, set) in insts.iter().zip(warm) {
+            for p in set {
+                if self.path == "hit" {
+                    let reps = 1000.min(self.repeat);
+                    timed(floor, p, reps, XdpAction::Tx)?;
+                    timed(inst.prog(), p, reps, XdpAction::Redirect)?;
                 }
             }
         }
@@ -673,7 +753,16 @@ impl Series {
         Ok(out)
     }
 
-    fn rows(&self, mode: Mode, insts: &[Inst], pkts: &[Vec<Set>], times: &[RunTimes]) -> Vec<Row> {
+    /// The rows of a series; `idle[inst]` is the share of its calls on a
+    /// connection idle since the fill.
+    fn rows(
+        &self,
+        mode: Mode,
+        insts: &[Inst],
+        pkts: &[Vec<Set>],
+        times: &[RunTimes],
+        idle: &[f64],
+    ) -> Vec<Row> {
         let floor: Vec<f64> = times.iter().map(|t| t.floor).collect();
         insts
             .iter()
@@ -705,6 +794,9 @@ impl Series {
                     repeat: self.repeat,
                     calls_per_run: pkts[i][0].len() as u32,
                     distinct_keys: distinct.len() as u32,
+                    idle_share: idle[i],
+                    baseline_ns: None,
+                    over_baseline: None,
                 }
             })
             .collect()

@@ -35,6 +35,30 @@ pub struct Row {
     pub calls_per_run: u32,
     /// Distinct connections the measurement cycled over.
     pub distinct_keys: u32,
+    /// Share of the calls on a connection no packet had used since the
+    /// fill, which dated it past every refresh interval (spread rows of a
+    /// table large enough: 1.0).
+    pub idle_share: f64,
+    /// With `--baseline`: the same row's ns_median there, and this row's
+    /// ns_median over it (above SLOWER_THAN: printed as slower).
+    pub baseline_ns: Option<f64>,
+    pub over_baseline: Option<f64>,
+}
+
+/// A row whose ns_median exceeds its baseline's by more than this factor is
+/// printed as slower (runs on a shared machine move by a few percent).
+pub const SLOWER_THAN: f64 = 1.05;
+
+/// The size of the measured `weir_lb` as the kernel holds it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ProgramSize {
+    /// Translated (verified, rewritten) BPF instructions, in bytes (8 each).
+    pub xlated_bytes: usize,
+    /// Native code the JIT made of them, in bytes.
+    pub jited_bytes: usize,
+    /// The same of the baseline's program, with `--baseline`.
+    pub baseline_xlated_bytes: Option<usize>,
+    pub baseline_jited_bytes: Option<usize>,
 }
 
 /// Figures checked against the targets of issue 2.
@@ -99,6 +123,10 @@ pub struct Report {
     pub method: Vec<&'static str>,
     pub config: Config,
     pub targets: Targets,
+    /// weir_lb's size (the same program in every instance).
+    pub program: ProgramSize,
+    /// The JSON report the rows were compared with (`--baseline`).
+    pub baseline: Option<String>,
     pub rows: Vec<Row>,
     pub verdicts: Vec<Verdict>,
     pub encap_verdicts: Vec<EncapVerdict>,
@@ -123,6 +151,9 @@ pub struct Config {
     pub seed: u64,
     pub conn_capacity: u32,
     pub half_open_capacity: u32,
+    /// Entries in the half-open table before the miss path's SYNs (filled
+    /// to its capacity, as a flood leaves it; an LRU may hold a few less).
+    pub half_open_before_misses: usize,
     /// Frame length of the IPv4 packets, and of the IPv6 ones.
     pub frame_bytes: usize,
     pub frame_bytes_v6: usize,
@@ -192,10 +223,35 @@ pub fn render(report: &Report) -> String {
          ns are the kernel's (hot: whole ns, truncated); test_run does not carry out XDP_TX or XDP_REDIRECT; x hit(1) = median per-run ns / ns with the fewest connections",
         report.config.runs
     );
+    let p = &report.program;
+    let _ = writeln!(
+        s,
+        "weir_lb: {} bytes translated ({} instructions), {} bytes jited{}",
+        p.xlated_bytes,
+        p.xlated_bytes / 8,
+        p.jited_bytes,
+        match (p.baseline_xlated_bytes, p.baseline_jited_bytes) {
+            (Some(x), Some(j)) => format!("; baseline {x} translated, {j} jited"),
+            _ => String::new(),
+        }
+    );
+    let _ = writeln!(
+        s,
+        "hit spread rows: every connection idle since the fill (past every refresh interval) \
+         while the table has such left (idle column); miss rows: SYNs into a half-open table \
+         of {} entries that a flood left full ({} entries before the first SYN)",
+        report.config.half_open_capacity, report.config.half_open_before_misses
+    );
+    if let Some(b) = &report.baseline {
+        let _ = writeln!(
+            s,
+            "vs base = ns / ns of the same row in {b}; SLOWER above {SLOWER_THAN:.2}x"
+        );
+    }
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "{:<3} {:<5} {:<4} {:>9} {:<7} {:>9} {:>17} {:>9} {:>8} {:>15} {:>8}",
+        "{:<3} {:<5} {:<4} {:>9} {:<7} {:>9} {:>17} {:>9} {:>8} {:>15} {:>8} {:>5} {:>13}",
         "fam",
         "path",
         "mode",
@@ -206,7 +262,9 @@ pub fn render(report: &Report) -> String {
         "floor ns",
         "x floor",
         "x floor range",
-        "x hit(1)"
+        "x hit(1)",
+        "idle",
+        "vs base"
     );
     let mut rows: Vec<&Row> = report.rows.iter().collect();
     rows.sort_by_key(|r| (r.measure, r.mode.name(), r.path, r.family, r.conns));
@@ -218,7 +276,7 @@ pub fn render(report: &Report) -> String {
         last = (r.measure, r.mode.name());
         let _ = writeln!(
             s,
-            "{:<3} {:<5} {:<4} {:>9} {:<7} {:>9.1} {:>17} {:>9.1} {:>7.2}x {:>15} {:>8}",
+            "{:<3} {:<5} {:<4} {:>9} {:<7} {:>9.1} {:>17} {:>9.1} {:>7.2}x {:>15} {:>8} {:>5.2} {:>13}",
             r.family.name(),
             r.path,
             r.mode.name(),
@@ -232,6 +290,8 @@ pub fn render(report: &Report) -> String {
             r.over_hit_min
                 .filter(|_| r.path == "hit")
                 .map_or("-".to_string(), |x| format!("{x:.2}x")),
+            r.idle_share,
+            baseline_cell(r.over_baseline),
         );
     }
     let _ = writeln!(s);
@@ -304,4 +364,145 @@ pub fn render(report: &Report) -> String {
         }
     }
     s
+}
+
+/// The "vs base" cell of a row: its ratio to the baseline, marked SLOWER
+/// above SLOWER_THAN; "-" without a baseline row.
+fn baseline_cell(over_baseline: Option<f64>) -> String {
+    match over_baseline {
+        Some(x) if x > SLOWER_THAN => format!("{x:.2}x SLOWER"),
+        Some(x) => format!("{x:.2}x"),
+        None => "-".to_string(),
+    }
+}
+
+/// Compares `report` with an earlier report's JSON: each row with the row
+/// of the same family, path, mode, table size and measure there, and the
+/// program's size.
+pub(super) fn compare_with_baseline(report: &mut Report, path: &std::path::Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let base: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not JSON; --baseline takes a file that `weir-lab bench xdp --json` wrote",
+            path.display()
+        )
+    })?;
+    let rows = base["rows"].as_array().with_context(|| {
+        format!(
+            "{} has no \"rows\"; --baseline takes a file that `weir-lab bench xdp --json` wrote",
+            path.display()
+        )
+    })?;
+    let key = |v: &serde_json::Value| {
+        (
+            v["family"].as_str().map(str::to_string),
+            v["path"].as_str().map(str::to_string),
+            v["mode"].as_str().map(str::to_string),
+            v["conns"].as_u64(),
+            v["measure"].as_str().map(str::to_string),
+        )
+    };
+    for row in &mut report.rows {
+        let mine = serde_json::to_value(&*row)?;
+        if let Some(b) = rows.iter().find(|b| key(b) == key(&mine)) {
+            if let Some(ns) = b["ns_median"].as_f64().filter(|&ns| ns > 0.0) {
+                row.baseline_ns = Some(ns);
+                row.over_baseline = Some(row.ns_median / ns);
+            }
+        }
+    }
+    let size = |k: &str| base["program"][k].as_u64().map(|v| v as usize);
+    report.program.baseline_xlated_bytes = size("xlated_bytes");
+    report.program.baseline_jited_bytes = size("jited_bytes");
+    report.baseline = Some(path.display().to_string());
+    Ok(())
+}
+
+/// The translated and jited size of `prog`, from the kernel's program info.
+pub(super) fn program_size(prog: &ProgramMut<'_>) -> Result<ProgramSize> {
+    use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
+    use std::os::fd::AsFd;
+    let id = libbpf_rs::Program::id_from_fd(prog.as_fd()).context("reading weir_lb's id")?;
+    let opts = ProgInfoQueryOptions::default()
+        .include_xlated_prog_insns(true)
+        .include_jited_prog_insns(true);
+    let info = ProgInfoIter::with_query_opts(opts)
+        .find(|p| p.id == id)
+        .context("weir_lb is not among the kernel's programs")?;
+    Ok(ProgramSize {
+        xlated_bytes: info.xlated_prog_insns.len(),
+        jited_bytes: info.jited_prog_insns.len(),
+        baseline_xlated_bytes: None,
+        baseline_jited_bytes: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_slower_than_its_baseline_is_marked() {
+        assert_eq!(baseline_cell(None), "-");
+        assert_eq!(baseline_cell(Some(0.5)), "0.50x");
+        assert_eq!(baseline_cell(Some(SLOWER_THAN)), "1.05x");
+        assert_eq!(baseline_cell(Some(1.2)), "1.20x SLOWER");
+    }
+
+    #[test]
+    fn a_baseline_that_is_no_report_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("weir-bench-base-{}", std::process::id()));
+        std::fs::write(&dir, "{\"bench\": \"xdp\"}").unwrap();
+        let mut report = Report {
+            bench: "xdp",
+            kernel: String::new(),
+            cpus: 1,
+            method: Vec::new(),
+            config: Config {
+                repeat: 1,
+                runs: 1,
+                keys: 1,
+                spread: 1,
+                sizes: vec![1],
+                families: vec![Family::V4],
+                modes: vec![Mode::Nat],
+                next_hop: NextHopSource::Resolved,
+                lru: Lru::Shared,
+                compare_lru: false,
+                seed: 0,
+                conn_capacity: 1,
+                half_open_capacity: 1,
+                half_open_before_misses: 0,
+                frame_bytes: 64,
+                frame_bytes_v6: 84,
+                packet: "",
+                test_run_ingress_ifindex: 1,
+                loopback_ifindex: 1,
+            },
+            targets: Targets {
+                hit1_over_floor_max: 0.0,
+                hit1m_over_hit1_max: 0.0,
+                encap_hit_over_dsr_max: 0.0,
+            },
+            program: ProgramSize {
+                xlated_bytes: 8,
+                jited_bytes: 8,
+                baseline_xlated_bytes: None,
+                baseline_jited_bytes: None,
+            },
+            baseline: None,
+            rows: Vec::new(),
+            verdicts: Vec::new(),
+            encap_verdicts: Vec::new(),
+            lru_comparison: Vec::new(),
+            fill_seconds: 0.0,
+            total_seconds: 0.0,
+        };
+        let err = compare_with_baseline(&mut report, &dir).unwrap_err();
+        std::fs::remove_file(&dir).unwrap();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("has no \"rows\""), "{msg}");
+        assert!(msg.contains("--baseline"), "{msg}");
+    }
 }
