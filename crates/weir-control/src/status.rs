@@ -302,8 +302,8 @@ pub fn add_running(st: &mut Status, run_dir: &Path) {
             .1;
         Some(SoftwareAccounting::of(to_software, baseline, w))
     });
-    st.xdp_attach = crate::xdp_watch::read(run_dir);
-    st.redirect_targets = crate::redirect_targets::read(run_dir);
+    st.xdp_attach = crate::xdp_watch::REPORT.read(run_dir);
+    st.redirect_targets = crate::redirect_targets::REPORT.read(run_dir);
 }
 
 /// Reads status from the pins in `pin_dir`.
