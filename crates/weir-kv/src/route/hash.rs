@@ -517,8 +517,10 @@ mod tests {
         assert_eq!(md5_u32(b"abc"), 0x98500190);
     }
 
-    /// Checks `(name, hash, key, want)` rows.
-    fn vectors(rows: &[(&str, fn(&[u8]) -> u32, &[u8], u32)]) {
+    /// One test vector: the hash's name, the hash, the key, its value.
+    type Vector<'a> = (&'a str, fn(&[u8]) -> u32, &'a [u8], u32);
+
+    fn vectors(rows: &[Vector]) {
         for &(name, hash, key, want) in rows {
             let key_text = String::from_utf8_lossy(key);
             assert_eq!(hash(key), want, "{name}({key_text:?})");
