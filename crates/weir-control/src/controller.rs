@@ -671,7 +671,7 @@ impl State {
             .is_none_or(|t| now.duration_since(t) >= SNAPSHOT_EVERY);
         if let (Some(dir), true) = (&self.run_dir, write) {
             self.last_snapshot_write = Some(now);
-            crate::run_record::publish_json(&snapshot_path(dir), &snap);
+            crate::run_report::publish_json(&snapshot_path(dir), &snap);
         }
         *self
             .shared

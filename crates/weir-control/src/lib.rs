@@ -20,6 +20,7 @@ pub mod redirect_targets;
 pub mod reload_outcome;
 pub mod reload_scope;
 pub mod run_record;
+pub mod run_report;
 pub mod runtime;
 pub mod status;
 mod sweeper;

@@ -61,8 +61,10 @@ impl Scrape {
         let snapshot = shared.snapshot();
         let workers = crate::tier::read_worker_stats(run_dir);
         let cluster = shared.cluster.get().map(|c| c.view());
-        let xdp_attach = crate::xdp_watch::read(run_dir).unwrap_or_default();
-        let redirect_targets = crate::redirect_targets::read(run_dir).unwrap_or_default();
+        let xdp_attach = crate::xdp_watch::REPORT.read(run_dir).unwrap_or_default();
+        let redirect_targets = crate::redirect_targets::REPORT
+            .read(run_dir)
+            .unwrap_or_default();
         let Some(m) = maps else {
             return Scrape {
                 snapshot,

@@ -17,12 +17,16 @@
 //! them in `ndo_xdp_xmit` without touching any link or ethtool counter
 //! (Linux 6.18); only the `xdp:xdp_devmap_xmit` tracepoint sees them.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use weir_sys::{Link, XdpFeatures};
+
+use crate::run_report::{Published, RunReport};
+
+/// The last check, for `weir status`, the API and /metrics.
+pub const REPORT: RunReport<Vec<RedirectTarget>> = RunReport::new("redirect_targets.json");
 
 /// How often the daemon looks again.
 pub const CHECK_EVERY: Duration = Duration::from_secs(3);
@@ -179,22 +183,10 @@ pub fn probe(name: &str, ifindex: u32, native: bool) -> Option<RedirectTarget> {
     Some(assess(name, &facts))
 }
 
-/// Where the last check is written.
-pub fn file(run_dir: &Path) -> PathBuf {
-    run_dir.join("redirect_targets.json")
-}
-
-/// The last check `weir serve` wrote, if it runs.
-pub fn read(run_dir: &Path) -> Option<Vec<RedirectTarget>> {
-    let text = fs::read_to_string(file(run_dir)).ok()?;
-    serde_json::from_str(&text).ok()
-}
-
 /// The daemon's side: the last verdict on each interface, to log changes.
 pub struct Watch {
     native: bool,
-    last: Vec<RedirectTarget>,
-    file: PathBuf,
+    report: Published<Vec<RedirectTarget>>,
 }
 
 impl Watch {
@@ -202,8 +194,7 @@ impl Watch {
     pub fn new(native: bool, run_dir: &Path) -> Watch {
         Watch {
             native,
-            last: Vec::new(),
-            file: file(run_dir),
+            report: REPORT.publisher(run_dir),
         }
     }
 
@@ -215,7 +206,11 @@ impl Watch {
             .filter_map(|(name, idx)| probe(name, *idx, self.native))
             .collect();
         for t in &now {
-            let before = self.last.iter().find(|b| b.interface == t.interface);
+            let before = self
+                .report
+                .last()
+                .iter()
+                .find(|b| b.interface == t.interface);
             if before.map(|b| b.verdict) == Some(t.verdict) {
                 continue;
             }
@@ -232,16 +227,7 @@ impl Watch {
                 ),
             }
         }
-        if now != self.last {
-            crate::run_record::publish_json(&self.file, &now);
-        }
-        self.last = now;
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.file);
+        self.report.publish(now);
     }
 }
 

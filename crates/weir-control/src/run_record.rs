@@ -8,19 +8,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-/// Replaces `path` with `value` as pretty JSON, through a rename so that a
-/// reader (`weir status`, the API, a successor) never sees half a file.
-/// The run directory's reports are best effort: a failed write keeps the
-/// last one, and the next period writes again.
-pub(crate) fn publish_json<T: Serialize>(path: &Path, value: &T) {
-    let tmp = path.with_extension("json.tmp");
-    if let Ok(text) = serde_json::to_vec_pretty(value) {
-        if fs::write(&tmp, text).is_ok() {
-            let _ = fs::rename(&tmp, path);
-        }
-    }
-}
-
 /// Where `weir serve` records itself for `weir status` and `weir reload`.
 pub const DEFAULT_RUN_DIR: &str = "/run/weir";
 

@@ -194,7 +194,7 @@ pub fn start(
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .clone();
-                    crate::run_record::publish_json(&file, &all);
+                    crate::run_report::publish_json(&file, &all);
                 }
             })?
     };

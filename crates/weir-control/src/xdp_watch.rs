@@ -5,10 +5,14 @@
 //! what it found to `<run dir>/xdp_attach.json` for `weir status`, the
 //! management API and /metrics (`weir_xdp_attached`).
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+
+use crate::run_report::{Published, RunReport};
+
+/// The last check, for `weir status`, the API and /metrics.
+pub const REPORT: RunReport<Vec<IfaceAttach>> = RunReport::new("xdp_attach.json");
 
 /// What runs on one configured interface.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,26 +74,14 @@ impl IfaceAttach {
     }
 }
 
-/// Where the last check is written.
-pub fn file(run_dir: &Path) -> PathBuf {
-    run_dir.join("xdp_attach.json")
-}
-
-/// The last check `weir serve` wrote, if it runs.
-pub fn read(run_dir: &Path) -> Option<Vec<IfaceAttach>> {
-    let text = fs::read_to_string(file(run_dir)).ok()?;
-    serde_json::from_str(&text).ok()
-}
-
 /// The daemon's side: the last state of each interface, to log changes.
 /// A change counts once two checks in a row see it: a successor taking
 /// over swaps its program in and retires this daemon at once, which is no
 /// loss to report.
 pub struct Watch {
     ours: u32,
-    last: Vec<IfaceAttach>,
+    report: Published<Vec<IfaceAttach>>,
     pending: Vec<IfaceAttach>,
-    file: PathBuf,
 }
 
 impl Watch {
@@ -98,9 +90,8 @@ impl Watch {
     pub fn new(ours: u32, run_dir: &Path) -> Watch {
         Watch {
             ours,
-            last: Vec::new(),
+            report: REPORT.publisher(run_dir),
             pending: Vec::new(),
-            file: file(run_dir),
         }
     }
 
@@ -114,17 +105,18 @@ impl Watch {
                 IfaceAttach::of(name, self.ours, found, weir_dataplane::attach::prog_name)
             })
             .collect();
-        if now == self.last {
+        let last = self.report.last();
+        if now == *last {
             self.pending.clear();
             return;
         }
-        if !self.last.is_empty() && now != self.pending {
+        if !last.is_empty() && now != self.pending {
             self.pending = now;
             return;
         }
         self.pending.clear();
         for (i, state) in now.iter().enumerate() {
-            let before = self.last.get(i);
+            let before = last.get(i);
             if before == Some(state) || (before.is_none() && state.attached) {
                 continue;
             }
@@ -134,14 +126,7 @@ impl Watch {
                 log::warn!("warning: {}", state.warning());
             }
         }
-        crate::run_record::publish_json(&self.file, &now);
-        self.last = now;
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = fs::remove_file(&self.file);
+        self.report.publish(now);
     }
 }
 
@@ -187,13 +172,13 @@ mod tests {
     #[test]
     fn the_recorded_state_round_trips() {
         let dir = std::env::temp_dir().join(format!("weir-xdp-watch-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
         let states = vec![
             IfaceAttach::of("a", 1, Some(1), named),
             IfaceAttach::of("b", 1, Some(7), named),
         ];
-        fs::write(file(&dir), serde_json::to_vec(&states).unwrap()).unwrap();
-        assert_eq!(read(&dir), Some(states));
-        fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(REPORT.file(&dir), serde_json::to_vec(&states).unwrap()).unwrap();
+        assert_eq!(REPORT.read(&dir), Some(states));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

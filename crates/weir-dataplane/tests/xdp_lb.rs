@@ -25,8 +25,9 @@ use weir_core::wire::refresh_ipv4_checksum;
 use weir_dataplane::conntrack::now_ticks;
 use weir_dataplane::loader::{Action, LoadOptions, NonSynMiss};
 use weir_dataplane::testrun::XdpAction::{self, Drop, Pass, Tx};
-
-const PAYLOAD: &[u8] = b"GET / HTTP/1.1\r\nHost: weir\r\n\r\n";
+use weir_testkit::cases::{
+    self, forwarding, ForwardCase, Left, HIT, MISS_HALF_OPEN, MISS_NEW, PAYLOAD, REV,
+};
 
 fn conn_is(t: FlowTuple, dip: u32, gen: u32, version: u32) -> impl Fn(&Harness) {
     move |h: &Harness| {
@@ -164,112 +165,72 @@ fn set16(f: &mut [u8], off: usize, v: u16) {
     f[off..off + 2].copy_from_slice(&v.to_be_bytes());
 }
 
-/// Whether `f` is a TCP SYN without ACK: what opens a connection.
-fn is_syn(f: &Frame) -> bool {
-    matches!(f.l4, L4::Tcp(fl) if fl.syn && !fl.ack)
-}
-
-/// The events of the first packet of a flow with no entry: TCP goes to the
-/// half-open table (a non-SYN counted as such), UDP straight to `conns`.
-fn miss_events(f: &Frame) -> Vec<u32> {
-    match f.proto() {
-        Proto::Tcp if is_syn(f) => vec![WEIR_STAT_CONN_MISS, WEIR_STAT_HALF_OPEN_NEW],
-        Proto::Tcp => vec![
-            WEIR_STAT_CONN_MISS,
-            WEIR_STAT_NONSYN_MISS,
-            WEIR_STAT_HALF_OPEN_NEW,
-        ],
-        Proto::Udp => vec![WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW],
+/// A shared forwarding case as weir_lb's: sent back out (`XDP_TX`), with
+/// the entries it leaves read from the maps: a new TCP flow's in the
+/// half-open tables, a UDP flow's in `conns` and `rev_nat` (nat only); a
+/// completed handshake's moved to `conns` and `rev_nat`.
+fn xdp_case(c: ForwardCase) -> Case {
+    let case = Case::new(c.name, c.input, Tx, WEIR_STAT_TX)
+        .output(c.output)
+        .events(&c.events);
+    match c.left {
+        Left::NewFlow {
+            flow: t,
+            vip,
+            dip,
+            mode,
+        } => {
+            let after: Box<dyn Fn(&Harness)> = match (t.proto, mode == NAT) {
+                (Proto::Tcp, true) => Box::new(both(
+                    half_open_is(t, dip.id, 1, 1),
+                    half_rev_is(t, dip.clone(), vip),
+                )),
+                (Proto::Tcp, false) => {
+                    Box::new(both(half_open_is(t, dip.id, 1, 1), no_rev_for(t.src)))
+                }
+                (Proto::Udp, true) => {
+                    Box::new(both(conn_is(t, dip.id, 1, 1), rev_is(t, dip.clone(), vip)))
+                }
+                (Proto::Udp, false) => Box::new(both(conn_is(t, dip.id, 1, 1), no_rev_for(t.src))),
+            };
+            case.after(after)
+        }
+        Left::Promoted {
+            flow: t,
+            vip,
+            dip,
+            mode,
+        } => case.after(move |h| {
+            conn_is(t, dip.id, 1, 1)(h);
+            no_half_open(t)(h);
+            if mode == NAT {
+                rev_is(t, dip.clone(), vip)(h);
+            }
+        }),
+        Left::Unchanged => case,
     }
 }
 
 /// A nat or dsr forwarding case for a new flow `f` to VIP `vip`, with the
-/// DIP predicted by weir-core and the entries it leaves checked: a TCP
-/// flow's in the half-open tables, a UDP flow's in `conns` and `rev_nat`.
+/// DIP predicted by weir-core.
 fn new_flow(h: &Harness, name: &str, f: &Frame, vip: u32) -> Case {
-    let v = h.fx.vip(vip);
-    let dip = h.fx.predict(vip, &f.tuple()).expect("VIP has DIPs").clone();
-    let out = if v.mode == NAT {
-        nat_out(f, &dip)
-    } else {
-        dsr_out(f, &dip)
-    };
-    if v.mode == DSR {
-        // dsr: only L2 may change, so IP and L4 bytes are the input's.
-        assert_eq!(out.bytes()[ETH_HLEN..], f.bytes()[ETH_HLEN..]);
-    }
-    let t = f.tuple();
-    let nat = v.mode == NAT;
-    let after: Box<dyn Fn(&Harness)> = match (f.proto(), nat) {
-        (Proto::Tcp, true) => Box::new(both(
-            half_open_is(t, dip.id, 1, 1),
-            half_rev_is(t, dip.clone(), vip),
-        )),
-        (Proto::Tcp, false) => Box::new(both(half_open_is(t, dip.id, 1, 1), no_rev_for(t.src))),
-        (Proto::Udp, true) => Box::new(both(conn_is(t, dip.id, 1, 1), rev_is(t, dip.clone(), vip))),
-        (Proto::Udp, false) => Box::new(both(conn_is(t, dip.id, 1, 1), no_rev_for(t.src))),
-    };
-    Case::new(
-        format!("{name} -> DIP {}", dip.id),
-        f.bytes(),
-        Tx,
-        WEIR_STAT_TX,
-    )
-    .output(out.bytes())
-    .events(&miss_events(f))
-    .after(after)
+    xdp_case(cases::new_flow(&h.fx, name, f, vip))
 }
 
-/// The client's packet after its SYN (`f`, an ACK) completes the handshake:
-/// the half-open entry for `dip` moves to `conns` (and its reverse entry to
-/// `rev_nat`).
+/// The client's packet after its SYN (`f`, an ACK) completes the handshake
+/// with `dip`.
 fn promote(name: &str, f: &Frame, dip: &Dip, vip: u32, mode: u32) -> Case {
-    let out = if mode == NAT {
-        nat_out(f, dip)
-    } else {
-        dsr_out(f, dip)
-    };
-    let t = f.tuple();
-    let (id, rev_dip) = (dip.id, dip.clone());
-    Case::new(name, f.bytes(), Tx, WEIR_STAT_TX)
-        .output(out.bytes())
-        .events(&[WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW])
-        .after(move |h| {
-            conn_is(t, id, 1, 1)(h);
-            no_half_open(t)(h);
-            if mode == NAT {
-                rev_is(t, rev_dip.clone(), vip)(h);
-            }
-        })
+    xdp_case(cases::promote(name, f, dip, vip, mode))
 }
-
-const MISS_NEW: &[u32] = &[WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW];
-const MISS_HALF_OPEN: &[u32] = &[WEIR_STAT_CONN_MISS, WEIR_STAT_HALF_OPEN_NEW];
-const HIT: &[u32] = &[WEIR_STAT_CONN_HIT];
-const REV: &[u32] = &[WEIR_STAT_REV_NAT];
 
 /// A case for a frame that is forwarded on an existing connection to `dip`.
 fn hit(name: &str, f: &Frame, dip: &Dip, mode: u32) -> Case {
-    let out = if mode == NAT {
-        nat_out(f, dip)
-    } else {
-        dsr_out(f, dip)
-    };
-    Case::new(name, f.bytes(), Tx, WEIR_STAT_TX)
-        .output(out.bytes())
-        .events(HIT)
+    xdp_case(cases::hit(name, f, dip, mode))
 }
 
 /// A reverse-NAT case for the DIP's reply to client frame `f`.
 fn rev_case(name: &str, f: &Frame, dip: &Dip, l4: L4) -> Case {
-    let r = reply(f, dip, l4);
-    let mut out = reply_out(&r, f);
-    if let L4::Udp { zero_csum: true } = l4 {
-        out = out.zero_udp_csum();
-    }
-    Case::new(name, r.bytes(), Tx, WEIR_STAT_TX)
-        .output(out.bytes())
-        .events(REV)
+    xdp_case(cases::rev_case(name, f, dip, l4))
 }
 
 fn pass(name: &str, input: Vec<u8>, stat: u32) -> Case {
@@ -295,36 +256,8 @@ fn forwarding_and_classification_table() {
     let fx = &h.fx;
     let mut cases = Vec::new();
 
-    // --- IPv4 TCP, nat ---------------------------------------------------
-    let c1 = tcp("192.0.2.1", 40001, "10.0.0.100", 80, TcpFlags::SYN);
-    let d1 = fx.predict(0, &c1.tuple()).unwrap().clone();
-    cases.push(new_flow(&h, "v4 tcp SYN miss, nat", &c1, 0));
-    cases.push(rev_case(
-        "v4 tcp SYN-ACK reply finds the half-open reverse entry",
-        &c1,
-        &d1,
-        L4::Tcp(TcpFlags::SYN_ACK),
-    ));
-    let c1_data = c1.clone();
-    let c1_data = Frame {
-        l4: L4::Tcp(TcpFlags::PSH_ACK),
-        ..c1_data
-    }
-    .payload(PAYLOAD);
-    cases.push(promote(
-        "v4 tcp first data completes the handshake",
-        &c1_data,
-        &d1,
-        0,
-        NAT,
-    ));
-    cases.push(hit("v4 tcp data on the installed conn", &c1_data, &d1, NAT));
-    cases.push(rev_case(
-        "v4 tcp data reply, reverse nat",
-        &c1,
-        &d1,
-        L4::Tcp(TcpFlags::PSH_ACK),
-    ));
+    // The forwarding cases both tiers run.
+    cases.extend(forwarding(fx).into_iter().map(xdp_case));
 
     // A pre-installed entry wins over the table (PCC).
     let c2 = tcp("192.0.2.2", 40002, "10.0.0.100", 80, TcpFlags::ACK);
@@ -356,207 +289,6 @@ fn forwarding_and_classification_table() {
         .after(conn_is_pre(t2, other)),
     );
 
-    // Port rewrite 443 -> 9090 and back.
-    let c3 = tcp("192.0.2.3", 40003, "10.0.0.104", 443, TcpFlags::SYN);
-    cases.push(new_flow(
-        &h,
-        "v4 tcp SYN miss, nat with port rewrite",
-        &c3,
-        11,
-    ));
-    cases.push(rev_case(
-        "v4 tcp reply from the rewritten port",
-        &c3,
-        fx.dip(4),
-        L4::Tcp(TcpFlags::SYN_ACK),
-    ));
-
-    // Ethernet padding after a short datagram is kept and not summed.
-    let c4 = tcp("192.0.2.4", 40004, "10.0.0.100", 80, TcpFlags::SYN);
-    let d4 = fx.predict(0, &c4.tuple()).unwrap().clone();
-    let pad = [0xee; 6];
-    let mut in4 = c4.bytes();
-    in4.extend_from_slice(&pad);
-    let mut out4 = nat_out(&c4, &d4).bytes();
-    out4.extend_from_slice(&pad);
-    cases.push(
-        Case::new("v4 tcp SYN with Ethernet padding", in4, Tx, WEIR_STAT_TX)
-            .output(out4)
-            .events(MISS_HALF_OPEN)
-            .after(half_open_is(c4.tuple(), d4.id, 1, 1)),
-    );
-
-    // Non-SYN miss: dispatched by default, into the half-open table; the
-    // next packet confirms it.
-    let c5 = tcp("192.0.2.5", 40005, "10.0.0.100", 80, TcpFlags::ACK);
-    let d5 = fx.predict(0, &c5.tuple()).unwrap().clone();
-    cases.push(new_flow(
-        &h,
-        "v4 tcp ACK miss is dispatched (default)",
-        &c5,
-        0,
-    ));
-    cases.push(promote("v4 tcp second ACK confirms it", &c5, &d5, 0, NAT));
-
-    // --- IPv4 UDP, nat ---------------------------------------------------
-    let u1 = udp("192.0.2.1", 5353, "10.0.0.100", 53);
-    let du1 = fx.predict(1, &u1.tuple()).unwrap().clone();
-    cases.push(new_flow(&h, "v4 udp miss, nat", &u1, 1));
-    cases.push(hit("v4 udp second datagram hits", &u1, &du1, NAT));
-    cases.push(rev_case(
-        "v4 udp reply, reverse nat",
-        &u1,
-        &du1,
-        L4::Udp { zero_csum: false },
-    ));
-    let u2 = udp("192.0.2.2", 5354, "10.0.0.100", 53).zero_udp_csum();
-    cases.push(new_flow(&h, "v4 udp checksum 0 stays 0, nat", &u2, 1));
-    let du2 = fx.predict(1, &u2.tuple()).unwrap().clone();
-    cases.push(rev_case(
-        "v4 udp reply with checksum 0 stays 0",
-        &u2,
-        &du2,
-        L4::Udp { zero_csum: true },
-    ));
-
-    // Checksum edge values, found by searching a 2-byte payload word with the
-    // reference builder: a rewritten UDP checksum that computes to 0 must be
-    // sent as 0xffff; TCP 0x0000 stays; an input UDP 0xffff is a valid sum.
-    let edge = |name: &str, base: Frame, vip: u32, want: &dyn Fn(&[u8], &[u8]) -> bool| {
-        let d = fx.predict(vip, &base.tuple()).unwrap().clone();
-        let c = base.l4_off() + if base.proto() == Proto::Tcp { 16 } else { 6 };
-        let f = (0..=u16::MAX)
-            .map(|w| base.clone().payload(&w.to_be_bytes()))
-            .find(|f| want(&f.bytes()[c..c + 2], &nat_out(f, &d).bytes()[c..c + 2]))
-            .expect("no payload gives that checksum");
-        new_flow(&h, name, &f, vip)
-    };
-    cases.push(edge(
-        "v4 udp rewritten checksum 0 is sent as 0xffff",
-        udp("192.0.2.6", 5356, "10.0.0.100", 53),
-        1,
-        &|_, o| o == [0xff, 0xff],
-    ));
-    cases.push(edge(
-        "v4 udp input checksum 0xffff",
-        udp("192.0.2.7", 5357, "10.0.0.100", 53),
-        1,
-        &|i, _| i == [0xff, 0xff],
-    ));
-    cases.push(edge(
-        "v4 tcp rewritten checksum 0x0000",
-        tcp("192.0.2.8", 40008, "10.0.0.100", 80, TcpFlags::SYN),
-        0,
-        &|_, o| o == [0, 0],
-    ));
-    cases.push(edge(
-        "v4 tcp input checksum 0x0000",
-        tcp("192.0.2.9", 40009, "10.0.0.100", 80, TcpFlags::SYN),
-        0,
-        &|i, _| i == [0, 0],
-    ));
-    cases.push(edge(
-        "v6 udp rewritten checksum 0 is sent as 0xffff",
-        udp("2001:db8:c::6", 5356, "2001:db8::100", 53),
-        5,
-        &|_, o| o == [0xff, 0xff],
-    ));
-    cases.push(edge(
-        "v6 tcp rewritten checksum 0x0000",
-        tcp("2001:db8:c::8", 40008, "2001:db8::100", 80, TcpFlags::SYN),
-        4,
-        &|_, o| o == [0, 0],
-    ));
-
-    // --- IPv4 dsr --------------------------------------------------------
-    let s1 = tcp("192.0.2.10", 41000, "10.0.0.101", 80, TcpFlags::SYN);
-    let ds1 = fx.predict(2, &s1.tuple()).unwrap().clone();
-    cases.push(new_flow(&h, "v4 tcp SYN miss, dsr", &s1, 2));
-    let s1_data = Frame {
-        l4: L4::Tcp(TcpFlags::PSH_ACK),
-        ..s1.clone()
-    }
-    .payload(PAYLOAD);
-    cases.push(promote(
-        "v4 tcp first data completes the handshake, dsr",
-        &s1_data,
-        &ds1,
-        2,
-        DSR,
-    ));
-    cases.push(hit("v4 tcp data, dsr hit", &s1_data, &ds1, DSR));
-    let s2 = udp("192.0.2.11", 41001, "10.0.0.101", 53);
-    cases.push(new_flow(&h, "v4 udp miss, dsr", &s2, 3));
-    let s3 = udp("192.0.2.12", 41002, "10.0.0.101", 53).zero_udp_csum();
-    cases.push(new_flow(&h, "v4 udp checksum 0, dsr", &s3, 3));
-
-    // --- IPv6 nat --------------------------------------------------------
-    let v1 = tcp("2001:db8:c::1", 40001, "2001:db8::100", 80, TcpFlags::SYN);
-    let dv1 = fx.predict(4, &v1.tuple()).unwrap().clone();
-    cases.push(new_flow(&h, "v6 tcp SYN miss, nat", &v1, 4));
-    let v1_data = Frame {
-        l4: L4::Tcp(TcpFlags::PSH_ACK),
-        ..v1.clone()
-    }
-    .payload(PAYLOAD);
-    cases.push(rev_case(
-        "v6 tcp SYN-ACK, reverse nat from the half-open entry",
-        &v1,
-        &dv1,
-        L4::Tcp(TcpFlags::SYN_ACK),
-    ));
-    cases.push(promote(
-        "v6 tcp first data completes the handshake",
-        &v1_data,
-        &dv1,
-        4,
-        NAT,
-    ));
-    cases.push(hit(
-        "v6 tcp data on the installed conn",
-        &v1_data,
-        &dv1,
-        NAT,
-    ));
-    cases.push(rev_case(
-        "v6 tcp reply, reverse nat",
-        &v1,
-        &dv1,
-        L4::Tcp(TcpFlags::PSH_ACK),
-    ));
-    let v2 = udp("2001:db8:c::2", 5353, "2001:db8::100", 53);
-    let dv2 = fx.predict(5, &v2.tuple()).unwrap().clone();
-    cases.push(new_flow(&h, "v6 udp miss, nat", &v2, 5));
-    cases.push(rev_case(
-        "v6 udp reply, reverse nat",
-        &v2,
-        &dv2,
-        L4::Udp { zero_csum: false },
-    ));
-    // Every v6 DIP of VIP 4 by hash: pick flows until each DIP was the target once.
-    for (i, want) in [11u32, 12, 13].into_iter().enumerate() {
-        let f = (0..1000)
-            .map(|p| {
-                tcp(
-                    "2001:db8:c::9",
-                    42000 + p,
-                    "2001:db8::100",
-                    80,
-                    TcpFlags::SYN,
-                )
-            })
-            .find(|f| fx.predict(4, &f.tuple()).unwrap().id == want)
-            .unwrap();
-        cases.push(new_flow(&h, &format!("v6 tcp SYN to DIP #{i}"), &f, 4));
-        let d = fx.dip(want);
-        cases.push(rev_case(
-            &format!("v6 tcp reply from DIP #{i}"),
-            &f,
-            d,
-            L4::Tcp(TcpFlags::SYN_ACK),
-        ));
-    }
-
     // Extension headers (hop-by-hop, destination options) before TCP.
     let v3 = tcp("2001:db8:c::3", 40003, "2001:db8::100", 80, TcpFlags::SYN);
     let dv3 = fx.predict(4, &v3.tuple()).unwrap().clone();
@@ -572,12 +304,6 @@ fn forwarding_and_classification_table() {
         .events(MISS_HALF_OPEN)
         .after(half_open_is(v3.tuple(), dv3.id, 1, 1)),
     );
-
-    // --- IPv6 dsr --------------------------------------------------------
-    let w1 = tcp("2001:db8:c::10", 41000, "2001:db8::101", 80, TcpFlags::SYN);
-    cases.push(new_flow(&h, "v6 tcp SYN miss, dsr", &w1, 6));
-    let w2 = udp("2001:db8:c::11", 41001, "2001:db8::101", 53);
-    cases.push(new_flow(&h, "v6 udp miss, dsr", &w2, 7));
 
     // --- not balanced: passed (the software tier's table runs them too) --
     for c in passed_untouched() {

@@ -136,15 +136,17 @@ fn udp_frame(
         .bytes()
 }
 
-fn client_req(fam: Fam, payload: &[u8]) -> Vec<u8> {
+/// The client's and the VIP's addresses of `fam`.
+fn addrs(fam: Fam) -> (&'static [u8], &'static [u8]) {
     match fam {
-        Fam::V4 => udp_frame(
-            fam, CLIENT_MAC, VIP_MAC, &CLIENT4, &VIP4, CPORT, PORT, payload,
-        ),
-        Fam::V6 => udp_frame(
-            fam, CLIENT_MAC, VIP_MAC, &CLIENT6, &VIP6, CPORT, PORT, payload,
-        ),
+        Fam::V4 => (&CLIENT4, &VIP4),
+        Fam::V6 => (&CLIENT6, &VIP6),
     }
+}
+
+fn client_req(fam: Fam, payload: &[u8]) -> Vec<u8> {
+    let (client, vip) = addrs(fam);
+    udp_frame(fam, CLIENT_MAC, VIP_MAC, client, vip, CPORT, PORT, payload)
 }
 
 fn req(body: &[u8]) -> Vec<u8> {
@@ -153,56 +155,45 @@ fn req(body: &[u8]) -> Vec<u8> {
 
 /// The request as forwarded in L2 mode: only the MACs change.
 fn l2_out(fam: Fam, payload: &[u8], server: usize) -> Vec<u8> {
-    match fam {
-        Fam::V4 => udp_frame(
-            fam,
-            VIP_MAC,
-            server_mac(server),
-            &CLIENT4,
-            &VIP4,
-            CPORT,
-            PORT,
-            payload,
-        ),
-        Fam::V6 => udp_frame(
-            fam,
-            VIP_MAC,
-            server_mac(server),
-            &CLIENT6,
-            &VIP6,
-            CPORT,
-            PORT,
-            payload,
-        ),
-    }
+    let (client, vip) = addrs(fam);
+    let server_mac = server_mac(server);
+    udp_frame(fam, VIP_MAC, server_mac, client, vip, CPORT, PORT, payload)
 }
 
 /// The switch's reply: from the VIP to the client, frame header seq 0 total 1.
 fn reply_frame(fam: Fam, req_id: u16, body: &[u8]) -> Vec<u8> {
     let payload = memcached_udp(req_id, 0, 1, body);
-    match fam {
-        Fam::V4 => udp_frame(
-            fam, VIP_MAC, CLIENT_MAC, &VIP4, &CLIENT4, PORT, CPORT, &payload,
-        ),
-        Fam::V6 => udp_frame(
-            fam, VIP_MAC, CLIENT_MAC, &VIP6, &CLIENT6, PORT, CPORT, &payload,
-        ),
-    }
+    let (client, vip) = addrs(fam);
+    udp_frame(fam, VIP_MAC, CLIENT_MAC, vip, client, PORT, CPORT, &payload)
 }
 
-/// A binary-protocol request.
-fn bin_req(op: u8, key: &[u8], extras: &[u8], value: &[u8], opaque: u32) -> Vec<u8> {
-    let mut v = vec![0x80, op];
+/// A binary-protocol packet (`magic` 0x80 a request, 0x81 a response):
+/// the 24-byte header, then extras, key and value.
+fn bin_packet(
+    magic: u8,
+    op: u8,
+    key: &[u8],
+    extras: &[u8],
+    value: &[u8],
+    opaque: u32,
+    cas: u64,
+) -> Vec<u8> {
+    let mut v = vec![magic, op];
     v.extend_from_slice(&(key.len() as u16).to_be_bytes());
     v.push(extras.len() as u8);
     v.extend_from_slice(&[0, 0, 0]);
     v.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
     v.extend_from_slice(&opaque.to_be_bytes());
-    v.extend_from_slice(&[0; 8]);
+    v.extend_from_slice(&cas.to_be_bytes());
     v.extend_from_slice(extras);
     v.extend_from_slice(key);
     v.extend_from_slice(value);
     v
+}
+
+/// A binary-protocol request.
+fn bin_req(op: u8, key: &[u8], extras: &[u8], value: &[u8], opaque: u32) -> Vec<u8> {
+    bin_packet(0x80, op, key, extras, value, opaque, 0)
 }
 
 fn stat_name(i: u32) -> &'static str {
@@ -933,16 +924,7 @@ fn bin_value(
     cas: u64,
 ) -> Vec<u8> {
     let k = key.unwrap_or(b"");
-    let mut v = vec![0x81, op];
-    v.extend_from_slice(&(k.len() as u16).to_be_bytes());
-    v.extend_from_slice(&[4, 0, 0, 0]);
-    v.extend_from_slice(&((4 + k.len() + value.len()) as u32).to_be_bytes());
-    v.extend_from_slice(&opaque.to_be_bytes());
-    v.extend_from_slice(&cas.to_be_bytes());
-    v.extend_from_slice(&flags.to_be_bytes());
-    v.extend_from_slice(k);
-    v.extend_from_slice(value);
-    v
+    bin_packet(0x81, op, k, &flags.to_be_bytes(), value, opaque, cas)
 }
 
 fn put(kv: &Kv, key: &[u8], flags: u32, value: &[u8], cas: Option<u64>) {

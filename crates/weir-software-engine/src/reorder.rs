@@ -969,6 +969,17 @@ mod tests {
         packets.iter().map(|p| (p.seq, p.flow)).collect()
     }
 
+    /// How long each released packet waited after its worker completed
+    /// it, in release order.
+    fn waits<'a>(
+        packets: &[Packet],
+        released: &'a [(u64, u32)],
+    ) -> impl Iterator<Item = (Seq, u64)> + 'a {
+        let done: std::collections::HashMap<Seq, u64> =
+            packets.iter().map(|p| (p.seq, p.done_at)).collect();
+        released.iter().map(move |&(t, seq)| (seq, t - done[&seq]))
+    }
+
     /// Each flow's packets, in the order they were released.
     fn per_flow(packets: &[Packet], released: &[(u64, u32)]) -> Vec<Vec<Seq>> {
         let flow_of = flows_of(packets);
@@ -1013,13 +1024,7 @@ mod tests {
                 (0, 0, 0, 0)
             );
             // and no packet waited longer than the workers' skew
-            let done: std::collections::HashMap<Seq, u64> =
-                packets.iter().map(|p| (p.seq, p.done_at)).collect();
-            let worst = released
-                .iter()
-                .map(|&(t, seq)| t - done[&seq])
-                .max()
-                .unwrap();
+            let worst = waits(&packets, &released).map(|(_, w)| w).max().unwrap();
             assert!(worst < 20 * US, "seed {seed}: waited {worst} ns");
         }
     }
@@ -1042,13 +1047,10 @@ mod tests {
             assert_eq!(s.buffered, 0);
             // still in ingress order, every flow
             assert_eq!(per_flow(&packets, &released), ingress_order(&packets));
-            let done: std::collections::HashMap<Seq, u64> =
-                packets.iter().map(|p| (p.seq, p.done_at)).collect();
-            for &(t, seq) in &released {
+            for (seq, w) in waits(&packets, &released) {
                 assert!(
-                    t - done[&seq] <= run.hold_ns + POLL_NS,
-                    "seed {seed}: {seq} waited {} ns",
-                    t - done[&seq]
+                    w <= run.hold_ns + POLL_NS,
+                    "seed {seed}: {seq} waited {w} ns"
                 );
             }
         }
@@ -1071,10 +1073,8 @@ mod tests {
             assert!(s.late > 0, "{s:?}");
             assert_eq!(s.out_of_order, s.timeouts, "each given-up packet came late");
             assert_eq!(s.overflows, 0);
-            let done: std::collections::HashMap<Seq, u64> =
-                packets.iter().map(|p| (p.seq, p.done_at)).collect();
-            for &(t, seq) in &released {
-                assert!(t - done[&seq] <= run.hold_ns + POLL_NS);
+            for (_, w) in waits(&packets, &released) {
+                assert!(w <= run.hold_ns + POLL_NS);
             }
             // apart from the given-up packets, every flow is in order
             let base = packets.first().map_or(0, |p| p.seq);
@@ -1108,9 +1108,7 @@ mod tests {
             );
             assert_eq!(released.len() as u64, s.completed);
             assert_eq!(per_flow(&packets, &released), ingress_order(&packets));
-            let done: std::collections::HashMap<Seq, u64> =
-                packets.iter().map(|p| (p.seq, p.done_at)).collect();
-            let worst = released.iter().map(|&(t, seq)| t - done[&seq]).max();
+            let worst = waits(&packets, &released).map(|(_, w)| w).max();
             assert!(worst.unwrap() <= run.stall_ns + run.hold_ns + POLL_NS);
         }
     }
@@ -1151,11 +1149,8 @@ mod tests {
             assert!(s.lost + u64::from(run.workers) >= lost, "{s:?} lost {lost}");
             assert_eq!(s.out_of_order, 0);
             assert_eq!(per_flow(&packets, &released), ingress_order(&packets));
-            let done: std::collections::HashMap<Seq, u64> =
-                packets.iter().map(|p| (p.seq, p.done_at)).collect();
-            let slow = released
-                .iter()
-                .filter(|&&(t, seq)| t - done[&seq] > run.hold_ns)
+            let slow = waits(&packets, &released)
+                .filter(|&(_, w)| w > run.hold_ns)
                 .count();
             assert!(
                 slow as u64 <= u64::from(run.workers) * 64,

@@ -3,7 +3,8 @@
 //! features), the kernel's route, neighbour and address tables (over
 //! NETLINK_ROUTE), signals (taken synchronously by daemons; SIGPIPE's default
 //! action for commands that print and exit), processes, namespaces, the BPF
-//! filesystem, sockets and random bytes. Every `unsafe` block of these
+//! filesystem, sockets (socket options, wakeups, packet sockets) and random
+//! bytes. Every `unsafe` block of these
 //! wrappers lives here, each with the reason it is sound; the crates above
 //! call safe functions.
 
@@ -19,6 +20,7 @@ mod memory;
 pub mod namespaces;
 mod netlink;
 mod netlink_watch;
+mod packet;
 mod pipe;
 pub mod process;
 mod random;
@@ -39,6 +41,7 @@ pub use link::{link, netns_name, Link};
 pub use memory::{page_size, physical_memory};
 pub use netlink::{local_addrs, neighbour_mac, route_to, Route};
 pub use netlink_watch::RouteWatch;
+pub use packet::{PacketSocket, SockFilter};
 pub use pipe::{pipe, PIPE_FD_FLOOR};
 pub use random::fill_random;
 pub use signals::{restore_default_sigpipe, SignalSet};

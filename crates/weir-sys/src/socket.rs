@@ -1,10 +1,80 @@
 //! Socket calls the standard library leaves out: waiting for input with a
-//! timeout, peeking whether a peer has gone, and a forced receive buffer.
+//! timeout, peeking whether a peer has gone, a forced receive buffer,
+//! integer socket options, and the empty send and receive that wake an
+//! AF_XDP socket's kernel side.
 
 use std::io;
 use std::net::TcpStream;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::ptr;
 use std::time::Duration;
+
+/// Sets socket option `name` of `level` to a C int. A descriptor that is
+/// not an open socket is an error, never undefined behaviour.
+pub fn set_int_option(fd: RawFd, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: the value is a c_int of the size passed and outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads socket option `name` of `level`, a 32-bit unsigned value.
+pub fn u32_option(fd: RawFd, level: i32, name: i32) -> io::Result<u32> {
+    let mut value = 0u32;
+    let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+    // SAFETY: value and len are ours and valid for writes of their sizes.
+    let rc =
+        unsafe { libc::getsockopt(fd, level, name, (&mut value as *mut u32).cast(), &mut len) };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A zero-length sendto() with no address and `flags`: what wakes an
+/// AF_XDP socket's transmit side.
+pub fn send_empty(fd: RawFd, flags: i32) -> io::Result<()> {
+    // SAFETY: a zero-length send reads no buffer and no address.
+    let rc = unsafe { libc::sendto(fd, ptr::null(), 0, flags, ptr::null(), 0) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// A zero-length recvfrom() with no address and `flags`: what wakes an
+/// AF_XDP socket's receive side.
+pub fn recv_empty(fd: RawFd, flags: i32) -> io::Result<()> {
+    // SAFETY: a zero-length receive writes no buffer and no address.
+    let rc = unsafe {
+        libc::recvfrom(
+            fd,
+            ptr::null_mut(),
+            0,
+            flags,
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
 
 /// Waits up to `timeout` for `fd` to have input (or a hang-up); true if it
 /// does. An interrupted wait counts as none.

@@ -10,13 +10,17 @@
 //! - [`verify`]: a checksum verifier independent of weir (etherparse) and
 //!   a byte diff for assertion messages;
 //! - [`stats`]: the names of `enum weir_stat`'s counters;
-//! - [`cases`]: cases both suites run (frames passed untouched).
+//! - [`cases`]: cases both suites run (forwarded frames and the entries
+//!   they leave, frames passed untouched);
+//! - [`cli`]: what every command-line tool must do (`weir`'s and
+//!   `weir-lab`'s tests check it alike).
 //!
 //! Nothing here runs or imitates the code under test: an expected output
 //! is a second frame built from the rewritten fields, never a patched
 //! input.
 
 pub mod cases;
+pub mod cli;
 pub mod fixture;
 pub mod frames;
 pub mod stats;

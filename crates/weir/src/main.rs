@@ -15,6 +15,7 @@ use weir_dataplane::attach::XdpMode;
 mod dip;
 mod logger;
 mod reload;
+mod status_text;
 
 #[derive(Parser)]
 #[command(
@@ -207,7 +208,7 @@ fn run(cli: Cli) -> Result<()> {
                     serde_json::to_string_pretty(&st).context("encoding status")?
                 );
             } else {
-                print!("{}", status::render(&st));
+                print!("{}", status_text::render(&st));
             }
             Ok(())
         }

@@ -2,7 +2,7 @@
 //! do, a non-zero exit, and nothing left attached or pinned.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use weir_lab::daemon::Daemon;
@@ -11,6 +11,7 @@ use weir_lab::topology::attach_pass;
 
 mod common;
 use common::{exe, output_within, weir, WEIR};
+use weir_testkit::cli::assert_ends_quietly_into_a_closed_pipe;
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
@@ -147,37 +148,13 @@ fn not_root_is_refused() {
     assert!(stderr(&o).contains("must run as root"), "{}", stderr(&o));
 }
 
-/// Runs `cmd` with its stdout a pipe whose reader is already gone, as in
-/// `weir status --json | head -1` once head has its line.
-fn output_into_a_closed_pipe(mut cmd: Command) -> Output {
-    // The reader is closed before the child starts: no process the other
-    // tests start meanwhile can inherit it and keep the pipe open.
-    let (reader, writer) = std::io::pipe().unwrap();
-    drop(reader);
-    cmd.stdout(writer)
-        .stderr(Stdio::piped())
-        .output()
-        .expect("running the command")
-}
-
 #[test]
 fn printing_into_a_closed_pipe_ends_quietly() {
-    use std::os::unix::process::ExitStatusExt;
     let s = Scratch::new("pipe");
     let cfg = s.config(&format!("[dataplane]\ninterfaces = [\"lo\"]\n{VIP}"));
     let mut cmd = Command::new(WEIR);
     cmd.args(["check", "--config"]).arg(&cfg);
-    let o = output_into_a_closed_pipe(cmd);
-    let e = stderr(&o);
-    assert!(!e.contains("panicked"), "{e}");
-    assert_ne!(o.status.code(), Some(101), "{e}");
-    // Ended by SIGPIPE, as `cat` or `ls` would be.
-    assert_eq!(
-        o.status.signal(),
-        Some(libc::SIGPIPE),
-        "{:?}: {e}",
-        o.status
-    );
+    assert_ends_quietly_into_a_closed_pipe(cmd);
 }
 
 #[test]

@@ -5,19 +5,22 @@
 //! `weir_redirect_target_ok` on /metrics.
 //! GRO or an XDP program on the peer clears all three, and traffic flows.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir_lab::backend::Backend;
 use weir_lab::client::http_once;
 use weir_lab::daemon::Daemon;
-use weir_lab::netns::{enter, ip_in};
+use weir_lab::netns::ip_in;
 use weir_lab::topology::{attach_pass, ethtool_in, Lab};
 
+mod common;
+use common::{assert_within, metrics, status_text};
+
 const METRICS_PORT: u16 = 9101;
+/// How soon a change shows (the check runs every 3 s).
+const LIMIT: Duration = Duration::from_secs(10);
 const VIP: &str = "10.77.100.1:80";
 
 fn config() -> String {
@@ -29,38 +32,6 @@ fn config() -> String {
     )
 }
 
-/// `weir status` in human form.
-fn status_text(d: &Daemon) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["status", "--run-dir"])
-        .arg(d.run_dir())
-        .arg("--pin-dir")
-        .arg(&d.pin_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// `GET /metrics` inside the load balancer's namespace.
-fn metrics(lab: &Lab) -> String {
-    let lb = lab.lb.clone();
-    std::thread::spawn(move || {
-        enter(&lb).unwrap();
-        let mut s = TcpStream::connect(("127.0.0.1", METRICS_PORT)).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    })
-    .join()
-    .unwrap()
-}
-
 /// The JSON status's entry for `iface`, once the daemon wrote one.
 fn target_of(d: &Daemon, iface: &str) -> Option<serde_json::Value> {
     let status = d.status_json().ok()?;
@@ -69,15 +40,6 @@ fn target_of(d: &Daemon, iface: &str) -> Option<serde_json::Value> {
         .iter()
         .find(|t| t["interface"] == iface)
         .cloned()
-}
-
-/// Waits up to 10 s (the check runs every 3) for `ok`.
-fn within_seconds(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !ok() {
-        assert!(Instant::now() < deadline, "not within 10 s: {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn verdict(d: &Daemon, iface: &str) -> String {
@@ -101,7 +63,9 @@ fn a_veth_peer_without_xdp_or_gro_is_reported_until_gro_or_xdp_on_it_lets_traffi
         "warning: wb1 is a veth whose peer eth0 (in namespace {backend_ns}) has neither an XDP \
          program nor GRO on"
     );
-    within_seconds("the log's warning", || d.new_log().contains(&warning));
+    assert_within(LIMIT, "the log's warning", || {
+        d.new_log().contains(&warning)
+    });
     let log = d.new_log();
     assert!(
         log.contains(&format!(
@@ -112,7 +76,7 @@ fn a_veth_peer_without_xdp_or_gro_is_reported_until_gro_or_xdp_on_it_lets_traffi
     assert!(!log.contains("warning: wc0"), "{log}");
     assert_eq!(verdict(&d, "wb1"), "drops");
     assert_eq!(verdict(&d, "wc0"), "ok");
-    let m = metrics(&lab);
+    let m = metrics(&lab.lb, METRICS_PORT);
     assert!(
         m.contains("weir_redirect_target_ok{interface=\"wb1\"} 0\n"),
         "{m}"
@@ -139,7 +103,9 @@ fn a_veth_peer_without_xdp_or_gro_is_reported_until_gro_or_xdp_on_it_lets_traffi
 
     // GRO on the peer: the check flips and traffic flows.
     ethtool_in(&backend_ns, &["-K", "eth0", "gro", "on"]).unwrap();
-    within_seconds("wb1 ok with GRO on its peer", || verdict(&d, "wb1") == "ok");
+    assert_within(LIMIT, "wb1 ok with GRO on its peer", || {
+        verdict(&d, "wb1") == "ok"
+    });
     assert!(
         d.new_log()
             .contains("wb1: frames sent out by it leave again"),
@@ -148,17 +114,19 @@ fn a_veth_peer_without_xdp_or_gro_is_reported_until_gro_or_xdp_on_it_lets_traffi
     );
     assert_eq!(http_once(&lab.client, vip).unwrap(), "backend-1");
     assert!(
-        metrics(&lab).contains("weir_redirect_target_ok{interface=\"wb1\"} 1\n"),
+        metrics(&lab.lb, METRICS_PORT).contains("weir_redirect_target_ok{interface=\"wb1\"} 1\n"),
         "{}",
-        metrics(&lab)
+        metrics(&lab.lb, METRICS_PORT)
     );
     assert!(!status_text(&d).contains("send by wb1"));
 
     // GRO off again, then an XDP program on the peer instead.
     ethtool_in(&backend_ns, &["-K", "eth0", "gro", "off"]).unwrap();
-    within_seconds("wb1 drops again", || verdict(&d, "wb1") == "drops");
+    assert_within(LIMIT, "wb1 drops again", || verdict(&d, "wb1") == "drops");
     attach_pass(&backend_ns, "eth0").unwrap();
-    within_seconds("wb1 ok with XDP on its peer", || verdict(&d, "wb1") == "ok");
+    assert_within(LIMIT, "wb1 ok with XDP on its peer", || {
+        verdict(&d, "wb1") == "ok"
+    });
     assert_eq!(http_once(&lab.client, vip).unwrap(), "backend-1");
     d.stop().unwrap();
 }

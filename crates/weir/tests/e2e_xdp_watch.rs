@@ -3,19 +3,18 @@
 //! there, `weir status` (human and JSON), and `weir_xdp_attached` on
 //! /metrics. A restart attaches it again and clears all three.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use weir_lab::daemon::Daemon;
-use weir_lab::netns::{enter, ip_in};
+use weir_lab::netns::ip_in;
 use weir_lab::topology::{attach_pass, Lab};
 
 mod common;
-use common::{dataplane, dip, start_daemon, vip, WEIR};
+use common::{assert_within, dataplane, dip, metrics, start_daemon, status_text, vip};
 
 const METRICS_PORT: u16 = 9100;
+/// How soon a change shows (the watch checks every second).
+const LIMIT: Duration = Duration::from_secs(5);
 
 fn config() -> String {
     let mut s = dataplane(3, "")
@@ -25,38 +24,6 @@ fn config() -> String {
         s += &dip(b, "weight = 1");
     }
     s
-}
-
-/// `weir status` in human form.
-fn status_text(d: &Daemon) -> String {
-    let out = Command::new(WEIR)
-        .args(["status", "--run-dir"])
-        .arg(d.run_dir())
-        .arg("--pin-dir")
-        .arg(&d.pin_dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// `GET /metrics` inside the load balancer's namespace.
-fn metrics(lab: &Lab) -> String {
-    let lb = lab.lb.clone();
-    std::thread::spawn(move || {
-        enter(&lb).unwrap();
-        let mut s = TcpStream::connect(("127.0.0.1", METRICS_PORT)).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    })
-    .join()
-    .unwrap()
 }
 
 /// The JSON status's entry for `iface`.
@@ -71,20 +38,11 @@ fn attach_of(d: &Daemon, iface: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no {iface} in {status}"))
 }
 
-/// Waits up to 5 s for `ok`.
-fn within_seconds(what: &str, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !ok() {
-        assert!(Instant::now() < deadline, "not within 5 s: {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 #[test]
 fn a_detached_or_replaced_program_is_reported_and_a_restart_clears_it() {
     let lab = Lab::build(3).expect("building the lab");
     let mut d = start_daemon(&lab, &config());
-    within_seconds("every interface reported attached", || {
+    assert_within(LIMIT, "every interface reported attached", || {
         ["wc0", "wb1", "wb2", "wb3"].iter().all(|i| {
             d.status_json().unwrap()["xdp_attach"].is_array()
                 && attach_of(&d, i)["attached"] == true
@@ -94,7 +52,7 @@ fn a_detached_or_replaced_program_is_reported_and_a_restart_clears_it() {
 
     // Detached from outside.
     ip_in(&lab.lb, &["link", "set", "dev", "wb2", "xdp", "off"]).unwrap();
-    within_seconds("the log's warning", || {
+    assert_within(LIMIT, "the log's warning", || {
         d.new_log().contains(
             "warning: wb2: weir's XDP program is no longer attached (no XDP program is there now)",
         )
@@ -114,7 +72,7 @@ fn a_detached_or_replaced_program_is_reported_and_a_restart_clears_it() {
         "{text}"
     );
     assert!(text.contains("xdp on wb1: attached\n"), "{text}");
-    let m = metrics(&lab);
+    let m = metrics(&lab.lb, METRICS_PORT);
     assert!(
         m.contains("weir_xdp_attached{interface=\"wb2\"} 0\n"),
         "{m}"
@@ -126,11 +84,11 @@ fn a_detached_or_replaced_program_is_reported_and_a_restart_clears_it() {
 
     // Another program in its place: named with its id.
     attach_pass(&lab.lb, "wb2").unwrap();
-    within_seconds("the other program in the status", || {
+    assert_within(LIMIT, "the other program in the status", || {
         attach_of(&d, "wb2")["other_prog_name"] == "xdp_pass"
     });
     let id = attach_of(&d, "wb2")["other_prog_id"].as_u64().unwrap();
-    within_seconds("the log naming the other program", || {
+    assert_within(LIMIT, "the log naming the other program", || {
         d.new_log()
             .contains(&format!("(program {id} (xdp_pass) is there now)"))
     });
@@ -140,12 +98,12 @@ fn a_detached_or_replaced_program_is_reported_and_a_restart_clears_it() {
     ip_in(&lab.lb, &["link", "set", "dev", "wb2", "xdp", "off"]).unwrap();
     d.stop().unwrap();
     d.start().unwrap();
-    within_seconds("wb2 attached again", || {
+    assert_within(LIMIT, "wb2 attached again", || {
         d.status_json().unwrap()["xdp_attach"].is_array()
             && attach_of(&d, "wb2")["attached"] == true
     });
     assert!(status_text(&d).contains("xdp on wb2: attached\n"));
-    let m = metrics(&lab);
+    let m = metrics(&lab.lb, METRICS_PORT);
     assert!(
         m.contains("weir_xdp_attached{interface=\"wb2\"} 1\n"),
         "{m}"

@@ -7,16 +7,15 @@
 //! itself is 10.77.0.2), so the kernel hands the socket nothing else however
 //! busy the link is.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use weir_sys::PacketSocket;
 
 use crate::netns::enter;
-
-const ETH_P_ALL: u16 = 0x0003;
 
 /// The running watch; stops when dropped.
 pub struct LeakWatch {
@@ -48,10 +47,8 @@ impl LeakWatch {
             };
             let mut buf = [0u8; 2048];
             while !stop2.load(Ordering::Relaxed) {
-                // SAFETY: recv into a buffer we own; the socket has a timeout.
-                let n =
-                    unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-                if n > 0 {
+                // An error is the receive timeout: look at the stop flag.
+                if matches!(sock.recv(&mut buf), Ok(n) if n > 0) {
                     seen2.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -107,65 +104,16 @@ fn filter() -> [libc::sock_filter; 8] {
     ]
 }
 
-fn open(iface: &str) -> Result<OwnedFd> {
+fn open(iface: &str) -> Result<PacketSocket> {
     let ifindex = weir_dataplane::iface::Iface::by_name(iface)?.ifindex;
-    // SAFETY: plain socket(2); the fd is owned right after.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW,
-            i32::from(ETH_P_ALL.to_be()),
-        )
-    };
-    if fd < 0 {
-        bail!("packet socket: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh socket we own.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    let prog = filter();
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_ptr() as *mut _,
-    };
-    let timeout = libc::timeval {
-        tv_sec: 0,
-        tv_usec: 100_000,
-    };
-    // SAFETY: setsockopt/bind with correctly sized values that outlive the calls.
-    unsafe {
-        if libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_FILTER,
-            (&fprog as *const libc::sock_fprog).cast(),
-            std::mem::size_of::<libc::sock_fprog>() as u32,
-        ) != 0
-        {
-            bail!(
-                "attaching the leak filter: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&timeout as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as u32,
-        );
-        let mut sll: libc::sockaddr_ll = std::mem::zeroed();
-        sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = ETH_P_ALL.to_be();
-        sll.sll_ifindex = ifindex as i32;
-        if libc::bind(
-            fd,
-            (&sll as *const libc::sockaddr_ll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as u32,
-        ) != 0
-        {
-            bail!("binding to {iface}: {}", std::io::Error::last_os_error());
-        }
-    }
+    let sock = PacketSocket::open().context("packet socket")?;
+    sock.attach_filter(&filter())
+        .context("attaching the leak filter")?;
+    // The thread looks at its stop flag at least this often.
+    sock.set_receive_timeout(Duration::from_millis(100))
+        .context("setting the receive timeout")?;
+    sock.bind(ifindex)
+        .with_context(|| format!("binding to {iface}"))?;
     Ok(sock)
 }
 

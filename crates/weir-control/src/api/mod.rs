@@ -164,8 +164,10 @@ impl Api {
             counters,
             workers,
             cluster: self.live.shared().cluster.get().map(|c| c.view()),
-            xdp_attach: crate::xdp_watch::read(run_dir).unwrap_or_default(),
-            redirect_targets: crate::redirect_targets::read(run_dir).unwrap_or_default(),
+            xdp_attach: crate::xdp_watch::REPORT.read(run_dir).unwrap_or_default(),
+            redirect_targets: crate::redirect_targets::REPORT
+                .read(run_dir)
+                .unwrap_or_default(),
         })
     }
 

@@ -1,11 +1,27 @@
 //! HTTP calls to a server reachable inside a network namespace (the API,
 //! the metrics of `weir serve` or `weir kv`), from a thread that enters it.
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 
 use serde_json::Value;
 use weir_http::client::{Call, Method, Reply};
 use weir_lab::netns::enter;
+
+/// `GET /metrics` from `127.0.0.1:port` inside namespace `ns`, as text.
+pub fn metrics(ns: &str, port: u16) -> String {
+    let ns = ns.to_string();
+    std::thread::spawn(move || {
+        enter(&ns).unwrap();
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    })
+    .join()
+    .unwrap()
+}
 
 /// A call with an optional JSON body.
 pub fn call(ns: &str, addr: SocketAddr, method: Method, path: &str, body: Option<Value>) -> Reply {

@@ -30,14 +30,14 @@ pub use agent::{http_ok, FakeAgent};
 pub use config::{dataplane, dip, lab_services, vip};
 pub use connections::{assert_some_on, join_unbroken, new_connections};
 pub use daemon::{exe, serial, start_backends, start_backends_with, start_daemon, WEIR};
-pub use http::{call, call_with, raw};
+pub use http::{call, call_with, metrics, raw};
 pub use immutable::Immutable;
 pub use leftovers::{assert_nothing_left, attached_programs};
 pub use packet_socket::PacketSocket;
 pub use process::{alive, command_in, output_within, send_signal, weir, weir_in, Interrupted};
-pub use status::{counter, worker_counter};
+pub use status::{counter, status_text, worker_counter};
 pub use temp::TempDir;
-pub use wait::wait_for;
+pub use wait::{assert_within, wait_for};
 
 /// The repository's root.
 pub fn repo() -> std::path::PathBuf {

@@ -1,8 +1,29 @@
-//! Reading what the daemon reports: `weir status --json` and the workers'
-//! report in the run directory.
+//! Reading what the daemon reports: `weir status` (human and JSON) and
+//! the workers' report in the run directory.
+
+use std::process::Command;
 
 use serde_json::Value;
 use weir_lab::daemon::Daemon;
+
+use super::WEIR;
+
+/// `weir status` of daemon `d` in human form.
+pub fn status_text(d: &Daemon) -> String {
+    let out = Command::new(WEIR)
+        .args(["status", "--run-dir"])
+        .arg(d.run_dir())
+        .arg("--pin-dir")
+        .arg(&d.pin_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
 
 /// The XDP counter `name` of a `weir status --json`.
 pub fn counter(status: &Value, name: &str) -> u64 {

@@ -14,3 +14,8 @@ pub fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// Asserts that `cond` comes to hold within `limit`; `what` names it.
+pub fn assert_within(limit: Duration, what: &str, cond: impl FnMut() -> bool) {
+    assert!(wait_for(limit, cond), "not within {limit:?}: {what}");
+}

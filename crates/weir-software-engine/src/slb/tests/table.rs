@@ -6,33 +6,7 @@
 
 use super::*;
 use weir_core::wire::{refresh_ipv4_checksum, ETH_HLEN};
-
-const PAYLOAD: &[u8] = b"GET / HTTP/1.1\r\nHost: weir\r\n\r\n";
-const MISS_NEW: &[u32] = &[WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW];
-const MISS_HALF_OPEN: &[u32] = &[WEIR_STAT_CONN_MISS, WEIR_STAT_HALF_OPEN_NEW];
-const HIT: &[u32] = &[WEIR_STAT_CONN_HIT];
-const REV: &[u32] = &[WEIR_STAT_REV_NAT];
-
-fn out(f: &Frame, dip: &Dip, mode: u32) -> Frame {
-    if mode == NAT {
-        nat_out(f, dip)
-    } else {
-        dsr_out(f, dip)
-    }
-}
-
-/// The events of a flow's first packet.
-fn miss_events(f: &Frame) -> Vec<u32> {
-    match f.l4 {
-        L4::Tcp(_) if is_syn(f) => MISS_HALF_OPEN.to_vec(),
-        L4::Tcp(_) => vec![
-            WEIR_STAT_CONN_MISS,
-            WEIR_STAT_NONSYN_MISS,
-            WEIR_STAT_HALF_OPEN_NEW,
-        ],
-        L4::Udp { .. } => MISS_NEW.to_vec(),
-    }
-}
+use weir_testkit::cases::{self, forwarding, ForwardCase, Left, MISS_HALF_OPEN, MISS_NEW, PAYLOAD};
 
 fn half_open_is(t: FlowTuple, dip: u32, gen: u32, version: u32) -> impl Fn(&mut Env) {
     move |env: &mut Env| {
@@ -61,61 +35,47 @@ fn no_conn(t: FlowTuple) -> impl Fn(&mut Env) {
     }
 }
 
-/// A new flow `f` to VIP `vip`: forwarded to the DIP weir-core predicts,
-/// a TCP flow's entry half-open, a UDP flow's established.
-fn new_flow(env: &Env, name: &str, f: &Frame, vip: u32) -> Case {
-    let v = env.fx.vip(vip);
-    let dip = env
-        .fx
-        .predict(vip, &f.tuple())
-        .expect("VIP has DIPs")
-        .clone();
-    let t = f.tuple();
-    let id = dip.id;
-    let tcp = matches!(f.l4, L4::Tcp(_));
-    Case::new(format!("{name} -> DIP {id}"), f.bytes(), WEIR_STAT_TX)
-        .output(out(f, &dip, v.mode).bytes())
-        .events(&miss_events(f))
-        .after(move |env| {
-            if tcp {
-                half_open_is(t, id, 1, 1)(env)
-            } else {
-                conn_is(t, id, 1, 1)(env)
-            }
-        })
-}
-
-/// The client's packet after its SYN: the entry is promoted.
-fn promote(name: &str, f: &Frame, dip: &Dip, mode: u32) -> Case {
-    let (t, id) = (f.tuple(), dip.id);
-    Case::new(name, f.bytes(), WEIR_STAT_TX)
-        .output(out(f, dip, mode).bytes())
-        .events(MISS_NEW)
-        .after(move |env| {
+/// A shared forwarding case as the engine's: sent out, with the entries
+/// it leaves read from the engine: a new TCP flow's half-open, a UDP
+/// flow's established; a completed handshake's installed (and announced).
+fn slb_case(c: ForwardCase) -> Case {
+    let case = Case::new(c.name, c.input, WEIR_STAT_TX)
+        .output(c.output)
+        .events(&c.events);
+    match c.left {
+        Left::NewFlow { flow: t, dip, .. } => case.after(move |env| match t.proto {
+            Proto::Tcp => half_open_is(t, dip.id, 1, 1)(env),
+            Proto::Udp => conn_is(t, dip.id, 1, 1)(env),
+        }),
+        Left::Promoted { flow: t, dip, .. } => case.after(move |env| {
+            let id = dip.id;
             conn_is(t, id, 1, 1)(env);
             assert!(
                 matches!(env.events[..], [Event::Installed(c)] if c.key == t.key() && c.conn.dip_id == id),
                 "{:?}",
                 env.events
             );
-        })
+        }),
+        Left::Unchanged => case,
+    }
+}
+
+/// A new flow `f` to VIP `vip`, forwarded to the DIP weir-core predicts.
+fn new_flow(env: &Env, name: &str, f: &Frame, vip: u32) -> Case {
+    slb_case(cases::new_flow(&env.fx, name, f, vip))
+}
+
+/// The client's packet after its SYN: the entry is promoted.
+fn promote(name: &str, f: &Frame, dip: &Dip, vip: u32, mode: u32) -> Case {
+    slb_case(cases::promote(name, f, dip, vip, mode))
 }
 
 fn hit(name: &str, f: &Frame, dip: &Dip, mode: u32) -> Case {
-    Case::new(name, f.bytes(), WEIR_STAT_TX)
-        .output(out(f, dip, mode).bytes())
-        .events(HIT)
+    slb_case(cases::hit(name, f, dip, mode))
 }
 
 fn rev_case(name: &str, f: &Frame, dip: &Dip, l4: L4) -> Case {
-    let r = reply(f, dip, l4);
-    let mut o = reply_out(&r, f);
-    if let L4::Udp { zero_csum: true } = l4 {
-        o = o.zero_udp_csum();
-    }
-    Case::new(name, r.bytes(), WEIR_STAT_TX)
-        .output(o.bytes())
-        .events(REV)
+    slb_case(cases::rev_case(name, f, dip, l4))
 }
 
 fn pass(name: &str, input: Vec<u8>, stat: u32) -> Case {
@@ -137,179 +97,10 @@ fn forwarding_and_classification_table() {
     let fx = Fixture::standard();
     let mut cases = Vec::new();
 
-    // IPv4 TCP, nat: SYN, SYN-ACK via the half-open reverse entry,
-    // promotion, data both ways.
-    let c1 = tcp("192.0.2.1", 40001, "10.0.0.100", 80, SYN);
-    let d1 = fx.predict(0, &c1.tuple()).unwrap().clone();
-    let c1_data = with_flags(&c1, PSH_ACK).payload(PAYLOAD);
-    cases.push(new_flow(&env, "v4 tcp SYN miss, nat", &c1, 0));
-    cases.push(rev_case(
-        "v4 SYN-ACK via the half-open entry",
-        &c1,
-        &d1,
-        L4::Tcp(SYN_ACK),
-    ));
-    cases.push(promote("v4 tcp first data promotes", &c1_data, &d1, NAT));
-    cases.push(hit("v4 tcp data on the connection", &c1_data, &d1, NAT));
-    cases.push(rev_case("v4 tcp data reply", &c1, &d1, L4::Tcp(PSH_ACK)));
+    // The forwarding cases both tiers run.
+    cases.extend(forwarding(&env.fx).into_iter().map(slb_case));
 
-    // Port rewrite 443 -> 9090 and back.
-    let c3 = tcp("192.0.2.3", 40003, "10.0.0.104", 443, SYN);
-    cases.push(new_flow(&env, "v4 tcp SYN, nat port rewrite", &c3, 11));
-    cases.push(rev_case(
-        "v4 reply from the rewritten port",
-        &c3,
-        fx.dip(4),
-        L4::Tcp(SYN_ACK),
-    ));
-
-    // Ethernet padding is kept and not summed.
-    let c4 = tcp("192.0.2.4", 40004, "10.0.0.100", 80, SYN);
-    let d4 = fx.predict(0, &c4.tuple()).unwrap().clone();
-    let pad = [0xee; 6];
-    let (mut in4, mut out4) = (c4.bytes(), nat_out(&c4, &d4).bytes());
-    in4.extend_from_slice(&pad);
-    out4.extend_from_slice(&pad);
-    cases.push(
-        Case::new("v4 tcp SYN with Ethernet padding", in4, WEIR_STAT_TX)
-            .output(out4)
-            .events(MISS_HALF_OPEN),
-    );
-
-    // A non-SYN miss is dispatched (default) and confirmed by the next.
-    let c5 = tcp("192.0.2.5", 40005, "10.0.0.100", 80, ACK);
-    let d5 = fx.predict(0, &c5.tuple()).unwrap().clone();
-    cases.push(new_flow(&env, "v4 tcp ACK miss is dispatched", &c5, 0));
-    cases.push(promote("v4 tcp second ACK confirms it", &c5, &d5, NAT));
-
-    // IPv4 UDP, nat.
-    let u1 = udp("192.0.2.1", 5353, "10.0.0.100", 53);
-    let du1 = fx.predict(1, &u1.tuple()).unwrap().clone();
-    cases.push(new_flow(&env, "v4 udp miss, nat", &u1, 1));
-    cases.push(hit("v4 udp second datagram hits", &u1, &du1, NAT));
-    cases.push(rev_case(
-        "v4 udp reply",
-        &u1,
-        &du1,
-        L4::Udp { zero_csum: false },
-    ));
-    let u2 = udp("192.0.2.2", 5354, "10.0.0.100", 53).zero_udp_csum();
-    let du2 = fx.predict(1, &u2.tuple()).unwrap().clone();
-    cases.push(new_flow(&env, "v4 udp checksum 0 stays 0", &u2, 1));
-    cases.push(rev_case(
-        "v4 udp reply checksum 0",
-        &u2,
-        &du2,
-        L4::Udp { zero_csum: true },
-    ));
-
-    // Checksum edges, found by searching a 2-byte payload word with the
-    // reference builder.
-    let edge =
-        |env: &Env, name: &str, base: Frame, vip: u32, want: &dyn Fn(&[u8], &[u8]) -> bool| {
-            let d = fx.predict(vip, &base.tuple()).unwrap().clone();
-            let c = base.l4_off() + if matches!(base.l4, L4::Tcp(_)) { 16 } else { 6 };
-            let f = (0..=u16::MAX)
-                .map(|w| base.clone().payload(&w.to_be_bytes()))
-                .find(|f| want(&f.bytes()[c..c + 2], &nat_out(f, &d).bytes()[c..c + 2]))
-                .expect("a payload with that checksum");
-            new_flow(env, name, &f, vip)
-        };
-    cases.push(edge(
-        &env,
-        "v4 udp rewritten sum 0 -> 0xffff",
-        udp("192.0.2.6", 5356, "10.0.0.100", 53),
-        1,
-        &|_, o| o == [0xff, 0xff],
-    ));
-    cases.push(edge(
-        &env,
-        "v4 udp input sum 0xffff",
-        udp("192.0.2.7", 5357, "10.0.0.100", 53),
-        1,
-        &|i, _| i == [0xff, 0xff],
-    ));
-    cases.push(edge(
-        &env,
-        "v4 tcp rewritten sum 0",
-        tcp("192.0.2.8", 40008, "10.0.0.100", 80, SYN),
-        0,
-        &|_, o| o == [0, 0],
-    ));
-    cases.push(edge(
-        &env,
-        "v4 tcp input sum 0",
-        tcp("192.0.2.9", 40009, "10.0.0.100", 80, SYN),
-        0,
-        &|i, _| i == [0, 0],
-    ));
-    cases.push(edge(
-        &env,
-        "v6 udp rewritten sum 0 -> 0xffff",
-        udp("2001:db8:c::6", 5356, "2001:db8::100", 53),
-        5,
-        &|_, o| o == [0xff, 0xff],
-    ));
-    cases.push(edge(
-        &env,
-        "v6 tcp rewritten sum 0",
-        tcp("2001:db8:c::8", 40008, "2001:db8::100", 80, SYN),
-        4,
-        &|_, o| o == [0, 0],
-    ));
-
-    // IPv4 dsr.
-    let s1 = tcp("192.0.2.10", 41000, "10.0.0.101", 80, SYN);
-    let ds1 = fx.predict(2, &s1.tuple()).unwrap().clone();
-    let s1_data = with_flags(&s1, PSH_ACK).payload(PAYLOAD);
-    cases.push(new_flow(&env, "v4 tcp SYN, dsr", &s1, 2));
-    cases.push(promote("v4 tcp data promotes, dsr", &s1_data, &ds1, DSR));
-    cases.push(hit("v4 tcp data, dsr", &s1_data, &ds1, DSR));
-    cases.push(new_flow(
-        &env,
-        "v4 udp, dsr",
-        &udp("192.0.2.11", 41001, "10.0.0.101", 53),
-        3,
-    ));
-    let s3 = udp("192.0.2.12", 41002, "10.0.0.101", 53).zero_udp_csum();
-    cases.push(new_flow(&env, "v4 udp checksum 0, dsr", &s3, 3));
-
-    // IPv6 nat.
-    let v1 = tcp("2001:db8:c::1", 40001, "2001:db8::100", 80, SYN);
-    let dv1 = fx.predict(4, &v1.tuple()).unwrap().clone();
-    let v1_data = with_flags(&v1, PSH_ACK).payload(PAYLOAD);
-    cases.push(new_flow(&env, "v6 tcp SYN, nat", &v1, 4));
-    cases.push(rev_case(
-        "v6 SYN-ACK via the half-open entry",
-        &v1,
-        &dv1,
-        L4::Tcp(SYN_ACK),
-    ));
-    cases.push(promote("v6 tcp data promotes", &v1_data, &dv1, NAT));
-    cases.push(hit("v6 tcp data", &v1_data, &dv1, NAT));
-    cases.push(rev_case("v6 tcp reply", &v1, &dv1, L4::Tcp(PSH_ACK)));
-    let v2 = udp("2001:db8:c::2", 5353, "2001:db8::100", 53);
-    let dv2 = fx.predict(5, &v2.tuple()).unwrap().clone();
-    cases.push(new_flow(&env, "v6 udp, nat", &v2, 5));
-    cases.push(rev_case(
-        "v6 udp reply",
-        &v2,
-        &dv2,
-        L4::Udp { zero_csum: false },
-    ));
-    for want in [11u32, 12, 13] {
-        let f = (0..1000)
-            .map(|p| tcp("2001:db8:c::9", 42000 + p, "2001:db8::100", 80, SYN))
-            .find(|f| fx.predict(4, &f.tuple()).unwrap().id == want)
-            .unwrap();
-        cases.push(new_flow(&env, &format!("v6 SYN to DIP {want}"), &f, 4));
-        cases.push(rev_case(
-            &format!("v6 reply from DIP {want}"),
-            &f,
-            fx.dip(want),
-            L4::Tcp(SYN_ACK),
-        ));
-    }
+    // Extension headers (hop-by-hop, destination options) before TCP.
     let v3 = tcp("2001:db8:c::3", 40003, "2001:db8::100", 80, SYN);
     let dv3 = fx.predict(4, &v3.tuple()).unwrap().clone();
     let exts = ext_chain(2);
@@ -322,20 +113,6 @@ fn forwarding_and_classification_table() {
         .output(ipv6_with_exts(&nat_out(&v3, &dv3), &exts))
         .events(MISS_HALF_OPEN),
     );
-
-    // IPv6 dsr.
-    cases.push(new_flow(
-        &env,
-        "v6 tcp SYN, dsr",
-        &tcp("2001:db8:c::10", 41000, "2001:db8::101", 80, SYN),
-        6,
-    ));
-    cases.push(new_flow(
-        &env,
-        "v6 udp, dsr",
-        &udp("2001:db8:c::11", 41001, "2001:db8::101", 53),
-        7,
-    ));
 
     // Not balanced: passed (weir_lb's table runs them too).
     for c in passed_untouched() {
@@ -555,7 +332,7 @@ fn nonsyn_miss_drop() {
         )
         .events(&nonsyn),
         new_flow(&env, "SYN dispatched", &syn, 0),
-        promote("its ACK completes the handshake", &data, &d, NAT),
+        promote("its ACK completes the handshake", &data, &d, 0, NAT),
         hit("the next hits", &data, &d, NAT),
         new_flow(
             &env,
@@ -609,9 +386,9 @@ fn a_removed_dip_is_redispatched_and_pcc_holds() {
     let a_new_id = a_new.id;
     let cases = vec![
         new_flow(&env, "a: SYN to DIP 1", &a, 0),
-        promote("a: ACK", &a_ack, fx.dip(1), NAT),
+        promote("a: ACK", &a_ack, fx.dip(1), 0, NAT),
         new_flow(&env, "b: SYN", &b, 0),
-        promote("b: ACK", &b_ack, &db, NAT),
+        promote("b: ACK", &b_ack, &db, 0, NAT),
         Case::new(
             "c: new flow to a removed, still tabled DIP",
             c.bytes(),
@@ -877,7 +654,7 @@ fn tcp_connection_life_cycle() {
         .events(&[WEIR_STAT_CONN_MISS, WEIR_STAT_SYN_RETRANSMIT])
         .before(|env| env.publish(0, 2, &[(2, 1), (3, 1)])),
         rev_case("SYN-ACK", &syn, &d1, L4::Tcp(SYN_ACK)),
-        promote("ACK completes the handshake on DIP 1", &ack, &d1, NAT),
+        promote("ACK completes the handshake on DIP 1", &ack, &d1, 0, NAT),
         hit("data", &data, &d1, NAT).after(events_are(vec![])),
         Case::new("client FIN", fin.bytes(), WEIR_STAT_TX)
             .output(nat_out(&fin, &d1).bytes())
