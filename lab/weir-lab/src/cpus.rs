@@ -48,9 +48,19 @@ pub fn realtime(tid: u32, priority: i32) -> Result<()> {
 /// shows a thread's own times only under its process's `task/`.) A kernel
 /// thread is its own process: `pid` = `tid`.
 pub fn thread_cpu_ticks(pid: u32, tid: u32) -> Result<u64> {
-    let path = format!("/proc/{pid}/task/{tid}/stat");
-    let stat = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading {path} (the thread is gone)"))?;
+    stat_cpu_ticks(&format!("/proc/{pid}/task/{tid}/stat"))
+}
+
+/// Process `pid`'s CPU time (utime + stime of every thread), in clock
+/// ticks.
+pub fn process_cpu_ticks(pid: u32) -> Result<u64> {
+    stat_cpu_ticks(&format!("/proc/{pid}/stat"))
+}
+
+/// utime + stime of a `stat` file of /proc, in clock ticks.
+fn stat_cpu_ticks(path: &str) -> Result<u64> {
+    let stat = std::fs::read_to_string(path)
+        .with_context(|| format!("reading {path} (the thread or process is gone)"))?;
     // proc(5): utime and stime are fields 14 and 15; fields from the third
     // on follow the command's closing parenthesis.
     let fields: Vec<&str> = stat
