@@ -22,6 +22,7 @@
 //! NAPI threads run at real-time priority on its CPU, so the shared
 //! machine's other work does not change the load balancer's share.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -61,6 +62,9 @@ pub struct HttpTrial {
     pub bpf_runs: Option<u64>,
     /// The daemon's (weir) or the proxy's (HAProxy) process CPU time, ns.
     pub process_ns: Option<f64>,
+    /// Of it, each thread's (by name, threads of one name summed), ns:
+    /// where the daemon's time goes (sweeper, API, next hops, ...).
+    pub process_threads_ns: BTreeMap<String, f64>,
     pub elapsed_s: f64,
 }
 
@@ -168,7 +172,13 @@ impl HttpTestbed {
             Ok(Some(sum))
         };
         let proc_ticks = || process.map(crate::cpus::process_cpu_ticks).transpose();
-        let (napi0, bpf0, proc0) = (napi()?, bpf()?, proc_ticks()?);
+        let thread_ticks = || {
+            process
+                .map(crate::cpus::process_threads_ticks)
+                .transpose()
+                .map(Option::unwrap_or_default)
+        };
+        let (napi0, bpf0, proc0, threads0) = (napi()?, bpf()?, proc_ticks()?, thread_ticks()?);
         let start = Instant::now();
         let handles = http_load::load(
             &self.lab.client,
@@ -186,7 +196,7 @@ impl HttpTestbed {
             })
             .collect::<Result<_>>()?;
         let elapsed = start.elapsed();
-        let (napi1, bpf1, proc1) = (napi()?, bpf()?, proc_ticks()?);
+        let (napi1, bpf1, proc1, threads1) = (napi()?, bpf()?, proc_ticks()?, thread_ticks()?);
         let tick_ns = 1e9 / crate::cpus::ticks_per_second();
         let mut latencies: Vec<u32> = records
             .iter()
@@ -222,6 +232,14 @@ impl HttpTestbed {
             process_ns: proc0
                 .zip(proc1)
                 .map(|(a, b)| b.saturating_sub(a) as f64 * tick_ns),
+            process_threads_ns: threads1
+                .into_iter()
+                .map(|(name, t)| {
+                    let before = threads0.get(&name).copied().unwrap_or(0);
+                    (name, t.saturating_sub(before) as f64 * tick_ns)
+                })
+                .filter(|&(_, ns)| ns > 0.0)
+                .collect(),
             elapsed_s: elapsed.as_secs_f64(),
         })
     }
@@ -264,6 +282,7 @@ mod tests {
             bpf_ns: Some(1e6),
             bpf_runs: Some(10_000),
             process_ns: Some(5e5),
+            process_threads_ns: BTreeMap::new(),
             elapsed_s: 10.0,
         };
         assert_eq!(t.kernel_ns(), 2e6);

@@ -2,6 +2,8 @@
 //! nftables and HAProxy from the same runs), the JSON shape, the text
 //! tables and the figure.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde::Serialize;
 use weir_plot::{Axis, Bar, Bars, Figure, Panel, Style};
 
@@ -72,6 +74,9 @@ pub struct HttpRow {
     pub kernel_ns_per_request: f64,
     pub bpf_ns_per_request: Option<f64>,
     pub process_ns_per_request: Option<f64>,
+    /// The process's threads by name: CPU per request (ns), median over
+    /// the runs (a thread that used no CPU in a run counts 0 there).
+    pub process_threads_ns_per_request: BTreeMap<String, f64>,
     /// weir's XDP runs (packets) per request, median.
     pub bpf_runs_per_request: Option<f64>,
     /// Medians of the per-run ratios to nftables in the same mode.
@@ -319,6 +324,19 @@ fn http_rows(balancers: &[Balancer], trials: &[HttpTrialRecord]) -> Vec<HttpRow>
                 (balancer != peer && !per_run.is_empty()).then(|| median(&per_run))
             };
             let rps = of(&|t| t.requests_per_s);
+            let names: BTreeSet<&String> = mine
+                .iter()
+                .flat_map(|t| t.trial.process_threads_ns.keys())
+                .collect();
+            let process_threads_ns_per_request = names
+                .into_iter()
+                .map(|name| {
+                    let v = of(&|t| {
+                        per_request(t, t.process_threads_ns.get(name).copied().unwrap_or(0.0))
+                    });
+                    (name.clone(), median(&v))
+                })
+                .collect();
             rows.push(HttpRow {
                 balancer,
                 mode,
@@ -338,6 +356,7 @@ fn http_rows(balancers: &[Balancer], trials: &[HttpTrialRecord]) -> Vec<HttpRow>
                     mine.iter()
                         .map(|t| t.trial.process_ns.map(|p| per_request(&t.trial, p))),
                 ),
+                process_threads_ns_per_request,
                 bpf_runs_per_request: median_of(
                     mine.iter()
                         .map(|t| t.trial.bpf_runs.map(|r| per_request(&t.trial, r as f64))),
@@ -464,6 +483,23 @@ fn render_http(r: &Report) -> String {
             ratio(row.p50_vs_nftables),
             ratio(row.lb_cpu_vs_nftables),
             ratio(row.requests_per_s_vs_haproxy),
+        );
+    }
+    for row in r.http_rows.iter().filter(|r| r.balancer.is_weir()) {
+        let threads: Vec<String> = row
+            .process_threads_ns_per_request
+            .iter()
+            .map(|(name, ns)| format!("{name} {ns:.0}"))
+            .collect();
+        out += &format!(
+            "{} {}: the daemon's threads, ns per request: {}\n",
+            row.balancer.label(),
+            row.mode.label(),
+            if threads.is_empty() {
+                "none used CPU".to_string()
+            } else {
+                threads.join(", ")
+            }
         );
     }
     out
@@ -698,5 +734,81 @@ mod tests {
         assert_eq!(row(Balancer::Haproxy).gbps_vs_haproxy, None);
         assert!(render(&r).contains("10.00x"), "{}", render(&r));
         assert!(figure(&r).svg().is_ok());
+    }
+
+    fn http(mode: HttpMode, rps: f64, p50: f64, lb_ns: f64, sweeper_ns: Option<f64>) -> HttpTrial {
+        HttpTrial {
+            mode,
+            requests: 1000,
+            connections: 1000,
+            failed: 0,
+            first_error: None,
+            requests_per_s: rps,
+            p50_us: p50,
+            p99_us: p50 * 3.0,
+            napi_ns: lb_ns,
+            bpf_ns: None,
+            bpf_runs: None,
+            process_ns: None,
+            process_threads_ns: sweeper_ns
+                .map(|ns| ("weir-sweeper".to_string(), ns))
+                .into_iter()
+                .collect(),
+            elapsed_s: 10.0,
+        }
+    }
+
+    #[test]
+    fn http_rows_pair_runs_and_modes_and_split_the_daemons_threads() {
+        let args = ForwardBenchArgs {
+            balancers: vec![Balancer::WeirNat, Balancer::Nftables, Balancer::Haproxy],
+            flows: vec![1],
+            dips: 2,
+            duration: 1.0,
+            tcp_seconds: 0,
+            tcp_window: None,
+            http_seconds: 1.0,
+            http_connections: 4,
+            trials: vec![super::super::TrialKind::Http],
+            runs: 2,
+            json: None,
+            svg: None,
+        };
+        let close = HttpMode::Close;
+        let http_trials = vec![
+            (0, Balancer::WeirNat, http(close, 3000.0, 10.0, 1e6, Some(2e5))),
+            (0, Balancer::Nftables, http(close, 1000.0, 20.0, 2e6, None)),
+            (0, Balancer::Haproxy, http(close, 500.0, 40.0, 4e6, None)),
+            (1, Balancer::WeirNat, http(close, 2000.0, 10.0, 1e6, None)),
+            (1, Balancer::Nftables, http(close, 2000.0, 10.0, 1e6, None)),
+            // Keep-alive is no peer of close: no ratio from it.
+            (1, Balancer::Haproxy, http(HttpMode::KeepAlive, 9e9, 1.0, 1.0, None)),
+        ];
+        let r = Report::new(&args, 0, 1, Vec::new(), Vec::new(), http_trials);
+        let row = |b, m| {
+            r.http_rows
+                .iter()
+                .find(|x| x.balancer == b && x.mode == m)
+                .unwrap()
+        };
+        let weir = row(Balancer::WeirNat, close);
+        assert_eq!(weir.requests_per_s, 2500.0);
+        // Per run 3x and 1x.
+        assert_eq!(weir.requests_per_s_vs_nftables, Some(2.0));
+        assert_eq!(weir.p50_vs_nftables, Some(0.75));
+        assert_eq!(weir.lb_cpu_vs_nftables, Some(0.75));
+        // Only run 0 has a close HAProxy trial: 6x.
+        assert_eq!(weir.requests_per_s_vs_haproxy, Some(6.0));
+        assert_eq!(weir.lb_ns_per_request, 1000.0);
+        // 200 ns per request in run 0, none in run 1.
+        assert_eq!(weir.process_threads_ns_per_request["weir-sweeper"], 100.0);
+        assert_eq!(row(Balancer::Nftables, close).requests_per_s_vs_nftables, None);
+        assert_eq!(
+            row(Balancer::Haproxy, HttpMode::KeepAlive).requests_per_s_vs_nftables,
+            None
+        );
+        let text = render(&r);
+        assert!(text.contains("weir-sweeper 100"), "{text}");
+        assert!(text.contains("6.00x"), "{text}");
     }
 }
