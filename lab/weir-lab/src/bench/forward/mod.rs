@@ -300,13 +300,8 @@ fn http_trials(
     let mut trials = Vec::new();
     for run in 0..if http.is_empty() { 0 } else { args.runs } {
         // A fresh lab per run: no TIME_WAIT or conntrack state carried over.
-        let bed = http::HttpTestbed::build(
-            exe,
-            args.dips,
-            args.http_connections,
-            generator_cpu,
-            lb_cpu,
-        )?;
+        let bed =
+            http::HttpTestbed::build(exe, args.dips, args.http_connections, generator_cpu, lb_cpu)?;
         for balancer in rotated(http, run) {
             let running = bed.start(balancer)?;
             for mode in [HttpMode::KeepAlive, HttpMode::Close] {
@@ -318,7 +313,9 @@ fn http_trials(
                 ));
                 let t = bed
                     .trial(&running, mode, args.http_connections, duration)
-                    .with_context(|| format!("HTTP {} through {}", mode.label(), balancer.label()))?;
+                    .with_context(|| {
+                        format!("HTTP {} through {}", mode.label(), balancer.label())
+                    })?;
                 progress.note(format!(
                     "run {} {:<14} HTTP {:<17}: {:.0} req/s, p50 {:.0} us, p99 {:.0} us, \
                      {} failed, LB CPU {:.0} ns/request",

@@ -363,9 +363,7 @@ fn http_rows(balancers: &[Balancer], trials: &[HttpTrialRecord]) -> Vec<HttpRow>
                 ),
                 requests_per_s_vs_nftables: ratio(Balancer::Nftables, |t| t.requests_per_s),
                 p50_vs_nftables: ratio(Balancer::Nftables, |t| t.p50_us),
-                lb_cpu_vs_nftables: ratio(Balancer::Nftables, |t| {
-                    t.lb_ns() / t.requests as f64
-                }),
+                lb_cpu_vs_nftables: ratio(Balancer::Nftables, |t| t.lb_ns() / t.requests as f64),
                 requests_per_s_vs_haproxy: ratio(Balancer::Haproxy, |t| t.requests_per_s),
             });
         }
@@ -395,6 +393,20 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 }
 
 pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    if !r.rows.is_empty() {
+        out += &render_udp(r);
+    }
+    if !r.tcp_rows.is_empty() {
+        out += &render_tcp(r);
+    }
+    if !r.http_rows.is_empty() {
+        out += &render_http(r);
+    }
+    out
+}
+
+fn render_udp(r: &Report) -> String {
     let mut out = format!(
         "\nweir-lab bench forward: 64-byte UDP, {} DIPs, {} s trials, median of {} runs; \
          generator on CPU {}, load balancer's receive path on CPU {}\n",
@@ -428,12 +440,6 @@ pub fn render(r: &Report) -> String {
             ratio(row.received_vs_nftables),
             ratio(row.cpu_per_packet_vs_nftables),
         );
-    }
-    if !r.tcp_rows.is_empty() {
-        out += &render_tcp(r);
-    }
-    if !r.http_rows.is_empty() {
-        out += &render_http(r);
     }
     out
 }
@@ -776,13 +782,21 @@ mod tests {
         };
         let close = HttpMode::Close;
         let http_trials = vec![
-            (0, Balancer::WeirNat, http(close, 3000.0, 10.0, 1e6, Some(2e5))),
+            (
+                0,
+                Balancer::WeirNat,
+                http(close, 3000.0, 10.0, 1e6, Some(2e5)),
+            ),
             (0, Balancer::Nftables, http(close, 1000.0, 20.0, 2e6, None)),
             (0, Balancer::Haproxy, http(close, 500.0, 40.0, 4e6, None)),
             (1, Balancer::WeirNat, http(close, 2000.0, 10.0, 1e6, None)),
             (1, Balancer::Nftables, http(close, 2000.0, 10.0, 1e6, None)),
             // Keep-alive is no peer of close: no ratio from it.
-            (1, Balancer::Haproxy, http(HttpMode::KeepAlive, 9e9, 1.0, 1.0, None)),
+            (
+                1,
+                Balancer::Haproxy,
+                http(HttpMode::KeepAlive, 9e9, 1.0, 1.0, None),
+            ),
         ];
         let r = Report::new(&args, 0, 1, Vec::new(), Vec::new(), http_trials);
         let row = |b, m| {
@@ -802,7 +816,10 @@ mod tests {
         assert_eq!(weir.lb_ns_per_request, 1000.0);
         // 200 ns per request in run 0, none in run 1.
         assert_eq!(weir.process_threads_ns_per_request["weir-sweeper"], 100.0);
-        assert_eq!(row(Balancer::Nftables, close).requests_per_s_vs_nftables, None);
+        assert_eq!(
+            row(Balancer::Nftables, close).requests_per_s_vs_nftables,
+            None
+        );
         assert_eq!(
             row(Balancer::Haproxy, HttpMode::KeepAlive).requests_per_s_vs_nftables,
             None
