@@ -89,10 +89,18 @@ pub fn sweep(maps: &Maps, timeouts: &ConnTimeouts) -> Result<SweepReport> {
     let dips = live_dips(maps)?;
     let mut report = SweepReport::default();
     let now = now_ticks();
+    // dsr and ipip VIPs install no reverse entries. With none in the table
+    // (checked once per sweep), deleting each closed connection's reverse
+    // key would be a failed syscall per connection; an entry expired before
+    // this check cannot gain a reverse entry after it (a new connection on
+    // its tuple is a new entry, which this sweep does not delete).
+    let reverses = !maps.rev_nat.is_empty();
     let (n, expired) = sweep_table(
         &maps.conns,
         |rkey| {
-            let _ = maps.rev_nat.delete(rkey);
+            if reverses {
+                let _ = maps.rev_nat.delete(rkey);
+            }
         },
         &dips,
         |key, c| idle_past(c.atime, timeout(c, key.proto, &t), now),

@@ -2,6 +2,8 @@
 //! pinning a thread (ours, or a kernel thread such as a threaded NAPI
 //! context) to one, the real-time class, and a thread's CPU time.
 
+use std::collections::BTreeMap;
+
 use anyhow::{bail, Context, Result};
 
 /// The CPUs the calling thread may run on, in order.
@@ -48,9 +50,37 @@ pub fn realtime(tid: u32, priority: i32) -> Result<()> {
 /// shows a thread's own times only under its process's `task/`.) A kernel
 /// thread is its own process: `pid` = `tid`.
 pub fn thread_cpu_ticks(pid: u32, tid: u32) -> Result<u64> {
-    let path = format!("/proc/{pid}/task/{tid}/stat");
-    let stat = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading {path} (the thread is gone)"))?;
+    stat_cpu_ticks(&format!("/proc/{pid}/task/{tid}/stat"))
+}
+
+/// Process `pid`'s CPU time (utime + stime of every thread), in clock
+/// ticks.
+pub fn process_cpu_ticks(pid: u32) -> Result<u64> {
+    stat_cpu_ticks(&format!("/proc/{pid}/stat"))
+}
+
+/// Process `pid`'s CPU time by thread name (threads of one name summed),
+/// in clock ticks; threads that end while being read are left out.
+pub fn process_threads_ticks(pid: u32) -> Result<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    let dir = format!("/proc/{pid}/task");
+    for t in std::fs::read_dir(&dir).with_context(|| format!("reading {dir}"))? {
+        let t = t?;
+        let Ok(comm) = std::fs::read_to_string(t.path().join("comm")) else {
+            continue;
+        };
+        let Ok(ticks) = stat_cpu_ticks(&t.path().join("stat").to_string_lossy()) else {
+            continue;
+        };
+        *out.entry(comm.trim().to_string()).or_insert(0) += ticks;
+    }
+    Ok(out)
+}
+
+/// utime + stime of a `stat` file of /proc, in clock ticks.
+fn stat_cpu_ticks(path: &str) -> Result<u64> {
+    let stat = std::fs::read_to_string(path)
+        .with_context(|| format!("reading {path} (the thread or process is gone)"))?;
     // proc(5): utime and stime are fields 14 and 15; fields from the third
     // on follow the command's closing parenthesis.
     let fields: Vec<&str> = stat

@@ -3,9 +3,11 @@
 //! by their inner datagram) and one TCP flow through weir ipip (the backend
 //! decapsulates with `weir decap`) and HAProxy. Checks that packets and
 //! bytes got through each and that the report is well formed; which
-//! balancer is faster is a benchmark, not a test.
+//! balancer is faster is a benchmark, not a test. And a short run of the
+//! HTTP trials through weir nat and nftables, keep-alive and close.
 
 use std::process::Command;
+use std::sync::Mutex;
 
 use serde_json::Value;
 
@@ -15,11 +17,16 @@ fn f(v: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("{key} missing: {v:#}"))
 }
 
+/// One bench at a time: each loads both CPUs.
+static HEAVY: Mutex<()> = Mutex::new(());
+
 #[test]
 fn ipip_and_haproxy_carry_packets_and_a_tcp_flow() {
+    let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
     let json = std::env::temp_dir().join(format!("weir-forward-test-{}.json", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_weir-lab"))
         .args(["bench", "forward", "--balancers", "weir-ipip,haproxy"])
+        .args(["--trials", "udp,tcp"])
         .args(["--flows", "100", "--dips", "2", "--duration", "0.5"])
         .args(["--runs", "1", "--tcp-seconds", "1", "--json"])
         .arg(&json)
@@ -59,4 +66,77 @@ fn ipip_and_haproxy_carry_packets_and_a_tcp_flow() {
         assert!(t["drops"].is_object(), "{t:#}");
     }
     assert_eq!(r["tcp_rows"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn weir_nat_and_nftables_carry_http_keep_alive_and_close() {
+    let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let json = std::env::temp_dir().join(format!(
+        "weir-forward-http-test-{}.json",
+        std::process::id()
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_weir-lab"))
+        .args(["bench", "forward", "--trials", "http"])
+        .args([
+            "--balancers",
+            "weir-nat,nftables",
+            "--dips",
+            "2",
+            "--runs",
+            "1",
+        ])
+        .args(["--http-seconds", "2", "--http-connections", "8", "--json"])
+        .arg(&json)
+        .output()
+        .expect("running weir-lab bench forward");
+    assert!(
+        out.status.success(),
+        "weir-lab bench forward failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("Connection: close"), "{stdout}");
+    assert!(stdout.contains("the daemon's threads"), "{stdout}");
+    let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+
+    let trials = r["http_trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 4, "{trials:#?}");
+    for t in trials {
+        let (balancer, mode) = (t["balancer"].as_str().unwrap(), t["mode"].as_str().unwrap());
+        let requests = f(t, "requests");
+        assert!(requests > 0.0, "nothing answered: {t:#}");
+        assert_eq!(f(t, "failed"), 0.0, "{t:#}");
+        assert!(f(t, "p99_us") >= f(t, "p50_us"), "{t:#}");
+        assert!(f(t, "napi_ns") > 0.0, "no load balancer CPU counted: {t:#}");
+        let connections = f(t, "connections");
+        match mode {
+            // A connection per request (and none more).
+            "close" => assert_eq!(connections, requests, "{t:#}"),
+            "keep-alive" => assert!(connections <= 8.0, "{t:#}"),
+            m => panic!("mode {m}"),
+        }
+        if balancer == "weir-nat" {
+            // Every packet of both directions runs weir's XDP: a request
+            // and its response at least, and in close mode the handshake
+            // and both FINs too.
+            let runs = f(t, "bpf_runs") / requests;
+            let least = if mode == "close" { 7.0 } else { 2.0 };
+            assert!(runs >= least, "{runs} XDP runs per request: {t:#}");
+            assert!(t["process_ns"].is_f64(), "no daemon CPU read: {t:#}");
+        } else {
+            assert!(t["bpf_ns"].is_null(), "{t:#}");
+            assert!(t["process_ns"].is_null(), "{t:#}");
+        }
+    }
+    let rows = r["http_rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4, "{rows:#?}");
+    let weir_close = rows
+        .iter()
+        .find(|x| x["balancer"] == "weir-nat" && x["mode"] == "close")
+        .unwrap();
+    assert!(
+        weir_close["requests_per_s_vs_nftables"].is_f64(),
+        "{weir_close:#}"
+    );
 }

@@ -157,6 +157,26 @@ pub fn start<'a>(
 }
 
 impl Running<'_> {
+    /// The user-space process doing the balancer's work: weir's daemon or
+    /// HAProxy (nftables has none).
+    pub fn process_id(&self) -> Option<u32> {
+        self.daemon
+            .as_ref()
+            .and_then(Daemon::pid)
+            .or_else(|| self.haproxy.as_ref().map(Child::id))
+    }
+
+    /// weir's XDP programs on the receive interfaces, each once.
+    pub fn prog_ids(&self) -> Result<Vec<u32>> {
+        let mut ids = BTreeSet::new();
+        if self.balancer.is_weir() {
+            for dev in &self.service.receive {
+                ids.insert(xdp_prog_id(&self.lab.lb, dev)?);
+            }
+        }
+        Ok(ids.into_iter().collect())
+    }
+
     /// Stops the load balancer; the namespace is as before [`start`].
     pub fn stop(mut self) -> Result<()> {
         self.teardown()

@@ -21,12 +21,21 @@
 //! - The single long TCP flow (tcp.rs): iperf3 through each balancer and
 //!   HAProxy (tcp mode) to a real TCP stack at one backend, in a lab of its
 //!   own, with the sender's retransmissions and the drops on the path.
+//! - HTTP (http.rs): requests per second and latency through each
+//!   balancer but weir ipip (the backends do not decapsulate) with
+//!   keep-alive connections and with a connection per request
+//!   (`Connection: close`), to the lab's own HTTP servers at the backends;
+//!   the load balancer's CPU per request and per new connection, split
+//!   into the kernel's (NAPI threads), BPF run time and the daemon's or
+//!   HAProxy's process time.
 //! - Every run starts every balancer once per kind of trial, in an order
 //!   that rotates from run to run. Rows report medians over the runs;
 //!   ratios are the medians of the per-run ratios.
 
 mod balancer;
 mod child;
+mod http;
+mod http_load;
 mod report;
 mod rig;
 mod tcp;
@@ -39,12 +48,28 @@ use weir_dataplane::runstats::StatsEnabled;
 use weir_progress::Progress;
 
 pub use balancer::Balancer;
-pub use report::{render, Report, Row, TcpRow};
+pub use http::HttpTrial;
+pub use http_load::HttpMode;
+pub use report::{render, HttpRow, Report, Row, TcpRow};
 pub use rig::Trial;
 pub use tcp::TcpTrial;
 
+/// The kinds of trial a run makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TrialKind {
+    /// 64-byte UDP at the generator's full speed, per flow count.
+    Udp,
+    /// One long TCP flow (iperf3).
+    Tcp,
+    /// HTTP, keep-alive and a connection per request.
+    Http,
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct ForwardBenchArgs {
+    /// The kinds of trial to make.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["udp", "tcp", "http"])]
+    pub trials: Vec<TrialKind>,
     /// The load balancers to compare (HAProxy carries only the TCP flow).
     #[arg(long, value_enum, value_delimiter = ',',
           default_values = ["weir-nat", "weir-dsr", "weir-ipip", "nftables", "haproxy"])]
@@ -66,6 +91,12 @@ pub struct ForwardBenchArgs {
     /// window; default: the kernel's autotuning.
     #[arg(long)]
     pub tcp_window: Option<u32>,
+    /// Seconds of HTTP load per balancer, mode and run.
+    #[arg(long, default_value_t = 10.0)]
+    pub http_seconds: f64,
+    /// Concurrent HTTP client connections (one thread each).
+    #[arg(long, default_value_t = 64)]
+    pub http_connections: usize,
     /// Runs; every run measures every balancer and flow count once.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
@@ -110,21 +141,56 @@ pub fn run(args: &ForwardBenchArgs) -> Result<()> {
         "--tcp-window {:?}: give 4 to 65536 KiB",
         args.tcp_window
     );
-    let udp: Vec<Balancer> = args
-        .balancers
-        .iter()
-        .copied()
-        .filter(|b| b.carries_udp())
-        .collect();
+    ensure!(!args.trials.is_empty(), "--trials: name at least one kind");
+    ensure!(
+        (1.0..=60.0).contains(&args.http_seconds),
+        "--http-seconds {}: give 1 to 60 seconds",
+        args.http_seconds
+    );
+    ensure!(
+        (1..=512).contains(&args.http_connections),
+        "--http-connections {}: give 1 to 512",
+        args.http_connections
+    );
+    let wants = |k| args.trials.contains(&k);
+    let udp: Vec<Balancer> = if wants(TrialKind::Udp) {
+        args.balancers
+            .iter()
+            .copied()
+            .filter(|b| b.carries_udp())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let http: Vec<Balancer> = if wants(TrialKind::Http) {
+        args.balancers
+            .iter()
+            .copied()
+            .filter(|&b| b != Balancer::WeirIpip)
+            .collect()
+    } else {
+        Vec::new()
+    };
     crate::netns::install_signal_teardown();
     let exe = crate::weir_binary::locate()?;
     let _stats = StatsEnabled::new()?;
-    let tcp_runs = if args.tcp_seconds > 0 { args.runs } else { 0 };
+    let tcp_runs = if args.tcp_seconds > 0 && wants(TrialKind::Tcp) {
+        args.runs
+    } else {
+        0
+    };
     let progress = Progress::bar(
         "weir-lab bench forward",
-        (args.runs * udp.len() * args.flows.len() + tcp_runs * args.balancers.len()) as u64,
+        (args.runs * udp.len() * args.flows.len()
+            + tcp_runs * args.balancers.len()
+            + args.runs * http.len() * 2) as u64,
     );
-    let (trials, generator_cpu, lb_cpu) = udp_trials(args, &exe, &udp, &progress)?;
+    let (generator_cpu, lb_cpu) = rig::cpus()?;
+    let trials = if udp.is_empty() {
+        Vec::new()
+    } else {
+        udp_trials(args, &exe, &udp, &progress)?
+    };
     let mut tcp_trials = Vec::new();
     for run in 0..tcp_runs {
         // A fresh lab per run: no state of one run's balancers in the next.
@@ -150,11 +216,12 @@ pub fn run(args: &ForwardBenchArgs) -> Result<()> {
             progress.inc(1);
         }
     }
-    let report = Report::new(args, generator_cpu, lb_cpu, trials, tcp_trials);
+    let http_trials = http_trials(args, &exe, &http, (generator_cpu, lb_cpu), &progress)?;
+    let report = Report::new(args, generator_cpu, lb_cpu, trials, tcp_trials, http_trials);
     let took = weir_progress::duration(progress.elapsed());
     progress.finish(format!(
         "{} trials in {took}",
-        report.trials.len() + report.tcp_trials.len()
+        report.trials.len() + report.tcp_trials.len() + report.http_trials.len()
     ));
     print!("{}", render(&report));
     if let Some(p) = &args.json {
@@ -177,10 +244,9 @@ fn rotated(balancers: &[Balancer], run: usize) -> Vec<Balancer> {
     order
 }
 
-type UdpTrials = (Vec<(usize, Balancer, u32, Trial)>, usize, usize);
+type UdpTrials = Vec<(usize, Balancer, u32, Trial)>;
 
-/// Every run's packet-rate trials of the `udp` balancers; also the
-/// generator's and the load balancer's CPUs.
+/// Every run's packet-rate trials of the `udp` balancers.
 fn udp_trials(
     args: &ForwardBenchArgs,
     exe: &std::path::Path,
@@ -219,5 +285,54 @@ fn udp_trials(
             running.stop()?;
         }
     }
-    Ok((trials, bed.generator_cpu, bed.lb_cpu))
+    Ok(trials)
+}
+
+/// Every run's HTTP trials of the `http` balancers, keep-alive then close.
+fn http_trials(
+    args: &ForwardBenchArgs,
+    exe: &std::path::Path,
+    http: &[Balancer],
+    (generator_cpu, lb_cpu): (usize, usize),
+    progress: &Progress,
+) -> Result<Vec<(usize, Balancer, HttpTrial)>> {
+    let duration = Duration::from_secs_f64(args.http_seconds);
+    let mut trials = Vec::new();
+    for run in 0..if http.is_empty() { 0 } else { args.runs } {
+        // A fresh lab per run: no TIME_WAIT or conntrack state carried over.
+        let bed =
+            http::HttpTestbed::build(exe, args.dips, args.http_connections, generator_cpu, lb_cpu)?;
+        for balancer in rotated(http, run) {
+            let running = bed.start(balancer)?;
+            for mode in [HttpMode::KeepAlive, HttpMode::Close] {
+                progress.set_message(format!(
+                    "run {}: HTTP {}, {}",
+                    run + 1,
+                    mode.label(),
+                    balancer.label()
+                ));
+                let t = bed
+                    .trial(&running, mode, args.http_connections, duration)
+                    .with_context(|| {
+                        format!("HTTP {} through {}", mode.label(), balancer.label())
+                    })?;
+                progress.note(format!(
+                    "run {} {:<14} HTTP {:<17}: {:.0} req/s, p50 {:.0} us, p99 {:.0} us, \
+                     {} failed, LB CPU {:.0} ns/request",
+                    run + 1,
+                    balancer.label(),
+                    mode.label(),
+                    t.requests_per_s,
+                    t.p50_us,
+                    t.p99_us,
+                    t.failed,
+                    t.lb_ns() / t.requests as f64
+                ));
+                trials.push((run, balancer, t));
+                progress.inc(1);
+            }
+            running.stop()?;
+        }
+    }
+    Ok(trials)
 }

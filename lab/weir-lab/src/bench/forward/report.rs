@@ -2,10 +2,12 @@
 //! nftables and HAProxy from the same runs), the JSON shape, the text
 //! tables and the figure.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde::Serialize;
 use weir_plot::{Axis, Bar, Bars, Figure, Panel, Style};
 
-use super::{Balancer, ForwardBenchArgs, TcpTrial, Trial};
+use super::{Balancer, ForwardBenchArgs, HttpMode, HttpTrial, TcpTrial, Trial};
 
 /// One balancer at one flow count, over the runs.
 #[derive(Debug, Clone, Serialize)]
@@ -51,6 +53,39 @@ pub struct TcpRow {
     pub retransmits_vs_haproxy: Option<f64>,
 }
 
+/// One balancer's HTTP trials in one mode, over the runs. CPU figures are
+/// per answered request: in close mode, per new connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct HttpRow {
+    pub balancer: Balancer,
+    pub mode: HttpMode,
+    /// Requests per second: median, min, max.
+    pub requests_per_s: f64,
+    pub requests_per_s_min: f64,
+    pub requests_per_s_max: f64,
+    /// Latency percentiles (µs), medians over the runs.
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// Failed requests, median.
+    pub failed: f64,
+    /// The load balancer's CPU per request (ns), median: all of it, and
+    /// its parts (kernel NAPI outside BPF, BPF run time, user-space process).
+    pub lb_ns_per_request: f64,
+    pub kernel_ns_per_request: f64,
+    pub bpf_ns_per_request: Option<f64>,
+    pub process_ns_per_request: Option<f64>,
+    /// The process's threads by name: CPU per request (ns), median over
+    /// the runs (a thread that used no CPU in a run counts 0 there).
+    pub process_threads_ns_per_request: BTreeMap<String, f64>,
+    /// weir's XDP runs (packets) per request, median.
+    pub bpf_runs_per_request: Option<f64>,
+    /// Medians of the per-run ratios to nftables in the same mode.
+    pub requests_per_s_vs_nftables: Option<f64>,
+    pub p50_vs_nftables: Option<f64>,
+    pub lb_cpu_vs_nftables: Option<f64>,
+    pub requests_per_s_vs_haproxy: Option<f64>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub method: &'static str,
@@ -66,6 +101,10 @@ pub struct Report {
     pub tcp_window_kib: Option<u32>,
     pub tcp_rows: Vec<TcpRow>,
     pub tcp_trials: Vec<TcpTrialRecord>,
+    pub http_seconds: f64,
+    pub http_connections: usize,
+    pub http_rows: Vec<HttpRow>,
+    pub http_trials: Vec<HttpTrialRecord>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -85,13 +124,26 @@ pub struct TcpTrialRecord {
     pub trial: TcpTrial,
 }
 
+#[derive(Debug, Clone, Serialize)]
+pub struct HttpTrialRecord {
+    pub run: usize,
+    pub balancer: Balancer,
+    #[serde(flatten)]
+    pub trial: HttpTrial,
+}
+
 const METHOD: &str = "64-byte UDP from weir_gen (live BPF_PROG_TEST_RUN, one CPU, full speed) \
     through the load balancer's namespace to XDP sinks at the backends; the load balancer's \
     receive NAPI in a kernel thread pinned to its own CPU; CPU per packet = that CPU's \
     /proc/stat busy time / received; BPF ns = run_time_ns / run_cnt of weir's program; \
     flows warmed before each trial; TCP: one iperf3 flow per balancer and run from the \
     client to iperf3 -s at one backend running weir decap, receiver's Gbit/s and \
-    sum_sent.retransmits, the path's veth drop counters; medians over runs, ratios per run";
+    sum_sent.retransmits, the path's veth drop counters; HTTP: the lab's own bounded clients \
+    (one thread per connection) on the generator's CPU to the lab's HTTP servers at every \
+    backend, keep-alive and a connection per request (Connection: close, latency including \
+    the connect); LB CPU = utime + stime of the load balancer's threaded NAPI contexts \
+    (the kernel's share is that less BPF run time) + the daemon's or HAProxy's \
+    /proc/PID/stat; medians over runs, ratios per run";
 
 impl Report {
     pub fn new(
@@ -100,6 +152,7 @@ impl Report {
         lb_cpu: usize,
         trials: Vec<(usize, Balancer, u32, Trial)>,
         tcp_trials: Vec<(usize, Balancer, TcpTrial)>,
+        http_trials: Vec<(usize, Balancer, HttpTrial)>,
     ) -> Report {
         let trials: Vec<TrialRecord> = trials
             .into_iter()
@@ -160,6 +213,14 @@ impl Report {
                 });
             }
         }
+        let http_trials: Vec<HttpTrialRecord> = http_trials
+            .into_iter()
+            .map(|(run, balancer, trial)| HttpTrialRecord {
+                run,
+                balancer,
+                trial,
+            })
+            .collect();
         let tcp_trials: Vec<TcpTrialRecord> = tcp_trials
             .into_iter()
             .map(|(run, balancer, trial)| TcpTrialRecord {
@@ -181,6 +242,10 @@ impl Report {
             tcp_window_kib: args.tcp_window,
             tcp_rows: tcp_rows(&args.balancers, &tcp_trials),
             tcp_trials,
+            http_seconds: args.http_seconds,
+            http_connections: args.http_connections,
+            http_rows: http_rows(&args.balancers, &http_trials),
+            http_trials,
         }
     }
 }
@@ -229,6 +294,83 @@ fn tcp_rows(balancers: &[Balancer], trials: &[TcpTrialRecord]) -> Vec<TcpRow> {
     rows
 }
 
+/// An HTTP row per balancer and mode that has trials.
+fn http_rows(balancers: &[Balancer], trials: &[HttpTrialRecord]) -> Vec<HttpRow> {
+    let mut rows = Vec::new();
+    for mode in [HttpMode::KeepAlive, HttpMode::Close] {
+        for &balancer in balancers {
+            let mine: Vec<&HttpTrialRecord> = trials
+                .iter()
+                .filter(|t| t.balancer == balancer && t.trial.mode == mode)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let of = |get: &dyn Fn(&HttpTrial) -> f64| -> Vec<f64> {
+                mine.iter().map(|t| get(&t.trial)).collect()
+            };
+            let per_request = |t: &HttpTrial, ns: f64| ns / t.requests as f64;
+            let ratio = |peer: Balancer, get: fn(&HttpTrial) -> f64| -> Option<f64> {
+                let per_run: Vec<f64> = mine
+                    .iter()
+                    .filter_map(|t| {
+                        let p = trials.iter().find(|p| {
+                            p.run == t.run && p.balancer == peer && p.trial.mode == mode
+                        })?;
+                        let base = get(&p.trial);
+                        (base > 0.0).then(|| get(&t.trial) / base)
+                    })
+                    .collect();
+                (balancer != peer && !per_run.is_empty()).then(|| median(&per_run))
+            };
+            let rps = of(&|t| t.requests_per_s);
+            let names: BTreeSet<&String> = mine
+                .iter()
+                .flat_map(|t| t.trial.process_threads_ns.keys())
+                .collect();
+            let process_threads_ns_per_request = names
+                .into_iter()
+                .map(|name| {
+                    let v = of(&|t| {
+                        per_request(t, t.process_threads_ns.get(name).copied().unwrap_or(0.0))
+                    });
+                    (name.clone(), median(&v))
+                })
+                .collect();
+            rows.push(HttpRow {
+                balancer,
+                mode,
+                requests_per_s: median(&rps),
+                requests_per_s_min: rps.iter().copied().fold(f64::INFINITY, f64::min),
+                requests_per_s_max: rps.iter().copied().fold(0.0, f64::max),
+                p50_us: median(&of(&|t| t.p50_us)),
+                p99_us: median(&of(&|t| t.p99_us)),
+                failed: median(&of(&|t| t.failed as f64)),
+                lb_ns_per_request: median(&of(&|t| per_request(t, t.lb_ns()))),
+                kernel_ns_per_request: median(&of(&|t| per_request(t, t.kernel_ns()))),
+                bpf_ns_per_request: median_of(
+                    mine.iter()
+                        .map(|t| t.trial.bpf_ns.map(|b| per_request(&t.trial, b))),
+                ),
+                process_ns_per_request: median_of(
+                    mine.iter()
+                        .map(|t| t.trial.process_ns.map(|p| per_request(&t.trial, p))),
+                ),
+                process_threads_ns_per_request,
+                bpf_runs_per_request: median_of(
+                    mine.iter()
+                        .map(|t| t.trial.bpf_runs.map(|r| per_request(&t.trial, r as f64))),
+                ),
+                requests_per_s_vs_nftables: ratio(Balancer::Nftables, |t| t.requests_per_s),
+                p50_vs_nftables: ratio(Balancer::Nftables, |t| t.p50_us),
+                lb_cpu_vs_nftables: ratio(Balancer::Nftables, |t| t.lb_ns() / t.requests as f64),
+                requests_per_s_vs_haproxy: ratio(Balancer::Haproxy, |t| t.requests_per_s),
+            });
+        }
+    }
+    rows
+}
+
 /// The median; NaN for none.
 fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
@@ -251,6 +393,20 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 }
 
 pub fn render(r: &Report) -> String {
+    let mut out = String::new();
+    if !r.rows.is_empty() {
+        out += &render_udp(r);
+    }
+    if !r.tcp_rows.is_empty() {
+        out += &render_tcp(r);
+    }
+    if !r.http_rows.is_empty() {
+        out += &render_http(r);
+    }
+    out
+}
+
+fn render_udp(r: &Report) -> String {
     let mut out = format!(
         "\nweir-lab bench forward: 64-byte UDP, {} DIPs, {} s trials, median of {} runs; \
          generator on CPU {}, load balancer's receive path on CPU {}\n",
@@ -285,8 +441,72 @@ pub fn render(r: &Report) -> String {
             ratio(row.cpu_per_packet_vs_nftables),
         );
     }
-    if !r.tcp_rows.is_empty() {
-        out += &render_tcp(r);
+    out
+}
+
+fn render_http(r: &Report) -> String {
+    let mut out = format!(
+        "\nHTTP, {} connections, {} s per trial, median of {} runs; load balancer CPU per \
+         request (in close mode: per new connection), ns: all, the kernel's (NAPI threads \
+         less BPF), BPF run time, the daemon's or HAProxy's process\n",
+        r.http_connections, r.http_seconds, r.runs
+    );
+    out += &format!(
+        "{:<14} {:<17} {:>26} {:>8} {:>8} {:>6} {:>8} {:>8} {:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}\n",
+        "balancer",
+        "mode",
+        "requests/s",
+        "p50 us",
+        "p99 us",
+        "failed",
+        "LB ns",
+        "kernel",
+        "BPF",
+        "process",
+        "BPF runs",
+        "vs nft",
+        "p50/nft",
+        "CPU/nft",
+        "vs HAP"
+    );
+    for row in &r.http_rows {
+        out += &format!(
+            "{:<14} {:<17} {:>8.0} ({:>7.0}..{:>7.0}) {:>8.0} {:>8.0} {:>6.0} {:>8.0} {:>8.0} {:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}\n",
+            row.balancer.label(),
+            row.mode.label(),
+            row.requests_per_s,
+            row.requests_per_s_min,
+            row.requests_per_s_max,
+            row.p50_us,
+            row.p99_us,
+            row.failed,
+            row.lb_ns_per_request,
+            row.kernel_ns_per_request,
+            opt(row.bpf_ns_per_request, 0),
+            opt(row.process_ns_per_request, 0),
+            opt(row.bpf_runs_per_request, 1),
+            ratio(row.requests_per_s_vs_nftables),
+            ratio(row.p50_vs_nftables),
+            ratio(row.lb_cpu_vs_nftables),
+            ratio(row.requests_per_s_vs_haproxy),
+        );
+    }
+    for row in r.http_rows.iter().filter(|r| r.balancer.is_weir()) {
+        let threads: Vec<String> = row
+            .process_threads_ns_per_request
+            .iter()
+            .map(|(name, ns)| format!("{name} {ns:.0}"))
+            .collect();
+        out += &format!(
+            "{} {}: the daemon's threads, ns per request: {}\n",
+            row.balancer.label(),
+            row.mode.label(),
+            if threads.is_empty() {
+                "none used CPU".to_string()
+            } else {
+                threads.join(", ")
+            }
+        );
     }
     out
 }
@@ -433,6 +653,9 @@ mod tests {
             duration: 1.0,
             tcp_seconds: 0,
             tcp_window: None,
+            http_seconds: 1.0,
+            http_connections: 4,
+            trials: vec![super::super::TrialKind::Udp],
             runs: 2,
             json: None,
             svg: None,
@@ -445,7 +668,7 @@ mod tests {
             // Run 1 measured no nftables at 1 flow: no ratio from it.
             (0, Balancer::WeirNat, 1, trial(3e6, 100.0)),
         ];
-        let r = Report::new(&args, 0, 1, trials, Vec::new());
+        let r = Report::new(&args, 0, 1, trials, Vec::new(), Vec::new());
         let row = |b, f| {
             r.rows
                 .iter()
@@ -486,6 +709,9 @@ mod tests {
             duration: 1.0,
             tcp_seconds: 2,
             tcp_window: None,
+            http_seconds: 1.0,
+            http_connections: 4,
+            trials: vec![super::super::TrialKind::Udp],
             runs: 2,
             json: None,
             svg: None,
@@ -499,7 +725,7 @@ mod tests {
             (1, Balancer::Nftables, tcp(2.0, 0, 0)),
             (1, Balancer::Haproxy, tcp(1.0, 30, 0)),
         ];
-        let r = Report::new(&args, 0, 1, Vec::new(), tcp_trials);
+        let r = Report::new(&args, 0, 1, Vec::new(), tcp_trials, Vec::new());
         let row = |b| r.tcp_rows.iter().find(|x| x.balancer == b).unwrap();
         let weir = row(Balancer::WeirNat);
         assert_eq!(weir.gbps, 2.5);
@@ -514,5 +740,92 @@ mod tests {
         assert_eq!(row(Balancer::Haproxy).gbps_vs_haproxy, None);
         assert!(render(&r).contains("10.00x"), "{}", render(&r));
         assert!(figure(&r).svg().is_ok());
+    }
+
+    fn http(mode: HttpMode, rps: f64, p50: f64, lb_ns: f64, sweeper_ns: Option<f64>) -> HttpTrial {
+        HttpTrial {
+            mode,
+            requests: 1000,
+            connections: 1000,
+            failed: 0,
+            first_error: None,
+            requests_per_s: rps,
+            p50_us: p50,
+            p99_us: p50 * 3.0,
+            napi_ns: lb_ns,
+            bpf_ns: None,
+            bpf_runs: None,
+            process_ns: None,
+            process_threads_ns: sweeper_ns
+                .map(|ns| ("weir-sweeper".to_string(), ns))
+                .into_iter()
+                .collect(),
+            elapsed_s: 10.0,
+        }
+    }
+
+    #[test]
+    fn http_rows_pair_runs_and_modes_and_split_the_daemons_threads() {
+        let args = ForwardBenchArgs {
+            balancers: vec![Balancer::WeirNat, Balancer::Nftables, Balancer::Haproxy],
+            flows: vec![1],
+            dips: 2,
+            duration: 1.0,
+            tcp_seconds: 0,
+            tcp_window: None,
+            http_seconds: 1.0,
+            http_connections: 4,
+            trials: vec![super::super::TrialKind::Http],
+            runs: 2,
+            json: None,
+            svg: None,
+        };
+        let close = HttpMode::Close;
+        let http_trials = vec![
+            (
+                0,
+                Balancer::WeirNat,
+                http(close, 3000.0, 10.0, 1e6, Some(2e5)),
+            ),
+            (0, Balancer::Nftables, http(close, 1000.0, 20.0, 2e6, None)),
+            (0, Balancer::Haproxy, http(close, 500.0, 40.0, 4e6, None)),
+            (1, Balancer::WeirNat, http(close, 2000.0, 10.0, 1e6, None)),
+            (1, Balancer::Nftables, http(close, 2000.0, 10.0, 1e6, None)),
+            // Keep-alive is no peer of close: no ratio from it.
+            (
+                1,
+                Balancer::Haproxy,
+                http(HttpMode::KeepAlive, 9e9, 1.0, 1.0, None),
+            ),
+        ];
+        let r = Report::new(&args, 0, 1, Vec::new(), Vec::new(), http_trials);
+        let row = |b, m| {
+            r.http_rows
+                .iter()
+                .find(|x| x.balancer == b && x.mode == m)
+                .unwrap()
+        };
+        let weir = row(Balancer::WeirNat, close);
+        assert_eq!(weir.requests_per_s, 2500.0);
+        // Per run 3x and 1x.
+        assert_eq!(weir.requests_per_s_vs_nftables, Some(2.0));
+        assert_eq!(weir.p50_vs_nftables, Some(0.75));
+        assert_eq!(weir.lb_cpu_vs_nftables, Some(0.75));
+        // Only run 0 has a close HAProxy trial: 6x.
+        assert_eq!(weir.requests_per_s_vs_haproxy, Some(6.0));
+        assert_eq!(weir.lb_ns_per_request, 1000.0);
+        // 200 ns per request in run 0, none in run 1.
+        assert_eq!(weir.process_threads_ns_per_request["weir-sweeper"], 100.0);
+        assert_eq!(
+            row(Balancer::Nftables, close).requests_per_s_vs_nftables,
+            None
+        );
+        assert_eq!(
+            row(Balancer::Haproxy, HttpMode::KeepAlive).requests_per_s_vs_nftables,
+            None
+        );
+        let text = render(&r);
+        assert!(text.contains("weir-sweeper 100"), "{text}");
+        assert!(text.contains("6.00x"), "{text}");
     }
 }

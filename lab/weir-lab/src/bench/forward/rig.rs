@@ -65,21 +65,24 @@ pub struct Testbed {
     exe: PathBuf,
     lb_mac: [u8; 6],
     service: Service,
-    pub generator_cpu: usize,
-    pub lb_cpu: usize,
+}
+
+/// The generator's CPU and the load balancer's.
+pub fn cpus() -> Result<(usize, usize)> {
+    let cpus = crate::cpus::allowed()?;
+    ensure!(
+        cpus.len() >= 2,
+        "weir-lab bench forward needs 2 CPUs (the generator's and the load balancer's); this \
+         process may run on {cpus:?}"
+    );
+    Ok((cpus[0], cpus[cpus.len() - 1]))
 }
 
 impl Testbed {
     /// Builds the lab with `dips` backends, a sink on each, their NAPI
     /// threads on the generator's CPU.
     pub fn build(exe: &Path, dips: usize) -> Result<Testbed> {
-        let cpus = crate::cpus::allowed()?;
-        ensure!(
-            cpus.len() >= 2,
-            "weir-lab bench forward needs 2 CPUs (the generator's and the load balancer's); this \
-             process may run on {cpus:?}"
-        );
-        let (generator_cpu, lb_cpu) = (cpus[0], cpus[cpus.len() - 1]);
+        let (generator_cpu, lb_cpu) = cpus()?;
         let lab = Lab::build(dips).context("building the lab")?;
         let sinks = lab
             .backends
@@ -114,8 +117,6 @@ impl Testbed {
                 encap_mtu: None,
                 lb_cpu,
             },
-            generator_cpu,
-            lb_cpu,
         })
     }
 
