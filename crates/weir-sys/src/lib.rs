@@ -3,7 +3,7 @@
 //! features), the kernel's route, neighbour and address tables (over
 //! NETLINK_ROUTE), signals (taken synchronously by daemons; SIGPIPE's default
 //! action for commands that print and exit), processes, namespaces, the BPF
-//! filesystem, sockets and random bytes. Every `unsafe` block of these
+//! filesystem, sockets, random bytes and TUN devices. Every `unsafe` block of these
 //! wrappers lives here, each with the reason it is sound; the crates above
 //! call safe functions.
 
@@ -24,6 +24,7 @@ pub mod process;
 mod random;
 mod signals;
 pub mod socket;
+mod tun;
 
 pub use addrs::interface_addrs;
 pub use clock::{
@@ -38,6 +39,7 @@ pub use iface::{ifindex, ifname, interfaces, mac_address, queue_count};
 pub use link::{link, netns_name, Link};
 pub use memory::{page_size, physical_memory};
 pub use netlink::{local_addrs, neighbour_mac, route_to, Route};
+pub use tun::TunAnchor;
 pub use netlink_watch::RouteWatch;
 pub use pipe::{pipe, PIPE_FD_FLOOR};
 pub use random::fill_random;
