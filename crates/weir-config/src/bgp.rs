@@ -251,9 +251,7 @@ mod tests {
     use crate::test_files::*;
 
     fn with_bgp(keys: &str, neighbours: &str) -> String {
-        format!(
-            "{GOOD}\n[bgp]\nlocal_as = 65001\nrouter_id = \"10.0.0.11\"\n{keys}\n{neighbours}"
-        )
+        format!("{GOOD}\n[bgp]\nlocal_as = 65001\nrouter_id = \"10.0.0.11\"\n{keys}\n{neighbours}")
     }
     const ONE: &str = "[[bgp.neighbour]]\naddress = \"10.0.0.1\"\nremote_as = 65000\nbfd = true\n";
 
@@ -351,10 +349,7 @@ mod tests {
         let src = with_bgp("local_pref = 200", ONE).replace("10.0.0.100", "2001:db8::100");
         let src = src.replace("10.1.0.", "2001:db8:1::");
         let w = Config::parse("t.toml", &src).unwrap().warnings;
-        assert!(
-            w.iter().any(|w| w.field == "bgp.local_pref"),
-            "{w:?}"
-        );
+        assert!(w.iter().any(|w| w.field == "bgp.local_pref"), "{w:?}");
         assert!(
             w.iter()
                 .any(|w| w.field == "bgp.neighbour" && w.message.contains("IPv6")),

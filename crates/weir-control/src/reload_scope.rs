@@ -137,7 +137,9 @@ const RESTART_ONLY: &[(&str, Getter)] = &[
         p(&c.cluster.as_ref().map(|x| v(&x.realtime)))
     }),
     ("bgp", |c| p(&c.bgp.is_some())),
-    ("bgp.local_as", |c| p(&c.bgp.as_ref().map(|x| v(&x.local_as)))),
+    ("bgp.local_as", |c| {
+        p(&c.bgp.as_ref().map(|x| v(&x.local_as)))
+    }),
     ("bgp.router_id", |c| {
         p(&c.bgp.as_ref().map(|x| v(&x.router_id)))
     }),

@@ -151,6 +151,10 @@ pub struct Status {
     /// leave (`<run dir>/redirect_targets.json`), when `weir serve` runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redirect_targets: Option<Vec<crate::redirect_targets::RedirectTarget>>,
+    /// The BGP speaker's neighbours and each VIP's announcement
+    /// (`<run dir>/bgp.json`), when `weir serve` runs with `[bgp]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<crate::bgp::BgpView>,
 }
 
 /// Every frame XDP steers to the software tier (`to_software`) is received
@@ -281,6 +285,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
         software_accounting: None,
         xdp_attach: None,
         redirect_targets: None,
+        bgp: None,
     })
 }
 
@@ -288,6 +293,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
 /// workers' reports, their accounting, the XDP attachment check and the
 /// check of the interfaces weir sends by.
 pub fn add_running(st: &mut Status, run_dir: &Path) {
+    st.bgp = crate::bgp::read(run_dir);
     st.workers = crate::tier::read_workers(run_dir);
     st.software_accounting = st.workers.as_ref().and_then(|w| {
         let baseline = crate::tier::read_baseline(run_dir)?;
@@ -450,6 +456,53 @@ fn render_workers(o: &mut String, workers: &serde_json::Value) {
         if let Some(e) = w["error"].as_str() {
             let _ = writeln!(o, "    last error: {e}");
         }
+    }
+}
+
+/// The BGP part: the speaker, each neighbour's session and BFD, and each
+/// VIP announced or why not.
+fn render_bgp(o: &mut String, b: &crate::bgp::BgpView) {
+    let _ = writeln!(
+        o,
+        "\nbgp: AS {}, router id {}, speaker {}{}",
+        b.local_as,
+        b.router_id,
+        match (&b.speaker_pid, &b.speaker_error) {
+            (_, Some(e)) => format!("NOT RUNNING ({e})"),
+            (Some(pid), None) => format!("pid {pid}"),
+            (None, None) => "starting".to_string(),
+        },
+        if b.drained { ", node DRAINED" } else { "" }
+    );
+    for n in &b.neighbours {
+        let _ = writeln!(
+            o,
+            "  neighbour {:<24} AS {:<10} {}{}{}",
+            n.address,
+            n.remote_as,
+            n.session,
+            n.bfd
+                .as_ref()
+                .map_or(String::new(), |s| format!(", BFD {s}")),
+            if n.detail.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", n.detail)
+            }
+        );
+    }
+    for v in &b.vips {
+        let _ = writeln!(
+            o,
+            "  vip {:<16} {:<24} {}",
+            v.name,
+            v.prefix,
+            match &v.why_not {
+                None if v.announced => "announced".to_string(),
+                None => "withdrawn".to_string(),
+                Some(why) => format!("withdrawn: {why}"),
+            }
+        );
     }
 }
 
@@ -664,6 +717,9 @@ pub fn render(s: &Status) -> String {
     if let Some(c) = &s.cluster {
         render_cluster(&mut o, c);
     }
+    if let Some(b) = &s.bgp {
+        render_bgp(&mut o, b);
+    }
     let _ = writeln!(o, "\ncounters:");
     for (name, v) in &s.counters {
         if *v > 0 {
@@ -755,6 +811,7 @@ mod tests {
             software_accounting: None,
             xdp_attach: None,
             redirect_targets: None,
+            bgp: None,
         };
         let text = render(&st);
         // 50% busy, bursts of 16 of 32: HNLB's utilization reads 25%.
@@ -939,6 +996,7 @@ mod tests {
             software_accounting: None,
             xdp_attach: None,
             redirect_targets: None,
+            bgp: None,
         }
     }
 
