@@ -115,3 +115,157 @@ fn healthy_dips(v: &weir_config::Vip, snap: Option<&Snapshot>) -> u32 {
         })
         .count() as u32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::{DipSnapshot, VipSnapshot};
+    use weir_config::{OnSilent, PolicyName};
+
+    const CFG: &str = r#"
+[dataplane]
+interfaces = ["eth0"]
+
+[[vip]]
+name = "web"
+address = "10.0.0.100"
+port = 80
+protocol = "tcp"
+mode = "dsr"
+  [[vip.dip]]
+  address = "10.1.0.1"
+  [[vip.dip]]
+  address = "10.1.0.2"
+
+[[vip]]
+name = "tls"
+address = "10.0.0.100"
+port = 443
+protocol = "tcp"
+mode = "dsr"
+  [[vip.dip]]
+  address = "10.1.0.1"
+
+[[vip]]
+name = "six"
+address = "2001:db8::100"
+port = 80
+protocol = "tcp"
+mode = "dsr"
+  [[vip.dip]]
+  address = "2001:db8:1::1"
+"#;
+
+    fn snap(unhealthy: &[(&str, &str)]) -> Snapshot {
+        let cfg = Config::parse("t.toml", CFG).unwrap();
+        Snapshot {
+            policy: PolicyName::Static,
+            m: 4,
+            update_interval_ms: 100,
+            telemetry: None,
+            on_agent_silent: OnSilent::Keep,
+            at_unix_ms: 0,
+            ticks: 1,
+            tables_published: 0,
+            entries_written: 0,
+            vips: cfg
+                .vips
+                .iter()
+                .map(|v| VipSnapshot {
+                    name: v.name.get_ref().clone(),
+                    vip_id: 0,
+                    table_version: 1,
+                    dips: v
+                        .dips
+                        .iter()
+                        .map(|d| {
+                            let a = d.address.get_ref().to_string();
+                            let bad = unhealthy.contains(&(v.name.get_ref().as_str(), a.as_str()));
+                            DipSnapshot {
+                                slot: 0,
+                                address: a,
+                                port: *v.port.get_ref(),
+                                capacity: None,
+                                load: None,
+                                available: None,
+                                weight: 1,
+                                class: None,
+                                share: None,
+                                healthy: Some(!bad),
+                                health_checks: 1,
+                                health_failures: 0,
+                                agent_misses: 0,
+                                agent_silent: false,
+                                agent_errors: Default::default(),
+                                last_error: None,
+                            }
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    fn node() -> NodeState {
+        NodeState {
+            v4_neighbour: true,
+            min_healthy_dips: 1,
+            ..NodeState::default()
+        }
+    }
+
+    fn verdicts(a: &[VipAnnouncement]) -> Vec<(&str, bool)> {
+        a.iter().map(|a| (a.name.as_str(), a.announced)).collect()
+    }
+
+    #[test]
+    fn a_vip_is_announced_only_while_this_node_can_serve_it() {
+        let cfg = Config::parse("t.toml", CFG).unwrap();
+        let all = decide(&cfg, Some(&snap(&[])), &node());
+        assert_eq!(
+            verdicts(&all),
+            [("web", true), ("tls", true), ("six", false)]
+        );
+        assert_eq!(
+            all[2].why_not.as_deref(),
+            Some("no neighbour of its address family")
+        );
+        assert_eq!(addresses(&all), ["10.0.0.100".parse::<IpAddr>().unwrap()]);
+
+        // One of web's two DIPs fails: still one healthy, still announced;
+        // with a minimum of two, withdrawn, and tls (same address) with it.
+        let one_down = snap(&[("web", "10.1.0.2")]);
+        let a = decide(&cfg, Some(&one_down), &node());
+        assert_eq!((a[0].healthy_dips, a[0].announced), (1, true));
+        let two = NodeState {
+            min_healthy_dips: 2,
+            ..node()
+        };
+        let a = decide(&cfg, Some(&one_down), &two);
+        assert!(
+            !a[0].announced && a[0].why_not.as_ref().unwrap().contains("fewer than"),
+            "{a:?}"
+        );
+        assert!(
+            a[1].why_not.as_ref().unwrap().contains("VIP `web`"),
+            "{a:?}"
+        );
+        assert!(addresses(&a).is_empty());
+
+        // Drained, or XDP detached: nothing.
+        for n in [
+            NodeState {
+                drained: true,
+                ..node()
+            },
+            NodeState {
+                detached: Some("eth0".into()),
+                ..node()
+            },
+        ] {
+            assert!(addresses(&decide(&cfg, Some(&snap(&[])), &n)).is_empty());
+        }
+        // No controller's view yet: the configured DIPs count.
+        assert_eq!(addresses(&decide(&cfg, None, &node())).len(), 1);
+    }
+}
