@@ -289,4 +289,36 @@ mod tests {
             "{e}"
         );
     }
+
+    #[test]
+    fn bgp_needs_a_restart_but_its_health_minimum() {
+        let bgp = |keys: &str| {
+            cfg(&format!(
+                "{BASE}\n[bgp]\nlocal_as = 65001\nrouter_id = \"10.0.0.11\"\n{keys}\n\
+                 [[bgp.neighbour]]\naddress = \"10.0.0.254\"\nremote_as = 65000\n"
+            ))
+        };
+        let base = bgp("");
+        assert!(restart_only_changes(&base, &bgp("min_healthy_dips = 2")).is_empty());
+        assert_eq!(
+            restart_only_changes(&base, &bgp("hold_time_s = 30\nmed = 5")),
+            vec!["bgp.med", "bgp.hold_time_s"]
+        );
+        assert_eq!(
+            restart_only_changes(&cfg(BASE), &base),
+            vec![
+                "bgp",
+                "bgp.local_as",
+                "bgp.router_id",
+                "bgp.neighbour",
+                "bgp.communities",
+                "bgp.med",
+                "bgp.local_pref",
+                "bgp.hold_time_s",
+                "bgp.bfd_interval_ms",
+                "bgp.bfd_multiplier",
+                "bgp.speaker"
+            ]
+        );
+    }
 }

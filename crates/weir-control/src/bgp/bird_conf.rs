@@ -23,6 +23,11 @@ pub fn session_name(i: usize) -> String {
 /// default, 120 s, would leave a router that comes up late without routes
 /// for two minutes).
 const CONNECT_RETRY_S: u32 = 3;
+/// After a session fails (its BFD went down, the peer closed it), BIRD
+/// waits this long before starting it again, doubling up to the second
+/// figure while it keeps failing (its defaults, 60 and 300 s, would keep a
+/// node out of ECMP for a minute after a router restarts).
+const ERROR_WAIT_S: (u32, u32) = (1, 30);
 
 /// The whole configuration, announcing `announce` through `anchor`.
 pub fn render(cfg: &BgpCfg, anchor: &str, announce: &[IpAddr], log: &Path) -> String {
@@ -79,13 +84,15 @@ pub fn render(cfg: &BgpCfg, anchor: &str, announce: &[IpAddr], log: &Path) -> St
         let _ = writeln!(
             w,
             "protocol bgp {} {{\n  local as {};\n  neighbor {} as {};\n  hold time {hold};\n  \
-             keepalive time {};\n  connect retry time {CONNECT_RETRY_S};\n  bfd {};\n  \
+             keepalive time {};\n  connect retry time {CONNECT_RETRY_S};\n  error wait time {}, {};\n  bfd {};\n  \
              {} {{ import none; export filter weir_export{}; next hop self; }};\n}}",
             session_name(i),
             cfg.local_as.get_ref(),
             n.address.get_ref(),
             n.remote_as.get_ref(),
             (hold / 3).max(1),
+            ERROR_WAIT_S.0,
+            ERROR_WAIT_S.1,
             if *n.bfd.get_ref() { "on" } else { "off" },
             family(v6),
             if v6 { 6 } else { 4 },
