@@ -13,6 +13,7 @@
 //! - `weir node drain` withdraws the node's VIP; `undrain` announces it.
 //! - kill -9 of a node: its route goes with it (the anchor device dies with
 //!   the process and BIRD withdraws); the time is printed.
+//! - `weir serve --takeover` withdraws nothing while it replaces a node.
 //! - A clean stop withdraws too.
 
 use std::fs;
@@ -253,6 +254,44 @@ fn vips_follow_health_drain_and_the_nodes_life() {
         frr.bfd_state(node_addr(1)).unwrap().as_deref(),
         Some("up"),
         "the route went with weir, not with the speaker's session"
+    );
+
+    // An upgrade (--takeover) keeps the route: the router's next hops are
+    // read every 20 ms throughout.
+    let speaker = bgp(&n2)["speaker_pid"]
+        .as_u64()
+        .expect("node 2's speaker runs");
+    let watching = std::sync::atomic::AtomicBool::new(true);
+    let gaps = std::thread::scope(|s| {
+        let w = s.spawn(|| {
+            let mut gaps = 0;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                if hops(&frr) != [node_addr(2)] {
+                    gaps += 1;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            gaps
+        });
+        let restarted = n2.restart();
+        std::thread::sleep(Duration::from_millis(1500));
+        watching.store(false, std::sync::atomic::Ordering::Relaxed);
+        restarted.unwrap();
+        w.join().unwrap()
+    });
+    assert_eq!(
+        gaps,
+        0,
+        "the takeover withdrew the route:\n{}",
+        n2.new_log()
+    );
+    // The successor adopted the running speaker: its sessions never closed.
+    assert!(
+        wait_for(Duration::from_secs(5), || bgp(&n2)["speaker_pid"].as_u64()
+            == Some(speaker)),
+        "{}\n{}",
+        bgp(&n2),
+        n2.new_log()
     );
 
     // A clean stop withdraws too.
