@@ -233,7 +233,7 @@ mode = "dsr"
         assert_eq!(addresses(&all), ["10.0.0.100".parse::<IpAddr>().unwrap()]);
 
         // One of web's two DIPs fails: still one healthy, still announced;
-        // with a minimum of two, withdrawn, and tls (same address) with it.
+        // with a minimum of two, withdrawn.
         let one_down = snap(&[("web", "10.1.0.2")]);
         let a = decide(&cfg, Some(&one_down), &node());
         assert_eq!((a[0].healthy_dips, a[0].announced), (1, true));
@@ -246,8 +246,14 @@ mode = "dsr"
             !a[0].announced && a[0].why_not.as_ref().unwrap().contains("fewer than"),
             "{a:?}"
         );
+        // tls's only DIP fails: web, at the same address, goes with it.
+        let a = decide(&cfg, Some(&snap(&[("tls", "10.1.0.1")])), &node());
+        assert_eq!(
+            verdicts(&a),
+            [("web", false), ("tls", false), ("six", false)]
+        );
         assert!(
-            a[1].why_not.as_ref().unwrap().contains("VIP `web`"),
+            a[0].why_not.as_ref().unwrap().contains("VIP `tls`"),
             "{a:?}"
         );
         assert!(addresses(&a).is_empty());
