@@ -10,6 +10,7 @@
 //! are weir-core's.
 
 pub mod api;
+pub mod bgp;
 pub mod cluster;
 pub mod controller;
 pub mod cpus;
@@ -26,6 +27,7 @@ pub mod tier;
 mod test_files;
 
 pub use api::{ApiCfg, MetricsCfg, DEFAULT_API_LISTEN};
+pub use bgp::{BgpCfg, Neighbour as BgpNeighbour};
 pub use cluster::{ClusterCfg, DEFAULT_SYNC_PORT};
 pub use controller::{ControllerCfg, OnSilent, PolicyName, TelemetryKind};
 pub use dataplane::{

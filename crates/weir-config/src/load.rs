@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::api::{ApiCfg, MetricsCfg};
+use crate::bgp::BgpCfg;
 use crate::cluster::ClusterCfg;
 use crate::controller::ControllerCfg;
 use crate::dataplane::Dataplane;
@@ -27,6 +28,9 @@ pub struct Config {
     /// This node's cluster (shared tables, connection sync); absent = a
     /// single node.
     pub cluster: Option<ClusterCfg>,
+    /// The VIPs announced to routers by BGP; absent = not announced (the
+    /// routers are told of this node some other way).
+    pub bgp: Option<BgpCfg>,
     #[serde(default, rename = "vip")]
     pub vips: Vec<Vip>,
     /// What is legal but odd (say a VIP with no DIPs), found at load; the
@@ -90,6 +94,7 @@ impl Config {
         self.validate_controller(ck)?;
         warnings.extend(self.api.validate(ck)?);
         self.validate_cluster(ck, &mut warnings)?;
+        self.validate_bgp(ck, &mut warnings)?;
         let dp = &self.dataplane;
         if total_dips > dp.max_dips as usize {
             return Err(ck.err(

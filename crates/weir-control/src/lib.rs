@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod apply;
+pub mod bgp;
 mod bpffs;
 mod cluster;
 mod controller;

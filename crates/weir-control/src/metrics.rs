@@ -52,6 +52,8 @@ pub struct Scrape {
     pub xdp_attach: Vec<crate::xdp_watch::IfaceAttach>,
     /// Whether frames sent out by each configured interface can leave.
     pub redirect_targets: Vec<crate::redirect_targets::RedirectTarget>,
+    /// The BGP speaker's neighbours and announcements, with `[bgp]`.
+    pub bgp: Option<crate::bgp::BgpView>,
 }
 
 impl Scrape {
@@ -65,6 +67,7 @@ impl Scrape {
         let redirect_targets = crate::redirect_targets::REPORT
             .read(run_dir)
             .unwrap_or_default();
+        let bgp = crate::bgp::read(run_dir);
         let Some(m) = maps else {
             return Scrape {
                 snapshot,
@@ -72,6 +75,7 @@ impl Scrape {
                 cluster,
                 xdp_attach,
                 redirect_targets,
+                bgp,
                 ..Scrape::default()
             };
         };
@@ -90,6 +94,7 @@ impl Scrape {
             cluster,
             xdp_attach,
             redirect_targets,
+            bgp,
         }
     }
 
@@ -307,6 +312,9 @@ impl Collector for Scrape {
         }
         if let Some(c) = &self.cluster {
             encode_cluster(&mut enc, c)?;
+        }
+        if let Some(b) = &self.bgp {
+            encode_bgp(&mut enc, b)?;
         }
         if !self.stats.is_empty() {
             family(
@@ -538,6 +546,54 @@ const SYNC_COUNTERS: [SyncFamily; 6] = [
     ),
 ];
 
+/// BGP: the speaker, each neighbour's session and BFD, each VIP announced.
+fn encode_bgp(enc: &mut DescriptorEncoder, b: &crate::bgp::BgpView) -> fmt::Result {
+    let flag = |x: bool| ConstGauge::new(i64::from(x));
+    single(
+        enc,
+        "weir_bgp_speaker_up",
+        "1 while the BGP speaker (BIRD) runs and takes its configuration.",
+        flag(b.speaker_pid.is_some() && b.speaker_error.is_none()),
+    )?;
+    single(
+        enc,
+        "weir_bgp_drained",
+        "1 while the node is drained (weir node drain): no VIP is announced.",
+        flag(b.drained),
+    )?;
+    family(
+        enc,
+        "weir_bgp_session_established",
+        "1 while the BGP session with the neighbour is Established.",
+        MetricType::Gauge,
+        b.neighbours
+            .iter()
+            .map(|n| ([("neighbour", n.address.clone())], flag(n.established))),
+    )?;
+    family(
+        enc,
+        "weir_bgp_bfd_up",
+        "1 while the BFD session with the neighbour is Up (neighbours with bfd = true).",
+        MetricType::Gauge,
+        b.neighbours.iter().filter_map(|n| {
+            let up = n.bfd.as_ref()? == "Up";
+            Some(([("neighbour", n.address.clone())], flag(up)))
+        }),
+    )?;
+    family(
+        enc,
+        "weir_bgp_vip_announced",
+        "1 while the VIP is announced to the neighbours; 0 withdrawn (weir status says why).",
+        MetricType::Gauge,
+        b.vips.iter().map(|v| {
+            (
+                [("vip", v.name.clone()), ("prefix", v.prefix.clone())],
+                flag(v.announced),
+            )
+        }),
+    )
+}
+
 /// The cluster: etcd, leadership, table versions here and in etcd, and
 /// connection sync.
 fn encode_cluster(enc: &mut DescriptorEncoder, c: &weir_cluster::view::ClusterView) -> fmt::Result {
@@ -712,6 +768,7 @@ mod tests {
             cluster: None,
             xdp_attach: Vec::new(),
             redirect_targets: Vec::new(),
+            bgp: None,
         }
     }
 

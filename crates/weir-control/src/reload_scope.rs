@@ -3,7 +3,8 @@
 //! (its telemetry included), apply live. `[dataplane]` (sizes, tier,
 //! interfaces, timeouts, verdicts: load-time constants of the program and
 //! of its maps), `[api]`, `[metrics]` and `[cluster]` (listeners and
-//! members started once) need a restart; a reload that changes any of them
+//! members started once) and `[bgp]` (the speaker's sessions; only its
+//! `min_healthy_dips` applies live) need a restart; a reload that changes any of them
 //! is refused by name, so the daemon never claims a setting it does not run.
 
 use std::fmt::Debug;
@@ -135,6 +136,39 @@ const RESTART_ONLY: &[(&str, Getter)] = &[
     ("cluster.realtime", |c| {
         p(&c.cluster.as_ref().map(|x| v(&x.realtime)))
     }),
+    ("bgp", |c| p(&c.bgp.is_some())),
+    ("bgp.local_as", |c| {
+        p(&c.bgp.as_ref().map(|x| v(&x.local_as)))
+    }),
+    ("bgp.router_id", |c| {
+        p(&c.bgp.as_ref().map(|x| v(&x.router_id)))
+    }),
+    ("bgp.neighbour", |c| {
+        p(&c.bgp.as_ref().map(|x| {
+            x.neighbours
+                .get_ref()
+                .iter()
+                .map(|n| (v(&n.address), v(&n.remote_as), v(&n.bfd)))
+                .collect::<Vec<_>>()
+        }))
+    }),
+    ("bgp.communities", |c| {
+        p(&c.bgp.as_ref().map(|x| v(&x.communities)))
+    }),
+    ("bgp.med", |c| p(&c.bgp.as_ref().map(|x| o(&x.med)))),
+    ("bgp.local_pref", |c| {
+        p(&c.bgp.as_ref().map(|x| o(&x.local_pref)))
+    }),
+    ("bgp.hold_time_s", |c| {
+        p(&c.bgp.as_ref().map(|x| v(&x.hold_time_s)))
+    }),
+    ("bgp.bfd_interval_ms", |c| {
+        p(&c.bgp.as_ref().map(|x| v(&x.bfd_interval_ms)))
+    }),
+    ("bgp.bfd_multiplier", |c| {
+        p(&c.bgp.as_ref().map(|x| v(&x.bfd_multiplier)))
+    }),
+    ("bgp.speaker", |c| p(&c.bgp.as_ref().map(|x| v(&x.speaker)))),
 ];
 
 /// The `[controller]` settings, applied live (the controller reconfigures;
@@ -253,6 +287,38 @@ mod tests {
             e.starts_with("dataplane.tier cannot change while weir serve runs")
                 && e.contains("restart with `weir serve --takeover` to apply it"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn bgp_needs_a_restart_but_its_health_minimum() {
+        let bgp = |keys: &str| {
+            cfg(&format!(
+                "{BASE}\n[bgp]\nlocal_as = 65001\nrouter_id = \"10.0.0.11\"\n{keys}\n\
+                 [[bgp.neighbour]]\naddress = \"10.0.0.254\"\nremote_as = 65000\n"
+            ))
+        };
+        let base = bgp("");
+        assert!(restart_only_changes(&base, &bgp("min_healthy_dips = 2")).is_empty());
+        assert_eq!(
+            restart_only_changes(&base, &bgp("hold_time_s = 30\nmed = 5")),
+            vec!["bgp.med", "bgp.hold_time_s"]
+        );
+        assert_eq!(
+            restart_only_changes(&cfg(BASE), &base),
+            vec![
+                "bgp",
+                "bgp.local_as",
+                "bgp.router_id",
+                "bgp.neighbour",
+                "bgp.communities",
+                "bgp.med",
+                "bgp.local_pref",
+                "bgp.hold_time_s",
+                "bgp.bfd_interval_ms",
+                "bgp.bfd_multiplier",
+                "bgp.speaker"
+            ]
         );
     }
 }

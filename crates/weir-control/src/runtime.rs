@@ -74,6 +74,15 @@ pub fn preflight(opts: &ServeOptions) -> Result<Preflight> {
     }
     let cfg = Config::load(&opts.config)?;
     log_warnings(&cfg);
+    if let Some(b) = &cfg.bgp {
+        let speaker = b.speaker.get_ref();
+        if !speaker.is_file() {
+            bail!(
+                "bgp.speaker {} does not exist: [bgp] announces the VIPs through BIRD 2; install                  it (apt install bird2) or set bgp.speaker to its path",
+                speaker.display()
+            );
+        }
+    }
     // What the kernel would refuse, refused before anything is created.
     let host = HostFacts::read().map_err(|e| anyhow::anyhow!("reading this host's memory: {e}"))?;
     cfg.check_host(&host)?;
@@ -336,6 +345,12 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     let mut tier = crate::tier::start(&cfg, &ifaces, &maps, &opts.run_dir)
         .context("starting the software tier")?;
     let pairs: Vec<(String, u32)> = ifaces.iter().map(|i| (i.name.clone(), i.ifindex)).collect();
+    // Held before a predecessor lets go of it, so a takeover withdraws nothing.
+    let bgp_anchor = cfg
+        .bgp
+        .as_ref()
+        .map(|b| crate::bgp::hold_anchor(b, &opts.run_dir, takeover.is_some()))
+        .transpose()?;
     let attached = match &takeover {
         Some(t) => take_over(lb.prog_fd(), &t.held, mode),
         None => attach_all(lb.prog_fd(), &pairs, mode),
@@ -407,6 +422,11 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         &opts.run_dir,
     ));
     let api = crate::api::start(live.clone(), &cfg.api, &pin_dir);
+    let speaker = cfg
+        .bgp
+        .clone()
+        .zip(bgp_anchor)
+        .map(|(b, anchor)| crate::bgp::Speaker::start(live.clone(), b, anchor));
     let record = RunRecord {
         pid: std::process::id(),
         config: fs::canonicalize(&opts.config).unwrap_or(opts.config.clone()),
@@ -503,6 +523,10 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
             }
             _ => {}
         }
+    }
+    // Routers stop sending before the program is detached.
+    if let Some(s) = speaker {
+        s.stop(handed_over);
     }
     drop(api);
     live.stop();

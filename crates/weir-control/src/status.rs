@@ -12,6 +12,7 @@ use weir_dataplane::maps::Maps;
 
 // The parts of a `Status`, for those who render it (`weir status`).
 pub use crate::controller::{DipSnapshot, Snapshot as ControllerSnapshot, VipSnapshot};
+pub use crate::bgp::BgpView;
 pub use crate::redirect_targets::{RedirectTarget, Verdict};
 pub use crate::xdp_watch::IfaceAttach;
 
@@ -155,6 +156,10 @@ pub struct Status {
     /// leave (`<run dir>/redirect_targets.json`), when `weir serve` runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub redirect_targets: Option<Vec<RedirectTarget>>,
+    /// The BGP speaker's neighbours and each VIP's announcement
+    /// (`<run dir>/bgp.json`), when `weir serve` runs with `[bgp]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<crate::bgp::BgpView>,
 }
 
 /// Every frame XDP steers to the software tier (`to_software`) is received
@@ -285,6 +290,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
         software_accounting: None,
         xdp_attach: None,
         redirect_targets: None,
+        bgp: None,
     })
 }
 
@@ -292,6 +298,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
 /// workers' reports, their accounting, the XDP attachment check and the
 /// check of the interfaces weir sends by.
 pub fn add_running(st: &mut Status, run_dir: &Path) {
+    st.bgp = crate::bgp::read(run_dir);
     st.workers = crate::tier::read_workers(run_dir);
     st.software_accounting = st.workers.as_ref().and_then(|w| {
         let baseline = crate::tier::read_baseline(run_dir)?;

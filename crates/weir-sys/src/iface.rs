@@ -117,7 +117,7 @@ pub fn queue_count(name: &str) -> io::Result<u32> {
 }
 
 /// A datagram socket to send interface ioctls on.
-fn control_socket() -> io::Result<OwnedFd> {
+pub(crate) fn control_socket() -> io::Result<OwnedFd> {
     // SAFETY: plain socket(2).
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
@@ -127,7 +127,7 @@ fn control_socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn c_name(name: &str) -> io::Result<CString> {
+pub(crate) fn c_name(name: &str) -> io::Result<CString> {
     if name.len() >= libc::IFNAMSIZ {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,

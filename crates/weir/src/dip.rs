@@ -60,7 +60,7 @@ pub enum DipCmd {
 
 /// Runs a `weir dip` command; prints what the daemon did.
 pub fn run(args: &DipArgs) -> Result<()> {
-    let (addr, token) = target(args)?;
+    let (addr, token) = target(args.api, &args.run_dir, args.token_file.as_deref())?;
     let dip_path = |vip: &str, dip: &str| -> Result<String> {
         let d: DipRef = dip.parse().map_err(anyhow::Error::msg)?;
         Ok(format!(
@@ -102,7 +102,23 @@ pub fn run(args: &DipArgs) -> Result<()> {
         }
     };
     let (method, path, body) = call;
-    let mut c = Call::new(method, &path).token(token.as_deref());
+    let changed = send(addr, token.as_deref(), method, &path, body)?;
+    match changed.vip.and_then(|v| v.table_version) {
+        Some(t) => println!("{}; table version {t}", changed.message),
+        None => println!("{}", changed.message),
+    }
+    Ok(())
+}
+
+/// One write to the daemon's API; its refusal as an error in its words.
+pub(crate) fn send(
+    addr: SocketAddr,
+    token: Option<&str>,
+    method: Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Result<Changed> {
+    let mut c = Call::new(method, path).token(token);
     if let Some(b) = body {
         c = c.json(b);
     }
@@ -121,13 +137,7 @@ pub fn run(args: &DipArgs) -> Result<()> {
             .unwrap_or_else(|| reply.body.trim().to_string());
         bail!("weir serve refused the change: {said} ({})", reply.status);
     }
-    let changed: Changed =
-        serde_json::from_value(reply.json()?).context("decoding the API's answer")?;
-    match changed.vip.and_then(|v| v.table_version) {
-        Some(t) => println!("{}; table version {t}", changed.message),
-        None => println!("{}", changed.message),
-    }
-    Ok(())
+    serde_json::from_value(reply.json()?).context("decoding the API's answer")
 }
 
 /// A path segment: VIP names and IPv6 DIPs carry characters a path may not.
@@ -144,10 +154,15 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// The API's address and the token to send.
-fn target(args: &DipArgs) -> Result<(SocketAddr, Option<String>)> {
-    let record = RunRecord::read(&args.run_dir);
-    let addr = match (args.api, &record) {
+/// The API's address and the token to send: `api` or the running daemon's
+/// (recorded in `run_dir`); the token from `token_file` or its configuration.
+pub(crate) fn target(
+    api: Option<SocketAddr>,
+    run_dir: &Path,
+    token_file: Option<&Path>,
+) -> Result<(SocketAddr, Option<String>)> {
+    let record = RunRecord::read(run_dir);
+    let addr = match (api, &record) {
         (Some(a), _) => a,
         (None, Err(e)) => bail!("{e:#}"),
         (None, Ok(r)) => {
@@ -155,7 +170,7 @@ fn target(args: &DipArgs) -> Result<(SocketAddr, Option<String>)> {
                 bail!(
                     "weir serve (pid {}) recorded in {} is not running; start it",
                     r.pid,
-                    args.run_dir.display()
+                    run_dir.display()
                 );
             }
             r.api.with_context(|| {
@@ -168,7 +183,7 @@ fn target(args: &DipArgs) -> Result<(SocketAddr, Option<String>)> {
             })?
         }
     };
-    let token = match (&args.token_file, record.ok()) {
+    let token = match (token_file, record.ok()) {
         (Some(f), _) => Some(read_token(f)?),
         (None, Some(r)) => match Config::load(&r.config) {
             Ok(cfg) => cfg.api.token().map_err(anyhow::Error::msg)?,

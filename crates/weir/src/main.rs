@@ -14,6 +14,7 @@ use weir_dataplane::attach::XdpMode;
 
 mod dip;
 mod logger;
+mod node;
 mod reload;
 mod status_text;
 
@@ -100,6 +101,9 @@ enum Command {
     /// Add, remove, reweight or drain a DIP of the running daemon (through its API;
     /// the change is written back to its configuration file).
     Dip(dip::DipArgs),
+    /// Drain this node (withdraw its VIPs from the routers by BGP) or undrain it,
+    /// through the running daemon's API.
+    Node(node::NodeArgs),
     /// Run on a backend of ipip/gue VIPs: strip the outer IPIP/IPv6/GUE header of packets to
     /// this host in XDP (`weir decap --interface IF`, `weir decap status --interface IF`).
     Decap(weir_backend::decap::DecapArgs),
@@ -128,6 +132,7 @@ impl Command {
             | Command::Doctor(_)
             | Command::Status { .. }
             | Command::Dip(_)
+            | Command::Node(_)
             | Command::Reload(_)
             | Command::Completions { .. }
             | Command::Man { .. } => false,
@@ -233,6 +238,7 @@ fn run(cli: Cli) -> Result<()> {
             .and_then(|()| clap_mangen::generate_to(Cli::command(), &dir))
             .with_context(|| format!("writing man pages into {}", dir.display())),
         Command::Dip(args) => dip::run(&args),
+        Command::Node(args) => node::run(&args),
         Command::Decap(args) => weir_backend::decap::run(&args),
         Command::Reload(args) => reload::run(&args),
     }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 use weir_config::PolicyName;
-use weir_control::status::{ControllerSnapshot, Status, Verdict};
+use weir_control::status::{BgpView, ControllerSnapshot, Status, Verdict};
 
 fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or("-".into(), |v| format!("{v:.digits$}"))
@@ -135,6 +135,53 @@ fn render_workers(o: &mut String, workers: &serde_json::Value) {
         if let Some(e) = w["error"].as_str() {
             let _ = writeln!(o, "    last error: {e}");
         }
+    }
+}
+
+/// The BGP part: the speaker, each neighbour's session and BFD, and each
+/// VIP announced or why not.
+fn render_bgp(o: &mut String, b: &BgpView) {
+    let _ = writeln!(
+        o,
+        "\nbgp: AS {}, router id {}, speaker {}{}",
+        b.local_as,
+        b.router_id,
+        match (&b.speaker_pid, &b.speaker_error) {
+            (_, Some(e)) => format!("NOT RUNNING ({e})"),
+            (Some(pid), None) => format!("pid {pid}"),
+            (None, None) => "starting".to_string(),
+        },
+        if b.drained { ", node DRAINED" } else { "" }
+    );
+    for n in &b.neighbours {
+        let _ = writeln!(
+            o,
+            "  neighbour {:<24} AS {:<10} {}{}{}",
+            n.address,
+            n.remote_as,
+            n.session,
+            n.bfd
+                .as_ref()
+                .map_or(String::new(), |s| format!(", BFD {s}")),
+            if n.detail.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", n.detail)
+            }
+        );
+    }
+    for v in &b.vips {
+        let _ = writeln!(
+            o,
+            "  vip {:<16} {:<24} {}",
+            v.name,
+            v.prefix,
+            match &v.why_not {
+                None if v.announced => "announced".to_string(),
+                None => "withdrawn".to_string(),
+                Some(why) => format!("withdrawn: {why}"),
+            }
+        );
     }
 }
 
@@ -347,6 +394,9 @@ pub fn render(s: &Status) -> String {
     }
     if let Some(c) = &s.cluster {
         render_cluster(&mut o, c);
+    }
+    if let Some(b) = &s.bgp {
+        render_bgp(&mut o, b);
     }
     let _ = writeln!(o, "\ncounters:");
     for (name, v) in &s.counters {

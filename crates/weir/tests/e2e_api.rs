@@ -158,7 +158,7 @@ fn the_api_reads_and_changes_the_running_balancer_without_breaking_connections()
 
     // Reads.
     let index = get(&lab, a, "/api/v1");
-    assert_eq!(index["endpoints"].as_array().unwrap().len(), 15, "{index}");
+    assert_eq!(index["endpoints"].as_array().unwrap().len(), 18, "{index}");
     let st = get(&lab, a, "/api/v1/status");
     assert!(
         st["connections"]["established"].as_u64().unwrap() >= 24,

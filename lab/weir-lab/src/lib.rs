@@ -9,6 +9,7 @@ pub mod cores;
 pub mod cpus;
 pub mod daemon;
 pub mod demo;
+pub mod frr;
 pub mod hnlb;
 pub mod kv;
 pub mod leaks;

@@ -4,12 +4,15 @@
 //! Reads ([`view`]): `GET /api/v1/status` (everything, for a dashboard),
 //! `/vips`, `/vips/{vip}`, `/vips/{vip}/dips`, `/vips/{vip}/dips/{dip}`,
 //! `/counters`, `/connections`, `/workers` (the software tier's),
-//! `/cluster` (nodes, leader, table versions, connection sync).
+//! `/cluster` (nodes, leader, table versions, connection sync), `/bgp`
+//! (neighbours, BFD, each VIP announced or why not).
 //!
 //! Writes ([`edit`]), each applied through [`Live`] as a reload is, and
 //! written back to the configuration file: `POST /vips/{vip}/dips` (add),
 //! `DELETE /vips/{vip}/dips/{dip}`, `PUT /vips/{vip}/dips/{dip}/weight`,
-//! `POST /vips/{vip}/dips/{dip}/drain`, `POST /reload`. With a token
+//! `POST /vips/{vip}/dips/{dip}/drain`, `POST /reload`, and
+//! `POST /node/drain` and `/node/undrain` (withdraw every VIP from the
+//! routers, or announce them again; kept across restarts). With a token
 //! (`[api] token` or `token_file`; required off loopback) every write needs
 //! `Authorization: Bearer <token>`, compared in constant time.
 //!
@@ -168,6 +171,34 @@ impl Api {
             redirect_targets: crate::redirect_targets::REPORT
                 .read(run_dir)
                 .unwrap_or_default(),
+            bgp: crate::bgp::read(run_dir).filter(|_| self.live.running().bgp.is_some()),
+        })
+    }
+
+    /// `weir node drain` / `undrain`: the speaker withdraws (announces)
+    /// every VIP within its next period.
+    fn drain(&self, on: bool) -> Reply {
+        if self.live.running().bgp.is_none() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "this node announces nothing to drain (no [bgp] in its configuration); drain its \
+                 DIPs with `weir dip drain`, or take it out of the router's configuration",
+            ));
+        }
+        crate::bgp::set_drained(self.live.run_dir(), on).map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("recording the drain in the run directory: {e}"),
+            )
+        })?;
+        let message = match on {
+            true => "drained: every VIP is withdrawn from the routers (weir node undrain announces them again)",
+            false => "undrained: the VIPs that pass their checks are announced again",
+        };
+        log::info!("{message}");
+        json(Changed {
+            message: message.into(),
+            vip: None,
         })
     }
 
@@ -181,6 +212,13 @@ impl Api {
         let vip = self.vip(vip).ok().map(|(v, _, _)| v);
         Ok(Json(Changed { message, vip }).into_response())
     }
+}
+
+fn no_bgp() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "this node announces no VIPs by BGP (no [bgp] in its configuration)",
+    )
 }
 
 fn failed(e: anyhow::Error) -> ApiError {
@@ -246,7 +284,7 @@ async fn authorize(State(token): State<Option<Arc<str>>>, req: Request, next: Ne
     }
 }
 
-const ENDPOINTS: [&str; 15] = [
+const ENDPOINTS: [&str; 18] = [
     "GET /api/v1/status",
     "GET /api/v1/vips",
     "GET /api/v1/vips/{vip}",
@@ -256,11 +294,14 @@ const ENDPOINTS: [&str; 15] = [
     "GET /api/v1/connections",
     "GET /api/v1/workers",
     "GET /api/v1/cluster",
+    "GET /api/v1/bgp",
     "POST /api/v1/vips/{vip}/dips",
     "DELETE /api/v1/vips/{vip}/dips/{dip}",
     "PUT /api/v1/vips/{vip}/dips/{dip}/weight",
     "POST /api/v1/vips/{vip}/dips/{dip}/drain",
     "POST /api/v1/reload",
+    "POST /api/v1/node/drain",
+    "POST /api/v1/node/undrain",
     "GET /api/v1",
 ];
 
@@ -341,6 +382,15 @@ pub fn router(live: Arc<Live>, maps: Option<Maps>, token: Option<String>) -> Rou
                     )),
                 })
             }),
+        )
+        .route(
+            "/api/v1/bgp",
+            get(|State(a): State<Api>| {
+                blocking(a, |a| match crate::bgp::read(a.live.run_dir()) {
+                    Some(v) if a.live.running().bgp.is_some() => json(v),
+                    Some(_) | None => Err(no_bgp()),
+                })
+            }),
         );
     let writes = Router::new()
         .route(
@@ -397,6 +447,14 @@ pub fn router(live: Arc<Live>, maps: Option<Maps>, token: Option<String>) -> Rou
                     })
                 })
             }),
+        )
+        .route(
+            "/api/v1/node/drain",
+            post(|State(a): State<Api>| blocking(a, |a| a.drain(true))),
+        )
+        .route(
+            "/api/v1/node/undrain",
+            post(|State(a): State<Api>| blocking(a, |a| a.drain(false))),
         )
         .route_layer(middleware::from_fn_with_state(
             token.map(Arc::<str>::from),

@@ -127,6 +127,10 @@ pub struct StatusView {
     /// leave (a veth's peer must take them).
     #[serde(default)]
     pub redirect_targets: Vec<crate::redirect_targets::RedirectTarget>,
+    /// The BGP speaker's neighbours and each VIP's announcement; none
+    /// without `[bgp]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bgp: Option<crate::bgp::BgpView>,
 }
 
 pub fn unix_ms() -> u64 {
