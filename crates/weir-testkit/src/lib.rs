@@ -10,7 +10,8 @@
 //! - [`verify`]: a checksum verifier independent of weir (etherparse) and
 //!   a byte diff for assertion messages;
 //! - [`stats`]: the names of `enum weir_stat`'s counters;
-//! - [`cases`]: cases both suites run (frames passed untouched).
+//! - [`cases`]: cases both suites run (frames passed untouched);
+//! - [`quic`]: QUIC long- and short-header packets, built by hand.
 //!
 //! Nothing here runs or imitates the code under test: an expected output
 //! is a second frame built from the rewritten fields, never a patched
@@ -19,5 +20,6 @@
 pub mod cases;
 pub mod fixture;
 pub mod frames;
+pub mod quic;
 pub mod stats;
 pub mod verify;
