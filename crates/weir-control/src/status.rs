@@ -71,7 +71,7 @@ pub struct DipStatus {
 }
 
 /// QUIC routing counters (bpf/lib/quic.h).
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuicStatus {
     /// Routed by the server ID in the destination connection ID.
     pub cid_routed: u64,
@@ -111,7 +111,8 @@ pub struct VipStatus {
     pub dips: Vec<DipStatus>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
+/// A QUIC VIP's connection-ID layout and routing counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VipQuicStatus {
     pub server_id_len: u8,
     pub config_id: u8,
