@@ -87,8 +87,10 @@ fn quic_counters(
     (by_vip, by_dip)
 }
 
-/// The QUIC counter families: (name suffix, help, field).
-const QUIC_FAMILIES: [(&str, &str, fn(&QuicCounters) -> u64); 3] = [
+/// A QUIC counter family: name suffix, help, and the field it exports.
+type QuicFamily = (&'static str, &'static str, fn(&QuicCounters) -> u64);
+
+const QUIC_FAMILIES: [QuicFamily; 3] = [
     (
         "quic_cid_routed",
         "QUIC packets routed by the server ID in their connection ID.",

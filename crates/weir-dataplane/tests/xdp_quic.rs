@@ -256,7 +256,7 @@ fn long_headers_route_by_a_server_chosen_dcid_and_dispatch_a_client_chosen_one()
         for version in [QUIC_V1, QUIC_V2] {
             for dcid_len in 0..=weir_core::quic_lb::CID_MAX {
                 let name = format!("v{vip} version {version:#x} Handshake, DCID {dcid_len}");
-                if dcid_len >= 1 + usize::from(LAYOUT.server_id_len) {
+                if dcid_len > usize::from(LAYOUT.server_id_len) {
                     let pkt = long_header(
                         LongType::Handshake,
                         version,
