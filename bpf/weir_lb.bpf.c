@@ -36,6 +36,7 @@
 #include "lib/sync.h"
 #include "lib/vip_match.h"
 #include "lib/reverse_restore.h"
+#include "lib/quic.h"
 
 /* Load-time knobs, set by the loader from the configuration. */
 const volatile __u32 cfg_not_vip_action = WEIR_ACT_PASS;
@@ -201,6 +202,18 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	struct weir_conn *conn, entry = {};
 	struct weir_dip *dip = NULL;
 	int new_conn = 0, stale = 0;
+	__u32 quic = QUIC_NOT_QUIC;
+
+	/* A QUIC connection ID that names a DIP wins over the 5-tuple (quic.h);
+	 * nat re-checks the reverse entry of what may be a new client address. */
+	if (vip->quic_sid_len && !tcp) {
+		quic = quic_route(ctx, pkt, vip, &dip, &dip_id);
+		if (quic == QUIC_ROUTED) {
+			if (nat)
+				ensure_reverse(ctx, pkt, dip, vip->vip_id);
+			return to_dip(ctx, pkt, vip, dip, dip_id, 0, STAT_NO_EVENT);
+		}
+	}
 
 	conn = conn_lookup(&pkt->key);
 	if (conn) {
@@ -262,6 +275,8 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			install_reverse(ctx, pkt, dip, vip->vip_id);
 		new_conn = 1;
 	}
+	if (quic)
+		quic_count(&dip_quic, dip_id, quic);
 	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn,
 		      conn && !stale ? WEIR_STAT_CONN_HIT : STAT_NO_EVENT);
 }

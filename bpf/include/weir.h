@@ -235,7 +235,10 @@ _Static_assert(sizeof(struct weir_vip_key) == 20, "weir_vip_key size");
 struct weir_vip {
 	__u32 vip_id; /* index into tables, versions and per-VIP counters */
 	__u8 mode;    /* WEIR_MODE_* */
-	__u8 pad[3];
+	__u8 quic_sid_len;   /* QUIC VIP (UDP): server ID octets in its CIDs
+			      * (weir_quic.h); 0: not QUIC */
+	__u8 quic_config_id; /* QUIC VIP: the config rotation codepoint */
+	__u8 pad;
 };
 _Static_assert(sizeof(struct weir_vip) == 8, "weir_vip size");
 

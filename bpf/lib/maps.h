@@ -10,6 +10,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "weir.h"
+#include "weir_quic.h"
 
 #define WEIR_DEFAULT_CONNS (1 << 20)
 #define WEIR_DEFAULT_CONNS_V6 (1 << 17)
@@ -185,5 +186,28 @@ struct {
 	__type(key, __u32);
 	__type(value, struct weir_vip_slot);
 } vip_slots SEC(".maps");
+
+/* QUIC VIPs (quic.h): (VIP, server ID) -> the DIP slot that owns it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, WEIR_DEFAULT_DIPS);
+	__type(key, struct weir_quic_sid_key);
+	__type(value, struct weir_quic_route);
+} quic_server_ids SEC(".maps");
+
+/* QUIC routing counters per VIP id and per DIP slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WEIR_DEFAULT_VIPS);
+	__type(key, __u32);
+	__type(value, struct weir_quic_counters);
+} vip_quic SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, WEIR_DEFAULT_DIPS);
+	__type(key, __u32);
+	__type(value, struct weir_quic_counters);
+} dip_quic SEC(".maps");
 
 #endif /* WEIR_MAPS_H */

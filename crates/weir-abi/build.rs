@@ -11,7 +11,10 @@ fn main() {
     let sync_header = include.join("weir_sync.h");
     // The backends' decapsulation program (bpf/weir_decap.bpf.c).
     let decap_header = include.join("weir_decap.h");
+    // QUIC routing by connection ID (bpf/lib/quic.h).
+    let quic_header = include.join("weir_quic.h");
     println!("cargo:rerun-if-changed={}", header.display());
+    println!("cargo:rerun-if-changed={}", quic_header.display());
     println!("cargo:rerun-if-changed={}", kv_header.display());
     println!("cargo:rerun-if-changed={}", sync_header.display());
     println!("cargo:rerun-if-changed={}", decap_header.display());
@@ -20,6 +23,7 @@ fn main() {
         .header(kv_header.to_string_lossy())
         .header(sync_header.to_string_lossy())
         .header(decap_header.to_string_lossy())
+        .header(quic_header.to_string_lossy())
         .clang_arg(format!("-I/usr/include/{}-linux-gnu", env::consts::ARCH))
         .allowlist_type("weir_.*")
         .allowlist_var("WEIR_.*")

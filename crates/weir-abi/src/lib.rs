@@ -66,6 +66,10 @@ pod!(
     weir_traffic,
     weir_xsk_meta,
     weir_worker_set,
+    // weir_quic.h (QUIC routing by connection ID)
+    weir_quic_sid_key,
+    weir_quic_route,
+    weir_quic_counters,
     // weir_kv.h (the memcached switch)
     weir_kv_server,
     weir_kv_point,

@@ -20,6 +20,7 @@ pub mod error;
 pub mod host;
 pub mod limits;
 mod load;
+pub mod quic;
 pub mod service;
 pub mod tier;
 
@@ -36,6 +37,7 @@ pub use dataplane::{
 pub use error::{ConfigError, ConfigWarning};
 pub use host::HostFacts;
 pub use load::Config;
+pub use quic::Quic;
 pub use service::{Dip, Health, HealthKind, Mode, Vip};
 pub use tier::Tier;
 pub use weir_core::worker_policy::{Mode as Distribution, OffloadPolicy, SprayScope};

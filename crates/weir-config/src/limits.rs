@@ -208,6 +208,27 @@ fn maps(dp: &Dataplane) -> Vec<MapSize> {
             size_of::<weir_dip_telemetry>(),
         ),
         m(
+            "quic_server_ids",
+            Hash,
+            (max_dips, dips),
+            size_of::<weir_quic_sid_key>(),
+            size_of::<weir_quic_route>(),
+        ),
+        m(
+            "vip_quic",
+            PercpuArray,
+            (max_vips, vips),
+            4,
+            size_of::<weir_quic_counters>(),
+        ),
+        m(
+            "dip_quic",
+            PercpuArray,
+            (max_dips, dips),
+            4,
+            size_of::<weir_quic_counters>(),
+        ),
+        m(
             "vip_slots",
             Array,
             (vip_slots, vips),

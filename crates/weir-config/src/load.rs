@@ -91,6 +91,7 @@ impl Config {
         self.validate_nat_endpoints(ck)?;
         self.validate_encap(ck, &mut warnings)?;
         self.validate_health(ck)?;
+        self.validate_quic(ck)?;
         self.validate_controller(ck)?;
         warnings.extend(self.api.validate(ck)?);
         self.validate_cluster(ck, &mut warnings)?;

@@ -48,6 +48,8 @@ pub struct Dip {
     pub mac: Option<Spanned<String>>,
     /// Where this DIP's `weir agent` answers (`[controller] telemetry = "agent"`).
     pub agent: Option<Spanned<std::net::SocketAddr>>,
+    /// QUIC VIP: the server ID (hex) the DIP's connection IDs carry.
+    pub server_id: Option<Spanned<String>>,
 }
 
 /// `[[vip]]`: one virtual service.
@@ -63,6 +65,8 @@ pub struct Vip {
     pub dips: Vec<Dip>,
     /// Active health checks of this VIP's DIPs.
     pub health: Option<Health>,
+    /// Routing of QUIC by connection ID (a UDP VIP).
+    pub quic: Option<crate::quic::Quic>,
 }
 
 /// `[vip.health] kind`.

@@ -68,6 +68,7 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
         }
     }
     let mut wanted: Vec<(weir_vip_key, u32)> = Vec::new();
+    let mut server_ids: HashMap<weir_quic_sid_key, weir_quic_route> = HashMap::new();
     for v in &cfg.vips {
         let key = vip_key(v);
         if let Some(old) = existing_vips.get(&key) {
@@ -147,6 +148,20 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
             };
             maps.put_dip(id, &dip)?;
             slots.insert(id, dip);
+            if let Some(sid) = d.server_id_octets(v) {
+                let mut key = weir_quic_sid_key {
+                    vip_id,
+                    ..Default::default()
+                };
+                key.sid[..sid.len()].copy_from_slice(&sid);
+                server_ids.insert(
+                    key,
+                    weir_quic_route {
+                        dip_id: id,
+                        dip_gen: dip.gen,
+                    },
+                );
+            }
             weights.push((id, dip.weight));
         }
         let table = AwfdTable::from_weights(&weights)
@@ -168,7 +183,9 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
             &weir_vip {
                 vip_id,
                 mode,
-                pad: [0; 3],
+                quic_sid_len: v.quic.as_ref().map_or(0, |q| *q.server_id_len.get_ref()),
+                quic_config_id: v.quic.as_ref().map_or(0, |q| *q.config_id.get_ref()),
+                pad: 0,
             },
         )?;
         // DIPs that left the configuration: out of the table (done above),
@@ -180,6 +197,9 @@ pub fn apply(maps: &Maps, cfg: &Config) -> Result<ApplyReport> {
     }
 
     maps.sync_nat_endpoints(&nat_endpoints(cfg))?;
+    // A removed DIP's server IDs go with it: its connection IDs are then
+    // unknown (counted), never routed to the slot's next tenant.
+    maps.sync_quic_server_ids(&server_ids)?;
 
     // VIPs that left the configuration: stop matching them, then retire
     // their DIPs and empty their tables.

@@ -24,9 +24,9 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use weir_dataplane::maps::Maps;
+use weir_dataplane::maps::{Maps, QuicCounters};
 
-use crate::controller::{DipSnapshot, Shared, Snapshot};
+use crate::controller::{DipSnapshot, Shared, Snapshot, VipSnapshot};
 use crate::status::STAT_NAMES;
 use crate::telemetry::agent::AgentError;
 use weir_http::Server;
@@ -54,7 +54,61 @@ pub struct Scrape {
     pub redirect_targets: Vec<crate::redirect_targets::RedirectTarget>,
     /// The BGP speaker's neighbours and announcements, with `[bgp]`.
     pub bgp: Option<crate::bgp::BgpView>,
+    /// QUIC VIPs' routing counters, by VIP id, and their DIPs', by slot.
+    pub quic_vips: BTreeMap<u32, QuicCounters>,
+    pub quic_dips: BTreeMap<u32, QuicCounters>,
 }
+
+/// The QUIC routing counters of the QUIC VIPs of `snapshot`, by VIP id,
+/// and of their DIPs, by slot.
+fn quic_counters(
+    m: &Maps,
+    snapshot: Option<&Snapshot>,
+) -> (BTreeMap<u32, QuicCounters>, BTreeMap<u32, QuicCounters>) {
+    let quic: std::collections::HashSet<u32> = m
+        .vips()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, v)| v.quic_sid_len != 0)
+        .map(|(_, v)| v.vip_id)
+        .collect();
+    let vips: Vec<&VipSnapshot> = snapshot
+        .iter()
+        .flat_map(|s| &s.vips)
+        .filter(|v| quic.contains(&v.vip_id))
+        .collect();
+    let by_vip = vips
+        .iter()
+        .filter_map(|v| Some((v.vip_id, m.vip_quic(v.vip_id).ok()?)))
+        .collect();
+    let by_dip = vips
+        .iter()
+        .flat_map(|v| &v.dips)
+        .filter_map(|d| Some((d.slot, m.dip_quic(d.slot).ok()?)))
+        .collect();
+    (by_vip, by_dip)
+}
+
+/// A QUIC counter family: name suffix, help, and the field it exports.
+type QuicFamily = (&'static str, &'static str, fn(&QuicCounters) -> u64);
+
+const QUIC_FAMILIES: [QuicFamily; 3] = [
+    (
+        "quic_cid_routed",
+        "QUIC packets routed by the server ID in their connection ID.",
+        |c| c.cid_routed,
+    ),
+    (
+        "quic_cid_fallback",
+        "QUIC packets left to the 5-tuple connection table (no usable server ID).",
+        |c| c.cid_fallback,
+    ),
+    (
+        "quic_cid_unknown",
+        "QUIC packets whose server-chosen connection ID names no live DIP (a removed DIP, a misconfigured backend).",
+        |c| c.cid_unknown,
+    ),
+];
 
 impl Scrape {
     /// Reads the controller's last snapshot, the workers' reports in
@@ -86,9 +140,12 @@ impl Scrape {
             .flat_map(|v| &v.dips)
             .filter_map(|d| Some((d.slot, traffic.dip(d.slot).ok()?.new_conns)))
             .collect();
+        let (quic_vips, quic_dips) = quic_counters(m, snapshot.as_ref());
         Scrape {
             snapshot,
             new_conns,
+            quic_vips,
+            quic_dips,
             stats: m.stats().unwrap_or_default(),
             workers,
             cluster,
@@ -303,6 +360,31 @@ impl Collector for Scrape {
                     dips(s).filter_map(|(vip, d)| {
                         let n = *self.new_conns.get(&d.slot)?;
                         Some((dip_labels(vip, d), ConstCounter::new(n)))
+                    }),
+                )?;
+            }
+            for (name, help, field) in QUIC_FAMILIES {
+                if self.quic_vips.is_empty() {
+                    break;
+                }
+                family(
+                    &mut enc,
+                    &format!("weir_vip_{name}"),
+                    help,
+                    MetricType::Counter,
+                    s.vips.iter().filter_map(|v| {
+                        let c = self.quic_vips.get(&v.vip_id)?;
+                        Some(([("vip", v.name.clone())], ConstCounter::new(field(c))))
+                    }),
+                )?;
+                family(
+                    &mut enc,
+                    &format!("weir_dip_{name}"),
+                    help,
+                    MetricType::Counter,
+                    dips(s).filter_map(|(vip, d)| {
+                        let c = self.quic_dips.get(&d.slot)?;
+                        Some((dip_labels(vip, d), ConstCounter::new(field(c))))
                     }),
                 )?;
             }
@@ -763,12 +845,41 @@ mod tests {
                 }],
             }),
             new_conns: [(3, 42)].into_iter().collect(),
+            quic_vips: BTreeMap::new(),
+            quic_dips: BTreeMap::new(),
             stats: (0..STAT_NAMES.len() as u64).collect(),
             workers: Vec::new(),
             cluster: None,
             xdp_attach: Vec::new(),
             redirect_targets: Vec::new(),
             bgp: None,
+        }
+    }
+
+    #[test]
+    fn a_quic_vip_exports_its_and_its_dips_cid_counters() {
+        let counters = |r, f, u| QuicCounters {
+            cid_routed: r,
+            cid_fallback: f,
+            cid_unknown: u,
+        };
+        let t = Scrape {
+            quic_vips: [(0, counters(10, 3, 1))].into_iter().collect(),
+            quic_dips: [(3, counters(7, 2, 0))].into_iter().collect(),
+            ..scrape()
+        }
+        .render();
+        let dip = "{vip=\"we\\\"b\",dip=\"10.0.0.2:8080\"}";
+        let vip = "{vip=\"we\\\"b\"}";
+        for line in [
+            format!("weir_vip_quic_cid_routed_total{vip} 10"),
+            format!("weir_vip_quic_cid_fallback_total{vip} 3"),
+            format!("weir_vip_quic_cid_unknown_total{vip} 1"),
+            format!("weir_dip_quic_cid_routed_total{dip} 7"),
+            format!("weir_dip_quic_cid_fallback_total{dip} 2"),
+            format!("weir_dip_quic_cid_unknown_total{dip} 0"),
+        ] {
+            assert!(t.lines().any(|l| l == line), "no `{line}` in\n{t}");
         }
     }
 
@@ -799,6 +910,7 @@ mod tests {
             !t.contains("weir_dip_new_conn_share{"),
             "an unknown share is not exported:\n{t}"
         );
+        assert!(!t.contains("quic"), "no QUIC VIP, no QUIC family:\n{t}");
         assert!(t.ends_with("# EOF\n"), "{t}");
         for line in t.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();

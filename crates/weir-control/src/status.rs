@@ -70,6 +70,30 @@ pub struct DipStatus {
     pub live: bool,
     pub packets: u64,
     pub new_conns: u64,
+    /// QUIC VIP: how its packets to this DIP were routed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicStatus>,
+}
+
+/// QUIC routing counters (bpf/lib/quic.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuicStatus {
+    /// Routed by the server ID in the destination connection ID.
+    pub cid_routed: u64,
+    /// Left to the 5-tuple connection table (cid_unknown included).
+    pub cid_fallback: u64,
+    /// Server-chosen connection IDs whose server ID no live DIP owns.
+    pub cid_unknown: u64,
+}
+
+impl From<weir_dataplane::maps::QuicCounters> for QuicStatus {
+    fn from(c: weir_dataplane::maps::QuicCounters) -> QuicStatus {
+        QuicStatus {
+            cid_routed: c.cid_routed,
+            cid_fallback: c.cid_fallback,
+            cid_unknown: c.cid_unknown,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -86,7 +110,19 @@ pub struct VipStatus {
     pub packets: u64,
     pub bytes: u64,
     pub new_conns: u64,
+    /// QUIC VIP: its connection IDs' layout and routing counters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic: Option<VipQuicStatus>,
     pub dips: Vec<DipStatus>,
+}
+
+/// A QUIC VIP's connection-ID layout and routing counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VipQuicStatus {
+    pub server_id_len: u8,
+    pub config_id: u8,
+    #[serde(flatten)]
+    pub counters: QuicStatus,
 }
 
 /// Entries of the connection tables: one shape for `weir status --json`
@@ -226,6 +262,12 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
                 .collect()
         })
         .unwrap_or_default();
+    let all_vips = maps.vips()?;
+    let quic_vips: std::collections::HashSet<u32> = all_vips
+        .iter()
+        .filter(|(_, v)| v.quic_sid_len != 0)
+        .map(|(_, v)| v.vip_id)
+        .collect();
     let mut dips_by_vip: HashMap<u32, Vec<DipStatus>> = HashMap::new();
     for slot in 0..maps.dip_slots() {
         let Some(d) = maps.dip(slot)? else { continue };
@@ -233,6 +275,10 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
             continue;
         }
         let t = traffic.dip(slot)?;
+        let quic = match quic_vips.contains(&d.vip_id) {
+            true => Some(maps.dip_quic(slot)?.into()),
+            false => None,
+        };
         dips_by_vip.entry(d.vip_id).or_default().push(DipStatus {
             slot,
             address: words_addr(&d.addr, d.family).map_or("?".into(), |a| a.to_string()),
@@ -241,10 +287,11 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
             live: true,
             packets: t.packets,
             new_conns: t.new_conns,
+            quic,
         });
     }
     let mut vips = Vec::new();
-    for (key, vip) in maps.vips()? {
+    for (key, vip) in all_vips {
         let addr = words_addr(&key.addr, key.family);
         let port = u16::from_be(key.port);
         let t = traffic.vip(vip.vip_id)?;
@@ -271,6 +318,14 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
             packets: t.packets,
             bytes: t.bytes,
             new_conns: t.new_conns,
+            quic: match vip.quic_sid_len {
+                0 => None,
+                len => Some(VipQuicStatus {
+                    server_id_len: len,
+                    config_id: vip.quic_config_id,
+                    counters: maps.vip_quic(vip.vip_id)?.into(),
+                }),
+            },
             dips: dips_by_vip.remove(&vip.vip_id).unwrap_or_default(),
         });
     }

@@ -16,6 +16,7 @@ pub mod flow_hash;
 pub mod hotkeys;
 pub mod mac;
 pub mod maglev;
+pub mod quic_lb;
 pub mod reorder_bounds;
 pub mod splitmix;
 pub mod syn_budget;

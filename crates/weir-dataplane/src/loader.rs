@@ -267,6 +267,9 @@ pub const PINNED_MAPS: &[&str] = &[
     "dip_traffic",
     "dip_telemetry",
     "vip_slots",
+    "quic_server_ids",
+    "vip_quic",
+    "dip_quic",
 ];
 
 /// Pinned maps whose state is short-lived or rebuilt from the
@@ -275,7 +278,7 @@ pub const PINNED_MAPS: &[&str] = &[
 /// weir's) is replaced rather than refused, so an upgrade keeps the
 /// established connections. What is lost: handshakes in progress (clients
 /// retransmit their SYN).
-const REPLACEABLE_MAPS: &[&str] = &["half_open", "nat_endpoints", "vip_slots"];
+const REPLACEABLE_MAPS: &[&str] = &["half_open", "nat_endpoints", "vip_slots", "quic_server_ids"];
 
 /// Pinned counter maps indexed by `enum weir_stat`: a pin with another
 /// number of counters is an older weir's, whose counters sit at other
@@ -399,7 +402,7 @@ fn restore_pins(superseded: &mut Vec<(PathBuf, MapHandle)>) {
 
 /// Sizes of the maps that have a pin. A table a tier does not use gets one
 /// entry: these are preallocated, and a million-entry LRU costs about 100 MiB.
-fn sizes(opts: &LoadOptions) -> Result<[(&'static str, u32); 13]> {
+fn sizes(opts: &LoadOptions) -> Result<[(&'static str, u32); 15]> {
     let slots = weir_abi::WEIR_TABLE_SLOTS;
     let (conns4, conns6, half_open) = match opts.tier {
         Tier::Xdp => (
@@ -427,6 +430,8 @@ fn sizes(opts: &LoadOptions) -> Result<[(&'static str, u32); 13]> {
         ),
         ("vip_traffic", opts.max_vips),
         ("vip_slots", vip_slots(opts)?),
+        ("quic_server_ids", opts.max_dips),
+        ("vip_quic", opts.max_vips),
     ])
 }
 
@@ -518,6 +523,7 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
         .chain([
             ("dip_traffic", opts.max_dips),
             ("dip_telemetry", opts.max_dips),
+            ("dip_quic", opts.max_dips),
             ("xsks", xsks),
             ("xsk_seq", seq),
             ("dist_sets", buckets),

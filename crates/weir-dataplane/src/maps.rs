@@ -38,6 +38,10 @@ pub struct Maps {
     pub dip_telemetry: MapHandle,
     /// The VIPs of `vips` by slot (bpf/lib/vip_match.h).
     pub vip_slots: MapHandle,
+    /// QUIC VIPs' server IDs and their counters (bpf/lib/quic.h).
+    pub quic_server_ids: MapHandle,
+    pub vip_quic: MapHandle,
+    pub dip_quic: MapHandle,
     /// Only on a loaded program: interface maps are not pinned.
     pub ifaces: Option<(MapHandle, MapHandle)>,
     /// The software tier's AF_XDP sockets; only on a loaded program (a
@@ -120,6 +124,26 @@ pub struct DipTelemetry {
     pub sum_ns: u64,
 }
 
+/// `struct weir_quic_counters` added up over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QuicCounters {
+    /// Routed by the server ID in the destination connection ID.
+    pub cid_routed: u64,
+    /// Left to the 5-tuple connection table (cid_unknown included).
+    pub cid_fallback: u64,
+    /// Fallbacks whose server-chosen connection ID named no live DIP.
+    pub cid_unknown: u64,
+}
+
+fn quic_counters(map: &MapHandle, idx: u32) -> Result<QuicCounters> {
+    let w = sum_percpu(map, idx, 3)?;
+    Ok(QuicCounters {
+        cid_routed: w[0],
+        cid_fallback: w[1],
+        cid_unknown: w[2],
+    })
+}
+
 impl Maps {
     /// Handles on the maps of a loaded program.
     pub fn of(skel: &WeirLbSkel<'_>) -> Result<Maps> {
@@ -139,6 +163,9 @@ impl Maps {
             dip_traffic: handle(&m.dip_traffic)?,
             dip_telemetry: handle(&m.dip_telemetry)?,
             vip_slots: handle(&m.vip_slots)?,
+            quic_server_ids: handle(&m.quic_server_ids)?,
+            vip_quic: handle(&m.vip_quic)?,
+            dip_quic: handle(&m.dip_quic)?,
             ifaces: Some((handle(&m.tx_ports)?, handle(&m.ifaces)?)),
             xsks: Some(handle(&m.xsks)?),
             dist: Some((handle(&m.dist_sets)?, handle(&m.dist_packets)?)),
@@ -173,6 +200,9 @@ impl Maps {
             dip_traffic: open("dip_traffic")?,
             dip_telemetry: open("dip_telemetry")?,
             vip_slots: open("vip_slots")?,
+            quic_server_ids: open("quic_server_ids")?,
+            vip_quic: open("vip_quic")?,
+            dip_quic: open("dip_quic")?,
             ifaces: None,
             xsks: None,
             dist: None,
@@ -517,6 +547,52 @@ impl Maps {
             samples: w[1],
             sum_ns: w[2],
         })
+    }
+
+    /// QUIC routing counters of a VIP id.
+    pub fn vip_quic(&self, vip_id: u32) -> Result<QuicCounters> {
+        quic_counters(&self.vip_quic, vip_id)
+    }
+
+    /// QUIC routing counters of the packets that went to a DIP slot.
+    pub fn dip_quic(&self, dip_id: u32) -> Result<QuicCounters> {
+        quic_counters(&self.dip_quic, dip_id)
+    }
+
+    /// Every QUIC server ID the data plane routes by.
+    pub fn quic_server_ids(&self) -> Result<Vec<(weir_quic_sid_key, weir_quic_route)>> {
+        let mut out = Vec::new();
+        for k in self.quic_server_ids.keys() {
+            let key = weir_quic_sid_key::from_bytes(&k);
+            if let (Some(key), Some(v)) = (key, get(&self.quic_server_ids, &k)?) {
+                out.push((key, v));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Makes `quic_server_ids` hold exactly `wanted`. New and changed IDs
+    /// are written before stale ones go, so an ID that moves is never
+    /// missing in between.
+    pub fn sync_quic_server_ids(
+        &self,
+        wanted: &HashMap<weir_quic_sid_key, weir_quic_route>,
+    ) -> Result<()> {
+        let present = self.quic_server_ids()?;
+        for (key, route) in wanted {
+            if present.iter().any(|(k, r)| k == key && r == route) {
+                continue;
+            }
+            self.quic_server_ids
+                .update(key.as_bytes(), route.as_bytes(), MapFlags::ANY)
+                .context("writing a QUIC server ID (raise dataplane.max_dips)")?;
+        }
+        for (key, _) in present.iter().filter(|(k, _)| !wanted.contains_key(k)) {
+            self.quic_server_ids
+                .delete(key.as_bytes())
+                .context("deleting a QUIC server ID")?;
+        }
+        Ok(())
     }
 
     /// Entries in the connection table, both families (walks it: O(n)).

@@ -14,6 +14,7 @@
 //!   they leave, frames passed untouched);
 //! - [`cli`]: what every command-line tool must do (`weir`'s and
 //!   `weir-lab`'s tests check it alike).
+//! - [`quic`]: QUIC long- and short-header packets, built by hand.
 //!
 //! Nothing here runs or imitates the code under test: an expected output
 //! is a second frame built from the rewritten fields, never a patched
@@ -23,5 +24,6 @@ pub mod cases;
 pub mod cli;
 pub mod fixture;
 pub mod frames;
+pub mod quic;
 pub mod stats;
 pub mod verify;

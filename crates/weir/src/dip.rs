@@ -45,6 +45,9 @@ pub enum DipCmd {
         /// Where the DIP's `weir agent` answers (IP:PORT).
         #[arg(long)]
         agent: Option<SocketAddr>,
+        /// QUIC VIP: the server ID (hex) the DIP's connection IDs carry.
+        #[arg(long)]
+        server_id: Option<String>,
     },
     /// Remove a DIP from its VIP; its established connections end.
     Remove { vip: String, dip: String },
@@ -76,6 +79,7 @@ pub fn run(args: &DipArgs) -> Result<()> {
             weight,
             mac,
             agent,
+            server_id,
         } => {
             let d: DipRef = dip.parse().map_err(anyhow::Error::msg)?;
             let new = NewDip {
@@ -84,6 +88,7 @@ pub fn run(args: &DipArgs) -> Result<()> {
                 weight: *weight,
                 mac: mac.clone(),
                 agent: *agent,
+                server_id: server_id.clone(),
             };
             (
                 Method::POST,

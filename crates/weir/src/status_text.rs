@@ -374,6 +374,23 @@ pub fn render(s: &Status) -> String {
                 d.new_conns
             );
         }
+        if let Some(q) = &v.quic {
+            let c = &q.counters;
+            let _ = writeln!(
+                o,
+                "  quic: server_id_len={} config_id={} cid_routed={} cid_fallback={} cid_unknown={}",
+                q.server_id_len, q.config_id, c.cid_routed, c.cid_fallback, c.cid_unknown
+            );
+            for d in &v.dips {
+                if let Some(c) = &d.quic {
+                    let _ = writeln!(
+                        o,
+                        "  {:>5}  quic: cid_routed={} cid_fallback={} cid_unknown={}",
+                        d.slot, c.cid_routed, c.cid_fallback, c.cid_unknown
+                    );
+                }
+            }
+        }
     }
     match &s.controller {
         Some(c) => render_controller(&mut o, c),

@@ -72,6 +72,9 @@ pub struct NewDip {
     pub mac: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<SocketAddr>,
+    /// QUIC VIP: the server ID (hex) the DIP's connection IDs carry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<String>,
 }
 
 /// `PUT /api/v1/vips/{vip}/dips/{dip}/weight`.
@@ -245,6 +248,9 @@ pub fn add_dip(
     }
     if let Some(a) = new.agent {
         keys.push(("agent", a.to_string().into()));
+    }
+    if let Some(id) = &new.server_id {
+        keys.push(("server_id", id.as_str().into()));
     }
     // VIPs written inline (`vip = [{ ... }]`) can only hold inline DIPs.
     let inline_vips = matches!(doc.get("vip"), Some(Item::Value(_)));
@@ -476,6 +482,7 @@ dip = [{ address = "10.77.1.2" }]
             weight: Some(2),
             mac: None,
             agent: Some("10.77.3.2:9300".parse().unwrap()),
+            server_id: None,
         };
         let (said, text, next) = run(|c, d| add_dip(c, d, "web", &new)).unwrap();
         assert_eq!(said, "VIP web: added DIP 10.77.3.2:8080 with weight 2");
@@ -495,6 +502,7 @@ dip = [{ address = "10.77.1.2" }]
             weight: None,
             mac: None,
             agent: None,
+            server_id: None,
         };
         let (_, text, next) = run(|c, d| add_dip(c, d, "dns", &new)).unwrap();
         assert!(
@@ -505,6 +513,39 @@ dip = [{ address = "10.77.1.2" }]
     }
 
     #[test]
+    fn a_quic_dip_is_added_with_its_server_id_and_a_taken_one_fails_validation() {
+        let file = "[dataplane]\ninterfaces = [\"veth0\"]\n\n[[vip]]\nname = \"h3\"\n\
+                    address = \"10.77.100.3\"\nport = 443\nprotocol = \"udp\"\nmode = \"dsr\"\n\
+                    quic = { server_id_len = 2 }\n\n  [[vip.dip]]\n  address = \"10.77.1.2\"\n  \
+                    server_id = \"0001\"\n";
+        let cfg = Config::parse("t.toml", file).unwrap();
+        let add = |id: &str| {
+            let mut doc: DocumentMut = file.parse().unwrap();
+            let new = NewDip {
+                address: "10.77.2.2".parse().unwrap(),
+                port: None,
+                weight: None,
+                mac: None,
+                agent: None,
+                server_id: Some(id.into()),
+            };
+            add_dip(&cfg, &mut doc, "h3", &new).unwrap();
+            doc.to_string()
+        };
+        let text = add("0002");
+        assert!(
+            text.ends_with("  [[vip.dip]]\n  address = \"10.77.2.2\"\n  server_id = \"0002\"\n"),
+            "{text}"
+        );
+        let next = Config::parse("t.toml", &text).unwrap();
+        let v = &next.vips[0];
+        assert_eq!(v.dips[1].server_id_octets(v), Some(vec![0, 2]));
+        // The daemon re-validates the edited file: a taken ID is refused.
+        let e = Config::parse("t.toml", &add("0001")).unwrap_err();
+        assert_eq!(e.field, "vip[0].dip[1].server_id", "{e}");
+    }
+
+    #[test]
     fn a_nat_dip_without_a_port_is_told_it_got_the_vips() {
         let new = NewDip {
             address: "10.77.3.2".parse().unwrap(),
@@ -512,6 +553,7 @@ dip = [{ address = "10.77.1.2" }]
             weight: None,
             mac: None,
             agent: None,
+            server_id: None,
         };
         let (said, _, next) = run(|c, d| add_dip(c, d, "web", &new)).unwrap();
         assert_eq!(
@@ -562,6 +604,7 @@ dip = [{ address = "10.77.1.2" }]
             weight: None,
             mac: None,
             agent: None,
+            server_id: None,
         };
         add_dip(&cfg, &mut doc, "dns", &new).unwrap();
         let text = doc.to_string();
@@ -619,6 +662,7 @@ dip = [{ address = "10.77.1.2" }]
             weight: None,
             mac: None,
             agent: None,
+            server_id: None,
         };
         let e = run(|c, d| add_dip(c, d, "web", &dup)).unwrap_err();
         assert!(

@@ -18,7 +18,7 @@ use weir_dataplane::maps::Maps;
 
 use crate::apply::vip_key;
 use crate::controller::{DipSnapshot, Snapshot};
-use crate::status::{Connections, STAT_NAMES};
+use crate::status::{Connections, QuicStatus, VipQuicStatus, STAT_NAMES};
 
 /// Connection counts are at most this old: counting walks the tables.
 pub const COUNT_MAX_AGE: Duration = Duration::from_secs(2);
@@ -58,6 +58,17 @@ pub struct DipView {
     pub agent_misses: u32,
     pub agent_errors: BTreeMap<String, u64>,
     pub last_error: Option<String>,
+    /// QUIC VIP: the DIP's server ID and how its packets were routed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<DipQuicView>,
+}
+
+/// A QUIC VIP's DIP: its server ID (hex) and routing counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DipQuicView {
+    pub server_id: String,
+    #[serde(flatten)]
+    pub counters: QuicStatus,
 }
 
 /// One VIP and its DIPs.
@@ -79,6 +90,9 @@ pub struct VipView {
     pub new_conns: u64,
     /// Whether its DIPs are health-checked.
     pub health_checks: bool,
+    /// QUIC VIP: its connection-ID layout and routing counters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<VipQuicStatus>,
     pub dips: Vec<DipView>,
 }
 
@@ -218,13 +232,13 @@ pub fn vips(
         let dips = v
             .dips
             .iter()
-            .map(|d| {
+            .map(|d| -> Result<DipView> {
                 let slot = vip_id.and_then(|id| slots.get(&key(id, d)));
                 let traffic = slot.and_then(|(id, _)| tier_traffic.dip(*id).ok());
                 let c = slot.and_then(|(id, _)| from_controller.get(id).copied());
                 let port = d.service_port(v);
                 let weight = slot.map(|(_, s)| s.weight);
-                DipView {
+                Ok(DipView {
                     id: SocketAddr::new(*d.address.get_ref(), port).to_string(),
                     address: *d.address.get_ref(),
                     port,
@@ -247,9 +261,16 @@ pub fn vips(
                     agent_misses: c.map_or(0, |c| c.agent_misses),
                     agent_errors: c.map(|c| c.agent_errors.clone()).unwrap_or_default(),
                     last_error: c.and_then(|c| c.last_error.clone()),
-                }
+                    quic: match (&d.server_id, slot) {
+                        (Some(id), Some((slot, _))) => Some(DipQuicView {
+                            server_id: id.get_ref().clone(),
+                            counters: maps.dip_quic(*slot)?.into(),
+                        }),
+                        _ => None,
+                    },
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         let traffic = vip_id.and_then(|id| tier_traffic.vip(id).ok());
         let classes = match vip_id {
             Some(id) => maps
@@ -277,6 +298,14 @@ pub fn vips(
             bytes: traffic.map_or(0, |t| t.bytes),
             new_conns: traffic.map_or(0, |t| t.new_conns),
             health_checks: v.health.is_some(),
+            quic: match (&v.quic, vip_id) {
+                (Some(q), Some(id)) => Some(VipQuicStatus {
+                    server_id_len: *q.server_id_len.get_ref(),
+                    config_id: *q.config_id.get_ref(),
+                    counters: maps.vip_quic(id)?.into(),
+                }),
+                _ => None,
+            },
             dips,
         });
     }

@@ -220,7 +220,7 @@ impl Inst {
         let vip = weir_vip {
             vip_id: 0,
             mode: mode.raw(),
-            pad: [0; 3],
+            ..Default::default()
         };
         self.maps.put_vip(&key, &vip)
     }

@@ -89,13 +89,15 @@ mod instance;
 mod lru_compare;
 mod net;
 mod packet;
+mod quic;
 mod report;
 
 use instance::*;
 use packet::*;
 use report::stats;
 pub use report::{
-    render, Config, EncapVerdict, LruRow, ProgramSize, Report, Row, Targets, Verdict, SLOWER_THAN,
+    render, Config, EncapVerdict, LruRow, ProgramSize, QuicVerdict, Report, Row, Targets, Verdict,
+    SLOWER_THAN,
 };
 
 /// Targets of issue 2, item 5.
@@ -103,6 +105,8 @@ const TARGET_HIT1_OVER_FLOOR: f64 = 2.0;
 const TARGET_HITMAX_OVER_HIT1: f64 = 1.5;
 /// Issue 12: the ipip (and gue) hit path at most 1.1x dsr's.
 const TARGET_ENCAP_OVER_DSR: f64 = 1.1;
+/// A CID-routed QUIC short header against a UDP 5-tuple hit.
+const TARGET_QUIC_OVER_UDP_HIT: f64 = 1.2;
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 1);
 const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x255, 0, 0, 0, 0, 0, 1);
@@ -393,12 +397,14 @@ pub fn measure(args: &XdpBenchArgs) -> Result<Report> {
             hit1_over_floor_max: TARGET_HIT1_OVER_FLOOR,
             hit1m_over_hit1_max: TARGET_HITMAX_OVER_HIT1,
             encap_hit_over_dsr_max: TARGET_ENCAP_OVER_DSR,
+            quic_routed_over_udp_hit_max: TARGET_QUIC_OVER_UDP_HIT,
         },
         program: part.program.context("no weir_lb was loaded")?,
         baseline: None,
         rows: part.rows,
         verdicts: part.verdicts,
         encap_verdicts: part.encap_verdicts,
+        quic_verdicts: part.quic_verdicts,
         lru_comparison: part.lru_rows,
         fill_seconds: part.fill_seconds,
         total_seconds: started.elapsed().as_secs_f64(),
@@ -411,6 +417,7 @@ struct Part {
     rows: Vec<Row>,
     verdicts: Vec<Verdict>,
     encap_verdicts: Vec<EncapVerdict>,
+    quic_verdicts: Vec<QuicVerdict>,
     lru_rows: Vec<LruRow>,
     fill_seconds: f64,
     ingress: u32,
@@ -626,6 +633,8 @@ impl FamilyBench<'_> {
         ));
         part.encap_verdicts
             .extend(encap_against_dsr(&insts[0], modes, args, rng, progress)?);
+        part.quic_verdicts
+            .extend(quic::quic_against_udp(&insts[0], modes, args, progress)?);
         if args.compare_lru {
             // Their tables' memory goes before the comparison's is allocated.
             drop(insts);

@@ -93,6 +93,21 @@ pub struct EncapVerdict {
     pub over_dsr_ok: bool,
 }
 
+/// A QUIC short header routed by connection ID against a UDP datagram
+/// hitting its 5-tuple entry, interleaved on the smallest table (quic.rs).
+#[derive(Debug, Clone, Serialize)]
+pub struct QuicVerdict {
+    pub family: Family,
+    pub mode: Mode,
+    pub measure: &'static str,
+    /// Median over runs, ns per packet.
+    pub udp_hit_ns: f64,
+    pub cid_routed_ns: f64,
+    /// Median over runs of the per-run ratio (target <= 1.2).
+    pub over_udp_hit: f64,
+    pub over_udp_hit_ok: bool,
+}
+
 /// One row of `--compare-lru`: the same measure on the largest table with
 /// shared and with per-CPU LRU lists, at equal capacity, interleaved.
 #[derive(Debug, Clone, Serialize)]
@@ -130,6 +145,7 @@ pub struct Report {
     pub rows: Vec<Row>,
     pub verdicts: Vec<Verdict>,
     pub encap_verdicts: Vec<EncapVerdict>,
+    pub quic_verdicts: Vec<QuicVerdict>,
     /// Empty unless `--compare-lru`.
     pub lru_comparison: Vec<LruRow>,
     pub fill_seconds: f64,
@@ -168,6 +184,7 @@ pub struct Targets {
     pub hit1_over_floor_max: f64,
     pub hit1m_over_hit1_max: f64,
     pub encap_hit_over_dsr_max: f64,
+    pub quic_routed_over_udp_hit_max: f64,
 }
 
 /// (min, median, max).
@@ -326,6 +343,20 @@ pub fn render(report: &Report) -> String {
             v.dsr_ns,
             report.targets.encap_hit_over_dsr_max,
             if v.over_dsr_ok { "met" } else { "MISSED" },
+        );
+    }
+    for v in &report.quic_verdicts {
+        let _ = writeln!(
+            s,
+            "target {} {} {:<6}: QUIC CID-routed short header = {:.1} ns, {:.3}x a UDP 5-tuple hit's {:.1} ns in the same runs (<= {:.1}: {})",
+            v.family.name(),
+            v.mode.name(),
+            v.measure,
+            v.cid_routed_ns,
+            v.over_udp_hit,
+            v.udp_hit_ns,
+            report.targets.quic_routed_over_udp_hit_max,
+            if v.over_udp_hit_ok { "met" } else { "MISSED" },
         );
     }
     if !report.lru_comparison.is_empty() {

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * weir_quic.h - what the load balancer shares with Rust to route QUIC by
+ * the server ID in the destination connection ID (QUIC-LB, plaintext
+ * algorithm). A QUIC VIP is a UDP VIP whose weir_vip has a server ID
+ * length; its DIPs' server IDs sit in `quic_server_ids` (lib/quic.h).
+ */
+#ifndef WEIR_QUIC_H
+#define WEIR_QUIC_H
+
+#include <linux/types.h>
+
+/* QUIC-LB: a server ID is 1 to 15 octets, after the connection ID's first
+ * octet, whose top three bits are the config rotation codepoint. */
+#define WEIR_QUIC_SID_MAX 15
+#define WEIR_QUIC_CONFIG_ID_MAX 6     /* 7 (0b111) marks an unroutable CID */
+#define WEIR_QUIC_CID_MAX 20          /* QUIC v1's connection ID limit */
+
+/* quic_server_ids key: a VIP and one of its DIPs' server IDs, the bytes
+ * past the VIP's server ID length zero. */
+struct weir_quic_sid_key {
+	__u32 vip_id;
+	__u8 sid[WEIR_QUIC_SID_MAX];
+	__u8 pad;
+};
+_Static_assert(sizeof(struct weir_quic_sid_key) == 20, "weir_quic_sid_key size");
+
+/* quic_server_ids value: the DIP slot that owns the server ID, and the
+ * slot's generation when it was written (a reused slot is another DIP). */
+struct weir_quic_route {
+	__u32 dip_id;
+	__u32 dip_gen;
+};
+_Static_assert(sizeof(struct weir_quic_route) == 8, "weir_quic_route size");
+
+/* Per-CPU QUIC counters of a VIP (`vip_quic`) and of a DIP (`dip_quic`,
+ * the packets that went to it). */
+struct weir_quic_counters {
+	__u64 cid_routed;   /* routed by the server ID in the DCID */
+	__u64 cid_fallback; /* no usable server ID: the 5-tuple connection table
+			     * decided (includes cid_unknown) */
+	__u64 cid_unknown;  /* a server-chosen DCID whose server ID no live DIP
+			     * of the VIP owns (a removed DIP, a misconfigured
+			     * backend): fell back too */
+};
+_Static_assert(sizeof(struct weir_quic_counters) == 24, "weir_quic_counters size");
+
+#endif /* WEIR_QUIC_H */

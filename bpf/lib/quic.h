@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * quic.h - routing QUIC by the server ID in the destination connection ID
+ * (draft-ietf-quic-load-balancers, plaintext algorithm).
+ *
+ * A DIP of a QUIC VIP issues connection IDs whose first octet carries the
+ * VIP's config rotation codepoint in its top three bits and whose next
+ * quic_sid_len octets are the DIP's server ID. A packet whose DCID carries
+ * a server ID a live DIP of the VIP owns goes to that DIP, whatever its
+ * client address and port: a connection survives migration, NAT
+ * rebinding, table changes and drains. Anything else falls back to the
+ * 5-tuple connection table like any UDP datagram: a client's first
+ * packets (Initial, 0-RTT, whose DCID the client chose), version
+ * negotiation, CIDs of another config rotation, too short or malformed
+ * headers, and server IDs no live DIP owns; the last are counted as
+ * unknown when the DCID must have been chosen by a server (a short header,
+ * a Handshake packet), since they mean a removed DIP or a backend that
+ * encodes the wrong ID.
+ */
+#ifndef WEIR_QUIC_LIB_H
+#define WEIR_QUIC_LIB_H
+
+#include "weir_quic.h"
+#include "encap.h"
+#include "maps.h"
+#include "parse.h"
+
+#define QUIC_LONG_HEADER 0x80
+#define QUIC_LONG_TYPE_MASK 0x30
+#define QUIC_V1 0x00000001
+#define QUIC_V2 0x6b3343cf
+/* Long header: flags, version (4), DCID length, DCID. */
+#define QUIC_LONG_DCID_OFF 6
+/* Short header: flags, DCID. */
+#define QUIC_SHORT_DCID_OFF 1
+
+enum quic_verdict {
+	QUIC_NOT_QUIC = 0, /* not a QUIC VIP */
+	QUIC_ROUTED,
+	QUIC_FALLBACK,
+	QUIC_UNKNOWN,      /* a fallback whose server ID no live DIP owns */
+};
+
+/* Whether the DCID of a long header with these first octet and version
+ * may have been chosen by the client: an Initial or 0-RTT packet of QUIC
+ * v1 or v2, or any packet of a version weir does not know. */
+static __always_inline int quic_client_chosen(__u8 first, __u32 version)
+{
+	__u8 type = (first & QUIC_LONG_TYPE_MASK) >> 4;
+
+	if (version == QUIC_V1)
+		return type == 0 || type == 1; /* Initial, 0-RTT */
+	if (version == QUIC_V2)
+		return type == 1 || type == 2; /* Initial, 0-RTT (RFC 9369) */
+	return 1;
+}
+
+static __always_inline void quic_count(void *map, __u32 idx, __u32 verdict)
+{
+	struct weir_quic_counters *c = bpf_map_lookup_elem(map, &idx);
+
+	if (!c)
+		return;
+	if (verdict == QUIC_ROUTED) {
+		c->cid_routed += 1;
+		return;
+	}
+	c->cid_fallback += 1;
+	if (verdict == QUIC_UNKNOWN)
+		c->cid_unknown += 1;
+}
+
+/* Reads the server ID from the UDP payload of `pkt` into `key`; returns
+ * QUIC_ROUTED when there is one, QUIC_UNKNOWN when there is one in a DCID
+ * a server chose, QUIC_FALLBACK when there is none. */
+static __always_inline __u32 quic_server_id(void *data, void *data_end,
+					     const struct packet *pkt,
+					     const struct weir_vip *vip,
+					     struct weir_quic_sid_key *key, int *server_chosen)
+{
+	__u8 *p = data + ((pkt->l4_off + sizeof(struct udphdr)) & PKT_OFF_MASK);
+	__u32 sid_len = vip->quic_sid_len, dcid_off, dcid_len;
+	__u8 *dcid;
+
+	if ((void *)(p + QUIC_LONG_DCID_OFF) > data_end)
+		goto short_only;
+	if (p[0] & QUIC_LONG_HEADER) {
+		__u32 version = ((__u32)p[1] << 24) | ((__u32)p[2] << 16) |
+				((__u32)p[3] << 8) | p[4];
+
+		/* Version negotiation comes from servers; a longer DCID is no
+		 * QUIC v1 or v2 one; a DCID past the datagram is a truncated
+		 * packet. */
+		if (version == 0 || pkt->payload_len < QUIC_LONG_DCID_OFF)
+			return QUIC_FALLBACK;
+		dcid_len = p[5];
+		if (dcid_len > WEIR_QUIC_CID_MAX ||
+		    pkt->payload_len < QUIC_LONG_DCID_OFF + dcid_len)
+			return QUIC_FALLBACK;
+		*server_chosen = !quic_client_chosen(p[0], version);
+		dcid_off = QUIC_LONG_DCID_OFF;
+		goto dcid;
+	}
+short_only:
+	if ((void *)(p + 1) > data_end || pkt->payload_len < 1 || (p[0] & QUIC_LONG_HEADER))
+		return QUIC_FALLBACK;
+	/* A short header does not say its DCID's length: the server ID's
+	 * octets must be there, whatever follows. */
+	dcid_len = pkt->payload_len - QUIC_SHORT_DCID_OFF;
+	*server_chosen = 1;
+	dcid_off = QUIC_SHORT_DCID_OFF;
+dcid:
+	if (dcid_len < 1 + sid_len || pkt->payload_len < dcid_off + 1 + sid_len)
+		return QUIC_FALLBACK;
+	dcid = p + dcid_off;
+	if ((void *)(dcid + 1) > data_end)
+		return QUIC_FALLBACK;
+	if (dcid[0] >> 5 != vip->quic_config_id)
+		return QUIC_FALLBACK;
+	/* A bounded loop: the verifier checks each octet's read. */
+	for (__u32 i = 0; i < WEIR_QUIC_SID_MAX && i < sid_len; i++) {
+		if ((void *)(dcid + 2 + i) > data_end)
+			return QUIC_FALLBACK;
+		key->sid[i] = dcid[1 + i];
+	}
+	return QUIC_ROUTED;
+}
+
+/* Routes a packet to a QUIC VIP by its connection ID: returns QUIC_ROUTED
+ * with the DIP and its slot in `*dip_id`, or the kind of fallback (counted
+ * for the VIP; the caller counts it for the DIP the 5-tuple table picks). */
+static __always_inline __u32 quic_route(struct xdp_md *ctx, const struct packet *pkt,
+					const struct weir_vip *vip, struct weir_dip **dip_out,
+					__u32 *dip_id)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct weir_quic_sid_key key = { .vip_id = vip->vip_id };
+	struct weir_quic_route *route;
+	struct weir_dip *dip;
+	int server_chosen = 0;
+	__u32 verdict;
+
+	verdict = quic_server_id(data, data_end, pkt, vip, &key, &server_chosen);
+	if (verdict == QUIC_ROUTED) {
+		route = bpf_map_lookup_elem(&quic_server_ids, &key);
+		dip = route ? bpf_map_lookup_elem(&dips, &route->dip_id) : NULL;
+		if (dip && (dip->flags & WEIR_DIP_F_LIVE) && dip->gen == route->dip_gen &&
+		    (dip->family == pkt->key.family || is_encap_mode(vip->mode))) {
+			*dip_out = dip;
+			*dip_id = route->dip_id;
+			quic_count(&dip_quic, route->dip_id, QUIC_ROUTED);
+		} else {
+			/* A removed DIP's IDs are reported, never re-routed by ID. */
+			verdict = route || server_chosen ? QUIC_UNKNOWN : QUIC_FALLBACK;
+		}
+	}
+	quic_count(&vip_quic, vip->vip_id, verdict);
+	return verdict;
+}
+
+#endif /* WEIR_QUIC_LIB_H */

@@ -1,0 +1,506 @@
+//! QUIC VIPs in `weir_lb` through BPF_PROG_TEST_RUN: packets routed by the
+//! server ID in their destination connection ID (QUIC-LB plaintext), and
+//! everything that must fall back to the 5-tuple connection table.
+//!
+//! Packets are hand-built QUIC v1 and v2 headers (`weir_testkit::quic`);
+//! connection IDs come from `weir_core::quic_lb` (the layout backends
+//! encode); the DIP a fallback goes to is predicted by weir-core's AWFD
+//! table over the flow hash, and the expected frames are built with
+//! `weir_core::wire`. Needs root (BPF).
+
+mod common;
+
+use std::net::IpAddr;
+
+use common::*;
+use rand::{Rng, SeedableRng};
+use weir_abi::*;
+use weir_core::dispatch::awfd::AwfdTable;
+use weir_core::flow::Proto;
+use weir_core::flow_hash::{flow_hash, DEFAULT_SEED};
+use weir_core::quic_lb::CidLayout;
+use weir_dataplane::maps::QuicCounters;
+use weir_dataplane::testrun::XdpAction::Tx;
+use weir_testkit::quic::{
+    long_header, short_header, version_negotiation, LongType, QUIC_V1, QUIC_V2,
+};
+
+/// The QUIC VIPs these tests add to the fixture: (id, address, mode, DIPs).
+const QUIC_VIPS: [(u32, &str, u32, [u32; 3]); 4] = [
+    (12, "10.0.0.110", DSR, [1, 2, 3]),
+    (13, "10.0.0.111", NAT, [1, 2, 3]),
+    (14, "2001:db8::110", DSR, [11, 12, 13]),
+    (15, "2001:db8::111", NAT, [11, 12, 13]),
+];
+const PORT: u16 = 443;
+
+fn client_addr(vip: u32) -> &'static str {
+    if vip < 14 {
+        "192.0.2.50"
+    } else {
+        "2001:db8:c::50"
+    }
+}
+
+/// The server ID DIP `dip` gets in a VIP whose IDs are `len` octets.
+fn sid(dip: u32, len: u8) -> Vec<u8> {
+    (0..len).map(|i| (dip as u8) << 4 | i).collect()
+}
+
+struct Quic {
+    h: Harness,
+    layout: CidLayout,
+}
+
+impl Quic {
+    /// The fixture plus the QUIC VIPs, every DIP with its server ID.
+    fn new(layout: CidLayout) -> Quic {
+        let q = Quic {
+            h: Harness::new(&test_options()),
+            layout,
+        };
+        q.configure(layout, &[]);
+        q
+    }
+
+    fn vip(&self, id: u32) -> (IpAddr, u32, [u32; 3]) {
+        let (_, addr, mode, dips) = QUIC_VIPS.iter().find(|v| v.0 == id).unwrap();
+        (ip(addr), *mode, *dips)
+    }
+
+    /// Writes the QUIC VIPs with `layout` and the server IDs of every DIP
+    /// but those in `without`.
+    fn configure(&self, layout: CidLayout, without: &[u32]) {
+        let mut ids = std::collections::HashMap::new();
+        for (id, addr, mode, dips) in QUIC_VIPS {
+            let v = weir_testkit::fixture::Vip {
+                id,
+                addr: ip(addr),
+                port: PORT,
+                proto: Proto::Udp,
+                mode,
+                weights: Some(dips.iter().map(|d| (*d, 1)).collect()),
+            };
+            let abi = weir_vip {
+                quic_sid_len: layout.server_id_len,
+                quic_config_id: layout.config_id,
+                ..v.abi()
+            };
+            self.h.maps.put_vip(&v.key(), &abi).unwrap();
+            if self.h.maps.table_version(id).unwrap() == 0 {
+                self.h.maps.publish_table(id, 1, &v.table()).unwrap();
+            }
+            for d in dips.iter().filter(|d| !without.contains(d)) {
+                let mut key = weir_quic_sid_key {
+                    vip_id: id,
+                    ..Default::default()
+                };
+                let s = sid(*d, layout.server_id_len);
+                key.sid[..s.len()].copy_from_slice(&s);
+                let gen = self.h.maps.dip(*d).unwrap().unwrap().gen;
+                ids.insert(
+                    key,
+                    weir_quic_route {
+                        dip_id: *d,
+                        dip_gen: gen,
+                    },
+                );
+            }
+        }
+        self.h.maps.sync_quic_server_ids(&ids).unwrap();
+    }
+
+    /// A connection ID of `dip`'s, `len` octets long in all.
+    fn cid(&self, dip: u32, len: usize) -> Vec<u8> {
+        let s = sid(dip, self.layout.server_id_len);
+        let nonce: Vec<u8> = (0..len - 1 - s.len()).map(|i| 0x90 + i as u8).collect();
+        self.layout.encode(&s, &nonce)
+    }
+
+    /// A client datagram to QUIC VIP `vip` from source port `sport`.
+    fn datagram(&self, vip: u32, sport: u16, payload: &[u8]) -> Frame {
+        let (addr, _, _) = self.vip(vip);
+        udp(client_addr(vip), sport, &addr.to_string(), PORT).payload(payload)
+    }
+
+    /// The DIP the 5-tuple table gives a new flow `f` to `vip`.
+    fn predict(&self, vip: u32, f: &Frame) -> Dip {
+        let (_, _, dips) = self.vip(vip);
+        let weights: Vec<(u32, u32)> = dips.iter().map(|d| (*d, 1)).collect();
+        let table = AwfdTable::from_weights(&weights).unwrap();
+        let id = table
+            .select(flow_hash(&f.tuple().key(), DEFAULT_SEED))
+            .unwrap();
+        self.h.fx.dip(id).clone()
+    }
+
+    fn counters(&self, vip: u32, dip: u32) -> (QuicCounters, QuicCounters) {
+        (
+            self.h.maps.vip_quic(vip).unwrap(),
+            self.h.maps.dip_quic(dip).unwrap(),
+        )
+    }
+
+    /// Runs `f` and checks that it went to `dip` (output frame, verdict,
+    /// counters), with `events` in `enum weir_stat` and the QUIC counters of
+    /// the VIP and the DIP each up by `want` (routed, fallback, unknown).
+    fn expect(&self, name: &str, vip: u32, f: &Frame, dip: &Dip, events: &[u32], want: [u64; 3]) {
+        let (_, mode, _) = self.vip(vip);
+        let out = if mode == NAT {
+            nat_out(f, dip)
+        } else {
+            dsr_out(f, dip)
+        };
+        let before = self.counters(vip, dip.id);
+        let case = Case::new(
+            format!("{name} -> DIP {}", dip.id),
+            f.bytes(),
+            Tx,
+            WEIR_STAT_TX,
+        )
+        .output(out.bytes())
+        .events(events);
+        run_cases(&self.h, vec![case]);
+        let after = self.counters(vip, dip.id);
+        let delta = |a: QuicCounters, b: QuicCounters| {
+            [
+                a.cid_routed - b.cid_routed,
+                a.cid_fallback - b.cid_fallback,
+                a.cid_unknown - b.cid_unknown,
+            ]
+        };
+        assert_eq!(
+            delta(after.0, before.0),
+            want,
+            "{name}: VIP {vip}'s QUIC counters"
+        );
+        assert_eq!(
+            delta(after.1, before.1),
+            want,
+            "{name}: DIP {}'s QUIC counters",
+            dip.id
+        );
+        if mode == NAT {
+            // The reply of a client at a new address finds its way back.
+            let (_, _, _) = self.vip(vip);
+            let rkey = weir_core::flow::FlowTuple {
+                src: dip.addr,
+                dst: f.src,
+                sport: dip.port_for(f.dport),
+                dport: f.sport,
+                proto: Proto::Udp,
+            }
+            .key();
+            let r = self.h.maps.rev_nat(&rkey).unwrap();
+            assert_eq!(r.map(|r| r.vip_id), Some(vip), "{name}: reverse entry");
+        }
+    }
+
+    /// `f` routed by its connection ID to `dip`.
+    fn routed(&self, name: &str, vip: u32, f: &Frame, dip: u32) {
+        let d = self.h.fx.dip(dip).clone();
+        self.expect(name, vip, f, &d, &[], [1, 0, 0]);
+    }
+
+    /// `f`, the first datagram of its 5-tuple, left to the connection
+    /// table (`unknown`: with a server ID no live DIP owns).
+    fn fallback(&self, name: &str, vip: u32, f: &Frame, unknown: bool) {
+        let d = self.predict(vip, f);
+        let events = [WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW];
+        self.expect(name, vip, f, &d, &events, [0, 1, u64::from(unknown)]);
+    }
+}
+
+const LAYOUT: CidLayout = CidLayout {
+    config_id: 1,
+    server_id_len: 4,
+};
+
+#[test]
+fn short_headers_go_to_the_dip_their_server_id_names_at_every_length() {
+    let mut q = Quic::new(LAYOUT);
+    let mut sport = 20000;
+    for len in 1..=weir_core::quic_lb::SERVER_ID_MAX as u8 {
+        for config_id in [0, 6] {
+            q.layout = CidLayout {
+                config_id,
+                server_id_len: len,
+            };
+            q.configure(q.layout, &[]);
+            for (vip, _, _, dips) in QUIC_VIPS {
+                let dip = dips[1];
+                // Every CID length that holds the first octet and the server ID.
+                for cid_len in 1 + usize::from(len)..=weir_core::quic_lb::CID_MAX {
+                    sport += 1;
+                    // A new source port each time: a migrating client.
+                    let f = q.datagram(vip, sport, &short_header(&q.cid(dip, cid_len)));
+                    let name = format!(
+                        "v{vip} short, server ID {len} octets, config {config_id}, CID {cid_len}"
+                    );
+                    q.routed(&name, vip, &f, dip);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn long_headers_route_by_a_server_chosen_dcid_and_dispatch_a_client_chosen_one() {
+    let q = Quic::new(LAYOUT);
+    let mut sport = 30000;
+    let mut next = || {
+        sport += 1;
+        sport
+    };
+    for (vip, _, _, dips) in QUIC_VIPS {
+        for version in [QUIC_V1, QUIC_V2] {
+            for dcid_len in 0..=weir_core::quic_lb::CID_MAX {
+                let name = format!("v{vip} version {version:#x} Handshake, DCID {dcid_len}");
+                if dcid_len > usize::from(LAYOUT.server_id_len) {
+                    let pkt = long_header(
+                        LongType::Handshake,
+                        version,
+                        &q.cid(dips[2], dcid_len),
+                        &[7; 8],
+                    );
+                    q.routed(&name, vip, &q.datagram(vip, next(), &pkt), dips[2]);
+                } else {
+                    // Too short to hold a server ID (it starts like one).
+                    let dcid: Vec<u8> = (0..dcid_len)
+                        .map(|i| if i == 0 { 0x20 } else { dips[2] as u8 })
+                        .collect();
+                    let pkt = long_header(LongType::Handshake, version, &dcid, &[7; 8]);
+                    q.fallback(&name, vip, &q.datagram(vip, next(), &pkt), false);
+                }
+            }
+            // A client's first Initial: a random DCID, whatever it decodes
+            // to, is a new connection for the table (not an unknown ID).
+            let random = [0x3f, 0xee, 0xee, 0xee, 0xee, 1, 2, 3];
+            for kind in [LongType::Initial, LongType::ZeroRtt] {
+                let pkt = long_header(kind, version, &random, &[7; 8]);
+                let f = q.datagram(vip, next(), &pkt);
+                q.fallback(
+                    &format!("v{vip} {version:#x} {kind:?}, client's DCID"),
+                    vip,
+                    &f,
+                    false,
+                );
+            }
+            // A server-chosen DCID naming no DIP is unknown.
+            let unknown = long_header(LongType::Handshake, version, &random, &[7; 8]);
+            q.fallback(
+                &format!("v{vip} {version:#x} Handshake, unknown ID"),
+                vip,
+                &q.datagram(vip, next(), &unknown),
+                true,
+            );
+            // An Initial after a Retry carries the server's CID: routed.
+            let pkt = long_header(LongType::Initial, version, &q.cid(dips[0], 8), &[7; 8]);
+            q.routed(
+                &format!("v{vip} {version:#x} Initial to a server CID"),
+                vip,
+                &q.datagram(vip, next(), &pkt),
+                dips[0],
+            );
+        }
+    }
+}
+
+#[test]
+fn unknown_ids_fall_back_and_a_removed_dip_is_reported_not_rerouted() {
+    let q = Quic::new(LAYOUT);
+    for (vip, _, _, dips) in QUIC_VIPS {
+        let mut sport = 40000 + vip as u16 * 100;
+        let mut next = || {
+            sport += 1;
+            sport
+        };
+        // An ID no DIP owns: the table decides, and the next datagram of
+        // the 5-tuple hits its entry.
+        let stranger = q.layout.encode(&[0xde, 0xad, 0xbe, 0xef], &[0; 8]);
+        let f = q.datagram(vip, next(), &short_header(&stranger));
+        q.fallback(&format!("v{vip} unknown server ID"), vip, &f, true);
+        let d = q.predict(vip, &f);
+        q.expect(
+            &format!("v{vip} unknown server ID again"),
+            vip,
+            &f,
+            &d,
+            &[WEIR_STAT_CONN_HIT],
+            [0, 1, 1],
+        );
+
+        // Drained (weight 0, still live): its connections stay.
+        let (addr, mode, _) = q.vip(vip);
+        let drained = weir_testkit::fixture::Vip {
+            id: vip,
+            addr,
+            port: PORT,
+            proto: Proto::Udp,
+            mode,
+            weights: Some(vec![(dips[0], 1), (dips[1], 0), (dips[2], 1)]),
+        };
+        let v = q.h.maps.table_version(vip).unwrap() + 1;
+        q.h.maps.publish_table(vip, v, &drained.table()).unwrap();
+        let f = q.datagram(vip, next(), &short_header(&q.cid(dips[1], 12)));
+        q.routed(
+            &format!("v{vip} drained DIP keeps its connections"),
+            vip,
+            &f,
+            dips[1],
+        );
+    }
+
+    // DIP 2 and 12 removed: apply takes their IDs out; their packets are
+    // unknown and go by the 5-tuple table, not to whoever has the ID next.
+    q.configure(LAYOUT, &[2, 12]);
+    for (vip, _, _, dips) in QUIC_VIPS {
+        let f = q.datagram(vip, 41999, &short_header(&q.cid(dips[1], 12)));
+        // The drained table no longer names the removed DIP.
+        let weights = [(dips[0], 1), (dips[2], 1)];
+        let want = AwfdTable::from_weights(&weights)
+            .unwrap()
+            .select(flow_hash(&f.tuple().key(), DEFAULT_SEED))
+            .unwrap();
+        let d = q.h.fx.dip(want).clone();
+        q.expect(
+            &format!("v{vip} removed DIP's ID"),
+            vip,
+            &f,
+            &d,
+            &[WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW],
+            [0, 1, 1],
+        );
+    }
+    // A slot reused by another DIP (new generation) with the old ID still
+    // written: unknown as well.
+    q.configure(LAYOUT, &[]);
+    q.h.maps.put_dip(3, &q.h.fx.dip(3).abi(2, true)).unwrap();
+    let full = AwfdTable::from_weights(&[(1, 1), (2, 1), (3, 1)]).unwrap();
+    let v = q.h.maps.table_version(12).unwrap() + 1;
+    q.h.maps.publish_table(12, v, &full).unwrap();
+    // A source port whose 5-tuple the table gives another DIP, so that
+    // routing by the stale ID would show.
+    let f = (43000..)
+        .map(|port| q.datagram(12, port, &short_header(&q.cid(3, 12))))
+        .find(|f| q.predict(12, f).id != 3)
+        .unwrap();
+    q.fallback("a reused slot's stale ID", 12, &f, true);
+}
+
+#[test]
+fn truncated_garbage_and_version_negotiation_fall_back_to_the_table() {
+    let q = Quic::new(LAYOUT);
+    let sid2 = q.cid(2, 12);
+    let mut unroutable = sid2.clone();
+    unroutable[0] |= 0xe0; // config rotation 7
+    let mut other_config = sid2.clone();
+    other_config[0] = (other_config[0] & 0x1f) | 2 << 5;
+    let mut long_21 = long_header(LongType::Handshake, QUIC_V1, &[0; 20], &[]);
+    long_21[5] = 21;
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("empty payload", vec![]),
+        ("short header, flags only", vec![0x41]),
+        (
+            "short header, server ID one octet short",
+            short_header(&sid2)[..1 + 4].to_vec(),
+        ),
+        ("long header, 3 octets", vec![0xc0, 0, 0]),
+        (
+            "long header, no DCID length",
+            long_header(LongType::Handshake, QUIC_V1, &sid2, &[])[..5].to_vec(),
+        ),
+        ("long header, DCID length 21", long_21),
+        (
+            "long header, DCID cut short",
+            long_header(LongType::Handshake, QUIC_V1, &sid2, &[])[..6 + 4].to_vec(),
+        ),
+        (
+            "version negotiation",
+            version_negotiation(&sid2, &[1; 8], &[QUIC_V1, QUIC_V2]),
+        ),
+        ("config rotation 7 (unroutable)", short_header(&unroutable)),
+        ("another config rotation", short_header(&other_config)),
+    ];
+    for (vip, _, _, _) in QUIC_VIPS {
+        for (i, (name, payload)) in cases.iter().enumerate() {
+            let f = q.datagram(vip, 50000 + i as u16, payload);
+            q.fallback(&format!("v{vip} {name}"), vip, &f, false);
+        }
+    }
+
+    // Random payloads: routed exactly when the reference decoder finds a
+    // server ID of a DIP in the DCID, otherwise left to the table; never
+    // dropped.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(22);
+    for n in 0..400u16 {
+        let len: usize = rng.gen_range(0..64);
+        let mut payload: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+        if n % 2 == 0 && len > 6 {
+            // Half of them with a DIP's server ID where a DCID would be.
+            let off = if payload[0] & 0x80 != 0 { 6 } else { 1 };
+            let cid = q.cid(1 + u32::from(n % 3), 8);
+            for (i, b) in cid.iter().enumerate().take(len.saturating_sub(off)) {
+                payload[off + i] = *b;
+            }
+        }
+        let vip = 12 + u32::from(n % 2);
+        let f = q.datagram(vip, 51000 + n, &payload);
+        match reference_route(&LAYOUT, &payload) {
+            Reference::Routed(dip) if [1, 2, 3].contains(&dip) => {
+                q.routed(&format!("random {n}"), vip, &f, dip)
+            }
+            r => q.fallback(
+                &format!("random {n}"),
+                vip,
+                &f,
+                r == Reference::ServerChosen,
+            ),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Reference {
+    /// The DCID names this DIP (if any DIP has the ID).
+    Routed(u32),
+    /// A server-chosen DCID with a server ID nobody has.
+    ServerChosen,
+    Fallback,
+}
+
+/// What RFC 8999 (invariants), RFC 9000/9369 and QUIC-LB say about
+/// `payload`: the DCID, whether a server chose it, and the DIP whose ID
+/// (as `sid` gives them) it carries.
+fn reference_route(layout: &CidLayout, payload: &[u8]) -> Reference {
+    let sid_len = usize::from(layout.server_id_len);
+    let (dcid, server_chosen) = match payload.first() {
+        None => return Reference::Fallback,
+        Some(b) if b & 0x80 != 0 => {
+            if payload.len() < 6 {
+                return Reference::Fallback;
+            }
+            let version = u32::from_be_bytes(payload[1..5].try_into().unwrap());
+            let len = usize::from(payload[5]);
+            if version == 0 || len > 20 || payload.len() < 6 + len {
+                return Reference::Fallback;
+            }
+            let kind = (b >> 4) & 3;
+            let client = match version {
+                QUIC_V1 => kind <= 1,
+                QUIC_V2 => kind == 1 || kind == 2,
+                _ => true,
+            };
+            (&payload[6..6 + len], !client)
+        }
+        Some(_) => (&payload[1..], true),
+    };
+    let Some(id) = layout.server_id(dcid) else {
+        return Reference::Fallback;
+    };
+    match (1..=3).find(|d| sid(*d, layout.server_id_len) == id) {
+        Some(d) => Reference::Routed(d),
+        None if server_chosen && id.len() == sid_len => Reference::ServerChosen,
+        None => Reference::Fallback,
+    }
+}
