@@ -2,7 +2,10 @@
 //!
 //! [`parse_request`] frames one request at the start of a buffer and
 //! returns byte ranges into it (no copies). [`parse_response`] frames one
-//! server reply of a given [`RespKind`].
+//! server reply of a given [`RespKind`]. Meta commands are framed by
+//! `meta`, which this module hands their lines to.
+
+use crate::meta::{self, MetaCmd, MetaReply, MetaRequest};
 
 /// memcached's key length limit.
 pub const MAX_KEY: usize = 250;
@@ -76,6 +79,8 @@ pub enum Parsed {
     /// Need more bytes.
     Incomplete,
     Request(Request),
+    /// A meta command (`mg ms md ma mn me`).
+    Meta(MetaRequest),
     /// A bad request: answer `reply` (empty when the request said
     /// `noreply` and memcached would stay silent), drop `skip` bytes, and
     /// close the connection if `close`.
@@ -92,7 +97,7 @@ pub const BAD_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
 pub const LINE_TOO_LONG: &[u8] = b"CLIENT_ERROR line too long\r\n";
 pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
 
-fn find_crlf(b: &[u8]) -> Option<usize> {
+pub(crate) fn find_crlf(b: &[u8]) -> Option<usize> {
     let mut from = 0;
     while let Some(i) = b[from..].iter().position(|&c| c == b'\n') {
         let i = from + i;
@@ -104,7 +109,7 @@ fn find_crlf(b: &[u8]) -> Option<usize> {
     None
 }
 
-fn tokens(line: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+pub(crate) fn tokens(line: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
     let mut i = 0;
     std::iter::from_fn(move || {
         while i < line.len() && line[i] == b' ' {
@@ -121,7 +126,7 @@ fn tokens(line: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
     })
 }
 
-fn num<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
+pub(crate) fn num<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
     std::str::from_utf8(b).ok()?.parse().ok()
 }
 
@@ -148,6 +153,9 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
     let Some(&(cs, ce)) = toks.first() else {
         return bad(ERROR);
     };
+    if let Some(m) = MetaCmd::from_bytes(&line[cs..ce]) {
+        return meta::frame(buf, line, line_len, &toks, m);
+    }
     let Some(cmd) = Cmd::from_bytes(&line[cs..ce]) else {
         return bad(ERROR);
     };
@@ -335,13 +343,15 @@ pub enum RespKind {
     Retrieval,
     /// One line.
     Line,
+    /// A meta command's reply.
+    Meta(MetaReply),
 }
 
 /// A framed reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Response {
     pub len: usize,
-    /// `VALUE` blocks in a retrieval reply.
+    /// `VALUE` blocks in a retrieval reply; 1 for an `mg` hit (`VA`, `HD`).
     pub values: u32,
     /// The reply is an `ERROR`, `CLIENT_ERROR` or `SERVER_ERROR` line.
     pub error: bool,
@@ -351,7 +361,7 @@ pub struct Response {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Garbled;
 
-fn is_error_line(l: &[u8]) -> bool {
+pub(crate) fn is_error_line(l: &[u8]) -> bool {
     l.starts_with(b"ERROR") || l.starts_with(b"CLIENT_ERROR") || l.starts_with(b"SERVER_ERROR")
 }
 
@@ -367,6 +377,9 @@ pub fn value_header(line: &[u8]) -> Option<((usize, usize), usize)> {
 
 /// Frame one reply of `kind` at the start of `buf`.
 pub fn parse_response(buf: &[u8], kind: RespKind) -> Result<Option<Response>, Garbled> {
+    if let RespKind::Meta(m) = kind {
+        return meta::reply::parse(buf, m);
+    }
     let mut pos = 0;
     let mut values = 0;
     loop {
