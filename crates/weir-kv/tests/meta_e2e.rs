@@ -29,13 +29,13 @@ struct Lab {
 /// `n` memcached servers behind weir (md5, modula: the owner of a key does
 /// not depend on the servers' ports), and a reference memcached.
 fn lab(n: usize) -> Lab {
-    let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
-    let servers = ports
-        .iter()
-        .map(|&p| Some(memcached("127.0.0.1", p, false, 1).unwrap()))
-        .collect();
-    let reference_port = free_port();
-    let reference = memcached("127.0.0.1", reference_port, false, 1).unwrap();
+    let (servers, ports): (Vec<Option<Proc>>, Vec<u16>) = (0..n)
+        .map(|_| {
+            let (p, port) = start_memcached();
+            (Some(p), port)
+        })
+        .unzip();
+    let (reference, reference_port) = start_memcached();
     let list: String = ports
         .iter()
         .map(|p| format!("   - 127.0.0.1:{p}:1\n"))
@@ -60,6 +60,20 @@ fn lab(n: usize) -> Lab {
         proxy,
         rec,
     }
+}
+
+/// A memcached on a free port; tests running side by side can pick the
+/// same free port, so a start that fails is tried again on another.
+fn start_memcached() -> (Proc, u16) {
+    let mut last = None;
+    for _ in 0..5 {
+        let port = free_port();
+        match memcached("127.0.0.1", port, false, 1) {
+            Ok(p) => return (p, port),
+            Err(e) => last = Some(e),
+        }
+    }
+    panic!("memcached did not start: {:#}", last.unwrap())
 }
 
 impl Lab {
@@ -364,7 +378,7 @@ fn quiet_mode_and_opaques_keep_request_order_across_two_servers() {
                 "NF\r\n".to_string()
             }
         })
-        .chain((0..keys.len()).map(|_| "EN\r\n".to_string()))
+        .chain((0..keys.len()).map(|i| format!("EN O{i}\r\n")))
         .collect::<String>()
         + "MN\r\n";
     let reference_mn = exchange(&mut l.reference(), b"md q:absent q\r\nmn\r\n");
@@ -393,7 +407,7 @@ fn base64_keys_land_on_the_server_of_their_decoded_bytes() {
         for (s, d) in direct.iter_mut().enumerate() {
             let got = exchange(d, format!("mg {key} b v\r\nmn\r\n").as_bytes());
             let want = if s == owner {
-                format!("VA 2 b\r\nv{}\r\nMN\r\n", i % 10)
+                format!("VA 2\r\nv{}\r\nMN\r\n", i % 10)
             } else {
                 "EN\r\nMN\r\n".to_string()
             };
