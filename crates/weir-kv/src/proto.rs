@@ -109,6 +109,19 @@ pub(crate) fn find_crlf(b: &[u8]) -> Option<usize> {
     None
 }
 
+/// The end of a request line as memcached finds it: the first LF, with a CR
+/// before it left out of the line. Returns (line length without the end,
+/// with it).
+fn find_request_line(b: &[u8]) -> Option<(usize, usize)> {
+    let lf = b.iter().position(|&c| c == b'\n')?;
+    let end = if lf > 0 && b[lf - 1] == b'\r' {
+        lf - 1
+    } else {
+        lf
+    };
+    Some((end, lf + 1))
+}
+
 pub(crate) fn tokens(line: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
     let mut i = 0;
     std::iter::from_fn(move || {
@@ -132,7 +145,7 @@ pub(crate) fn num<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
 
 /// Frame one request at the start of `buf`.
 pub fn parse_request(buf: &[u8]) -> Parsed {
-    let Some(eol) = find_crlf(buf) else {
+    let Some((eol, line_len)) = find_request_line(buf) else {
         if buf.len() > MAX_LINE {
             return Parsed::Bad {
                 skip: buf.len(),
@@ -143,7 +156,6 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
         return Parsed::Incomplete;
     };
     let line = &buf[..eol];
-    let line_len = eol + 2;
     let toks: Vec<(usize, usize)> = tokens(line).collect();
     let bad = |reply| Parsed::Bad {
         skip: line_len,
@@ -493,6 +505,21 @@ mod tests {
             (b"gets a b\r\n", Cmd::Gets),
         ] {
             assert_eq!(req(line).cmd, cmd, "{:?}", String::from_utf8_lossy(line));
+        }
+    }
+
+    #[test]
+    fn a_bare_lf_ends_a_request_line_as_in_memcached() {
+        assert_eq!(bad(b" \nget a\r\n"), ERROR);
+        let b = b"get a\nget b\r\n";
+        let r = req(b);
+        assert_eq!((r.len, r.line_len, r.keys.clone()), (6, 6, vec![(4, 5)]));
+        let b = b"set k 0 0 2\nab\r\n";
+        assert_eq!((req(b).cmd, req(b).len), (Cmd::Set, b.len()));
+        let b = b"mg k v\nmn\n";
+        match parse_request(b) {
+            Parsed::Meta(m) => assert_eq!(m.len, 7),
+            o => panic!("{o:?}"),
         }
     }
 

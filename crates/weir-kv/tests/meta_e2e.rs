@@ -221,6 +221,9 @@ const MALFORMED: &[(&str, &str)] = &[
         "CLIENT_ERROR invalid or duplicate flag\r\n",
     ),
     ("mz\r\n", "ERROR\r\n"),
+    // a bare LF ends a line, as in memcached
+    (" \n", "ERROR\r\n"),
+    ("mg m:a v k\n", "VA 2 km:a\r\nok\r\n"),
     ("mg\r\n", "ERROR\r\n"),
     (
         "mg m:a Oooooooooooooooooooooooooooooooooo\r\n",
