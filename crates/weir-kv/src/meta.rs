@@ -164,7 +164,7 @@ pub fn frame(
     let Some(vlen) = strtol_as_i32(&line[toks[2].0..toks[2].1]) else {
         return bad(BAD_FORMAT);
     };
-    if vlen < 0 || vlen > i32::MAX - 2 {
+    if !(0..=i32::MAX - 2).contains(&vlen) {
         return bad(BAD_FORMAT);
     }
     let vlen = vlen as usize;
