@@ -5,7 +5,9 @@
 //!   refused by name.
 //! - [`route`]: sans-IO, which server owns a key: nutcracker's hash
 //!   functions and distributions (ketama, modula, random), bit for bit.
-//! - `proto`: sans-IO parsing of memcached ASCII requests and responses.
+//! - `proto`: sans-IO parsing of memcached ASCII requests and responses;
+//!   `meta`: the meta commands' (`mg ms md ma mn me`) framing, with
+//!   memcached's base64 keys.
 //! - `proxy`: the TCP proxy (mio, one event loop per worker thread,
 //!   persistent pipelined server connections, multi-key gets split by server
 //!   and merged in order).
@@ -37,6 +39,7 @@ mod config;
 mod endpoint;
 mod health;
 mod invalidate;
+mod meta;
 mod metrics;
 mod proto;
 mod proxy;

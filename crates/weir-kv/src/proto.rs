@@ -2,7 +2,10 @@
 //!
 //! [`parse_request`] frames one request at the start of a buffer and
 //! returns byte ranges into it (no copies). [`parse_response`] frames one
-//! server reply of a given [`RespKind`].
+//! server reply of a given [`RespKind`]. Meta commands are framed by
+//! `meta`, which this module hands their lines to.
+
+use crate::meta::{self, MetaCmd, MetaReply, MetaRequest};
 
 /// memcached's key length limit.
 pub const MAX_KEY: usize = 250;
@@ -76,6 +79,8 @@ pub enum Parsed {
     /// Need more bytes.
     Incomplete,
     Request(Request),
+    /// A meta command (`mg ms md ma mn me`).
+    Meta(MetaRequest),
     /// A bad request: answer `reply` (empty when the request said
     /// `noreply` and memcached would stay silent), drop `skip` bytes, and
     /// close the connection if `close`.
@@ -92,7 +97,7 @@ pub const BAD_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
 pub const LINE_TOO_LONG: &[u8] = b"CLIENT_ERROR line too long\r\n";
 pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
 
-fn find_crlf(b: &[u8]) -> Option<usize> {
+pub(crate) fn find_crlf(b: &[u8]) -> Option<usize> {
     let mut from = 0;
     while let Some(i) = b[from..].iter().position(|&c| c == b'\n') {
         let i = from + i;
@@ -104,7 +109,20 @@ fn find_crlf(b: &[u8]) -> Option<usize> {
     None
 }
 
-fn tokens(line: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+/// The end of a request line as memcached finds it: the first LF, with a CR
+/// before it left out of the line. Returns (line length without the end,
+/// with it).
+fn find_request_line(b: &[u8]) -> Option<(usize, usize)> {
+    let lf = b.iter().position(|&c| c == b'\n')?;
+    let end = if lf > 0 && b[lf - 1] == b'\r' {
+        lf - 1
+    } else {
+        lf
+    };
+    Some((end, lf + 1))
+}
+
+pub(crate) fn tokens(line: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
     let mut i = 0;
     std::iter::from_fn(move || {
         while i < line.len() && line[i] == b' ' {
@@ -121,13 +139,13 @@ fn tokens(line: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
     })
 }
 
-fn num<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
+pub(crate) fn num<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
     std::str::from_utf8(b).ok()?.parse().ok()
 }
 
 /// Frame one request at the start of `buf`.
 pub fn parse_request(buf: &[u8]) -> Parsed {
-    let Some(eol) = find_crlf(buf) else {
+    let Some((eol, line_len)) = find_request_line(buf) else {
         if buf.len() > MAX_LINE {
             return Parsed::Bad {
                 skip: buf.len(),
@@ -138,7 +156,6 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
         return Parsed::Incomplete;
     };
     let line = &buf[..eol];
-    let line_len = eol + 2;
     let toks: Vec<(usize, usize)> = tokens(line).collect();
     let bad = |reply| Parsed::Bad {
         skip: line_len,
@@ -148,6 +165,9 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
     let Some(&(cs, ce)) = toks.first() else {
         return bad(ERROR);
     };
+    if let Some(m) = MetaCmd::from_bytes(&line[cs..ce]) {
+        return meta::frame(buf, line, line_len, &toks, m);
+    }
     let Some(cmd) = Cmd::from_bytes(&line[cs..ce]) else {
         return bad(ERROR);
     };
@@ -335,13 +355,15 @@ pub enum RespKind {
     Retrieval,
     /// One line.
     Line,
+    /// A meta command's reply.
+    Meta(MetaReply),
 }
 
 /// A framed reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Response {
     pub len: usize,
-    /// `VALUE` blocks in a retrieval reply.
+    /// `VALUE` blocks in a retrieval reply; 1 for an `mg` hit (`VA`, `HD`).
     pub values: u32,
     /// The reply is an `ERROR`, `CLIENT_ERROR` or `SERVER_ERROR` line.
     pub error: bool,
@@ -351,7 +373,7 @@ pub struct Response {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Garbled;
 
-fn is_error_line(l: &[u8]) -> bool {
+pub(crate) fn is_error_line(l: &[u8]) -> bool {
     l.starts_with(b"ERROR") || l.starts_with(b"CLIENT_ERROR") || l.starts_with(b"SERVER_ERROR")
 }
 
@@ -367,6 +389,9 @@ pub fn value_header(line: &[u8]) -> Option<((usize, usize), usize)> {
 
 /// Frame one reply of `kind` at the start of `buf`.
 pub fn parse_response(buf: &[u8], kind: RespKind) -> Result<Option<Response>, Garbled> {
+    if let RespKind::Meta(m) = kind {
+        return meta::reply::parse(buf, m);
+    }
     let mut pos = 0;
     let mut values = 0;
     loop {
@@ -480,6 +505,21 @@ mod tests {
             (b"gets a b\r\n", Cmd::Gets),
         ] {
             assert_eq!(req(line).cmd, cmd, "{:?}", String::from_utf8_lossy(line));
+        }
+    }
+
+    #[test]
+    fn a_bare_lf_ends_a_request_line_as_in_memcached() {
+        assert_eq!(bad(b" \nget a\r\n"), ERROR);
+        let b = b"get a\nget b\r\n";
+        let r = req(b);
+        assert_eq!((r.len, r.line_len, r.keys.clone()), (6, 6, vec![(4, 5)]));
+        let b = b"set k 0 0 2\nab\r\n";
+        assert_eq!((req(b).cmd, req(b).len), (Cmd::Set, b.len()));
+        let b = b"mg k v\nmn\n";
+        match parse_request(b) {
+            Parsed::Meta(m) => assert_eq!(m.len, 7),
+            o => panic!("{o:?}"),
         }
     }
 

@@ -13,6 +13,9 @@
 //! `noreply` is honoured towards the client, but the proxy strips it towards
 //! the server and swallows the reply, so replies stay matched to requests.
 //!
+//! Meta commands (`mg ms md ma mn me`) are forwarded the same way, by key
+//! and in order; `meta_dispatch` says how quiet mode and `mn` are kept.
+//!
 //! Errors are those of memcached for bad requests (`ERROR`, `CLIENT_ERROR
 //! ...`) and those of twemproxy for server trouble (`SERVER_ERROR <reason>`).
 //! The binary protocol is not spoken: a connection opening with the binary
@@ -37,6 +40,8 @@ use crate::invalidate::Invalidation;
 use crate::proto::{self, Cmd, Parsed, RespKind};
 use crate::routing::Routing;
 use crate::stats::{inc, snapshot, Snapshot, WorkerStats};
+
+mod meta_dispatch;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -593,6 +598,13 @@ impl Worker {
                     c.rbuf = rbuf;
                     pos += len;
                 }
+                Parsed::Meta(m) => {
+                    let len = m.len;
+                    let rbuf = std::mem::take(&mut c.rbuf);
+                    self.dispatch_meta(idx, &mut c, &rbuf[pos..pos + len], &m);
+                    c.rbuf = rbuf;
+                    pos += len;
+                }
             }
         }
         c.rbuf.drain(..pos);
@@ -915,9 +927,13 @@ impl Worker {
         if r.error && bytes.starts_with(b"SERVER_ERROR") {
             inc(&self.stats.server_errors, 1);
         }
-        if p.kind == RespKind::Retrieval && !r.error {
+        if !r.error {
             inc(&self.stats.get_hits, r.values as u64);
         }
+        let bytes = match p.kind {
+            RespKind::Meta(m) => crate::meta::reply::shown(m, bytes),
+            _ => bytes,
+        };
         if p.swallow {
             return;
         }
