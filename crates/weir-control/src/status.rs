@@ -11,8 +11,8 @@ use weir_core::flow::{words_addr, Proto};
 use weir_dataplane::maps::Maps;
 
 // The parts of a `Status`, for those who render it (`weir status`).
-pub use crate::controller::{DipSnapshot, Snapshot as ControllerSnapshot, VipSnapshot};
 pub use crate::bgp::BgpView;
+pub use crate::controller::{DipSnapshot, Snapshot as ControllerSnapshot, VipSnapshot};
 pub use crate::redirect_targets::{RedirectTarget, Verdict};
 pub use crate::xdp_watch::IfaceAttach;
 

@@ -508,6 +508,7 @@ mod tests {
             software_accounting: None,
             xdp_attach: None,
             redirect_targets: None,
+            bgp: None,
         };
         let text = render(&st);
         // 50% busy, bursts of 16 of 32: HNLB's utilization reads 25%.
@@ -692,6 +693,7 @@ mod tests {
             software_accounting: None,
             xdp_attach: None,
             redirect_targets: None,
+            bgp: None,
         }
     }
 

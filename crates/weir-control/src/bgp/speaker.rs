@@ -166,7 +166,8 @@ impl Loop {
         let n = self.cfg.neighbours.get_ref();
         NodeState {
             drained: drained(&self.run_dir),
-            detached: crate::xdp_watch::REPORT.read(&self.run_dir)
+            detached: crate::xdp_watch::REPORT
+                .read(&self.run_dir)
                 .unwrap_or_default()
                 .into_iter()
                 .find(|i| !i.attached)

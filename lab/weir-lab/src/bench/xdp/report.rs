@@ -515,6 +515,7 @@ mod tests {
                 hit1_over_floor_max: 0.0,
                 hit1m_over_hit1_max: 0.0,
                 encap_hit_over_dsr_max: 0.0,
+                quic_routed_over_udp_hit_max: 0.0,
             },
             program: ProgramSize {
                 xlated_bytes: 8,
@@ -526,6 +527,7 @@ mod tests {
             rows: Vec::new(),
             verdicts: Vec::new(),
             encap_verdicts: Vec::new(),
+            quic_verdicts: Vec::new(),
             lru_comparison: Vec::new(),
             fill_seconds: 0.0,
             total_seconds: 0.0,
