@@ -16,7 +16,7 @@ pub mod reply;
 
 pub use reply::MetaReply;
 
-use crate::proto::{Parsed, BAD_FORMAT, ERROR, MAX_KEY, MAX_VALUE, TOO_LARGE};
+use crate::proto::{c_decimal, Parsed, BAD_FORMAT, ERROR, MAX_KEY, MAX_VALUE, TOO_LARGE};
 
 /// memcached refuses meta requests of this many tokens or more
 /// (`MFLAG_MAX_OPT_LENGTH`, counted with its terminating empty token).
@@ -187,19 +187,9 @@ pub fn frame(
 /// overflow of 64 bits), followed by the end or white space, and the
 /// result cut to 32 bits as C's assignment to an `int32_t` cuts it.
 fn strtol_as_i32(tok: &[u8]) -> Option<i32> {
-    let space = |c: &u8| c.is_ascii_whitespace() || *c == 0x0b;
-    let tok = &tok[tok.iter().take_while(|c| space(c)).count()..];
-    let (neg, rest) = match tok.first() {
-        Some(b'-') => (true, &tok[1..]),
-        Some(b'+') => (false, &tok[1..]),
-        _ => (false, tok),
-    };
-    let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
-    if digits == 0 || rest.get(digits).is_some_and(|c| !space(c)) {
-        return None;
-    }
+    let (neg, digits) = c_decimal(tok)?;
     let mut v: i128 = 0;
-    for &d in &rest[..digits] {
+    for &d in digits {
         v = v * 10 + i128::from(d - b'0');
         if v > i128::from(i64::MAX) + 1 {
             return None;

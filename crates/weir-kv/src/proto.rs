@@ -331,6 +331,20 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
 /// bits) followed by the end or white space, and a '-' only where the
 /// wrapped value stays below 2^63.
 fn strtoul_ok(tok: &[u8]) -> bool {
+    let Some((neg, digits)) = c_decimal(tok) else {
+        return false;
+    };
+    match num::<u64>(digits) {
+        None => false,
+        Some(v) => !neg || (v.wrapping_neg() as i64) >= 0,
+    }
+}
+
+/// A decimal number as C's `strtol`/`strtoul` take it before converting:
+/// leading white space, an optional sign, at least one digit, then the end
+/// or white space (memcached's `safe_strto*` refuse anything else). Gives
+/// whether it is negative and its digits.
+pub(crate) fn c_decimal(tok: &[u8]) -> Option<(bool, &[u8])> {
     let space = |c: &u8| c.is_ascii_whitespace() || *c == 0x0b;
     let tok = &tok[tok.iter().take_while(|c| space(c)).count()..];
     let (neg, rest) = match tok.first() {
@@ -340,12 +354,9 @@ fn strtoul_ok(tok: &[u8]) -> bool {
     };
     let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
     if digits == 0 || rest.get(digits).is_some_and(|c| !space(c)) {
-        return false;
+        return None;
     }
-    match num::<u64>(&rest[..digits]) {
-        None => false,
-        Some(v) => !neg || (v.wrapping_neg() as i64) >= 0,
-    }
+    Some((neg, &rest[..digits]))
 }
 
 /// What kind of reply a forwarded request gets.
