@@ -121,7 +121,7 @@ impl Scrape {
         let redirect_targets = crate::redirect_targets::REPORT
             .read(run_dir)
             .unwrap_or_default();
-        let bgp = crate::bgp::read(run_dir);
+        let bgp = crate::bgp::REPORT.read(run_dir);
         let Some(m) = maps else {
             return Scrape {
                 snapshot,

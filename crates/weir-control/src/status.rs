@@ -353,7 +353,7 @@ pub fn collect(maps: &Maps, cfg: Option<&Config>, run_dir: Option<&Path>) -> Res
 /// workers' reports, their accounting, the XDP attachment check and the
 /// check of the interfaces weir sends by.
 pub fn add_running(st: &mut Status, run_dir: &Path) {
-    st.bgp = crate::bgp::read(run_dir);
+    st.bgp = crate::bgp::REPORT.read(run_dir);
     st.workers = crate::tier::read_workers(run_dir);
     st.software_accounting = st.workers.as_ref().and_then(|w| {
         let baseline = crate::tier::read_baseline(run_dir)?;

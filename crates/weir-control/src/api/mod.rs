@@ -171,7 +171,9 @@ impl Api {
             redirect_targets: crate::redirect_targets::REPORT
                 .read(run_dir)
                 .unwrap_or_default(),
-            bgp: crate::bgp::read(run_dir).filter(|_| self.live.running().bgp.is_some()),
+            bgp: crate::bgp::REPORT
+                .read(run_dir)
+                .filter(|_| self.live.running().bgp.is_some()),
         })
     }
 
@@ -386,7 +388,7 @@ pub fn router(live: Arc<Live>, maps: Option<Maps>, token: Option<String>) -> Rou
         .route(
             "/api/v1/bgp",
             get(|State(a): State<Api>| {
-                blocking(a, |a| match crate::bgp::read(a.live.run_dir()) {
+                blocking(a, |a| match crate::bgp::REPORT.read(a.live.run_dir()) {
                     Some(v) if a.live.running().bgp.is_some() => json(v),
                     Some(_) | None => Err(no_bgp()),
                 })

@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::run_report::RunReport;
+
 pub use gate::VipAnnouncement;
 pub use speaker::{hold_anchor, Speaker};
 
@@ -65,17 +67,11 @@ pub fn dir(run_dir: &Path) -> PathBuf {
     run_dir.join("bgp")
 }
 
-fn view_file(run_dir: &Path) -> PathBuf {
-    run_dir.join("bgp.json")
-}
+/// The speaker's view in the run directory (`<run dir>/bgp.json`).
+pub const REPORT: RunReport<BgpView> = RunReport::new("bgp.json");
 
 fn drain_file(run_dir: &Path) -> PathBuf {
     dir(run_dir).join("drained")
-}
-
-/// The last view the speaker wrote, if it runs.
-pub fn read(run_dir: &Path) -> Option<BgpView> {
-    serde_json::from_str(&fs::read_to_string(view_file(run_dir)).ok()?).ok()
 }
 
 /// Whether `weir node drain` is in force; it outlives restarts and

@@ -19,7 +19,7 @@ use weir_sys::TunAnchor;
 use super::bird_conf::{render, session_name};
 use super::control::{bfd_sessions, protocols, Control};
 use super::gate::{addresses, decide, NodeState};
-use super::{dir, drained, view_file, BgpView, NeighbourState, ANCHOR};
+use super::{dir, drained, BgpView, NeighbourState, ANCHOR, REPORT};
 use crate::live::Live;
 use crate::run_report::publish_json;
 
@@ -152,7 +152,7 @@ impl Loop {
                 state_due = Instant::now() + STATE_EVERY;
             }
             self.view.at_unix_ms = crate::api::view::unix_ms();
-            publish_json(&view_file(&self.run_dir), &self.view);
+            publish_json(&REPORT.file(&self.run_dir), &self.view);
             std::thread::sleep(PERIOD);
         }
         if handover.load(Ordering::Relaxed) {
@@ -436,7 +436,7 @@ impl Loop {
         });
         self.view.neighbours.clear();
         self.view.speaker_pid = None;
-        publish_json(&view_file(&self.run_dir), &self.view);
+        publish_json(&REPORT.file(&self.run_dir), &self.view);
     }
 }
 
