@@ -184,7 +184,8 @@ impl Katran {
             values.clear();
             for j in i..i + n {
                 keys.extend_from_slice(&self.key(j));
-                values.extend_from_slice(&layout::real_pos_lru(1 + (j % u64::from(REALS)) as u32, 0));
+                values
+                    .extend_from_slice(&layout::real_pos_lru(1 + (j % u64::from(REALS)) as u32, 0));
             }
             self.lru
                 .update_batch(&keys, &values, n as u32, MapFlags::ANY, MapFlags::ANY)

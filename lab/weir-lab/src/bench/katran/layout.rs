@@ -110,7 +110,8 @@ pub(super) fn ctl_mac(mac: [u8; 6]) -> [u8; CTL_VALUE_LEN] {
 
 /// (v1, v2) of an `lb_stats` value.
 pub(super) fn lb_stats(value: &[u8]) -> (u64, u64) {
-    let word = |i: usize| u64::from_ne_bytes(value[i..i + 8].try_into().expect("an lb_stats value"));
+    let word =
+        |i: usize| u64::from_ne_bytes(value[i..i + 8].try_into().expect("an lb_stats value"));
     (word(0), word(8))
 }
 
@@ -149,7 +150,10 @@ mod tests {
     fn ipv6_definitions_carry_the_whole_address_and_the_v6_flag() {
         let a = IpAddr::V6(Ipv6Addr::new(0xfd00, 0x255, 0, 0, 0, 0, 0, 1));
         let vip = vip_definition(a, 80, 6);
-        assert_eq!(&vip[..16], &Ipv6Addr::new(0xfd00, 0x255, 0, 0, 0, 0, 0, 1).octets());
+        assert_eq!(
+            &vip[..16],
+            &Ipv6Addr::new(0xfd00, 0x255, 0, 0, 0, 0, 0, 1).octets()
+        );
         assert_eq!(&vip[16..19], &[0, 80, 6]);
         assert_eq!(real_definition(a)[16], F_IPV6);
         assert_eq!(real_definition(IpAddr::V4(Ipv4Addr::LOCALHOST))[16], 0);

@@ -212,7 +212,10 @@ pub fn measure(args: &KatranBenchArgs) -> Result<Report> {
         let mut weir = Vec::new();
         let mut katran = Vec::new();
         for &size in &sizes {
-            progress.set_message(format!("{}: loading and filling {size} connections", family.name()));
+            progress.set_message(format!(
+                "{}: loading and filling {size} connections",
+                family.name()
+            ));
             let inst = Inst::new(
                 family,
                 u64::from(size),
@@ -466,7 +469,13 @@ impl Bench<'_> {
 fn check_weir(path: Path_, before: &[u64], after: &[u64], calls: u64) -> Result<()> {
     check_delta(before, after, WEIR_STAT_REDIRECT, calls, "XDP_REDIRECT")?;
     if path == Path_::Syn {
-        check_delta(before, after, WEIR_STAT_CONN_MISS, calls, "connection misses")?;
+        check_delta(
+            before,
+            after,
+            WEIR_STAT_CONN_MISS,
+            calls,
+            "connection misses",
+        )?;
         check_delta(
             before,
             after,
@@ -504,11 +513,19 @@ impl KatranCounters {
         let syn = path == Path_::Syn;
         let missed = if syn { calls } else { 0 };
         for (what, got, want) in [
-            ("packets through the connection table", self.lru.0 - before.lru.0, calls),
+            (
+                "packets through the connection table",
+                self.lru.0 - before.lru.0,
+                calls,
+            ),
             ("connection-table misses", self.lru.1 - before.lru.1, missed),
             ("SYN misses", self.lru_miss.0 - before.lru_miss.0, missed),
             ("non-SYN misses", self.lru_miss.1 - before.lru_miss.1, 0),
-            ("packets on the fallback table", self.fallback - before.fallback, 0),
+            (
+                "packets on the fallback table",
+                self.fallback - before.fallback,
+                0,
+            ),
             ("XDP_TX", self.tx - before.tx, calls),
         ] {
             ensure!(
@@ -517,5 +534,52 @@ impl KatranCounters {
             );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: KatranBenchArgs,
+    }
+
+    #[test]
+    fn args_parse_with_defaults() {
+        let cli = Cli::parse_from(["x", "--source", "/src/katran"]);
+        assert_eq!(cli.args.source, Some(PathBuf::from("/src/katran")));
+        assert_eq!(cli.args.sizes, vec![1, 1_000_000]);
+        assert_eq!(cli.args.modes, vec![Mode::Dsr, Mode::Nat]);
+        assert_eq!(cli.args.families, vec![Family::V4, Family::V6]);
+        let cli = Cli::parse_from(["x", "--object", "b.o", "--sizes", "1,1000"]);
+        assert_eq!(cli.args.object, Some(PathBuf::from("b.o")));
+        assert_eq!(cli.args.sizes, vec![1, 1000]);
+    }
+
+    #[test]
+    fn katran_is_required_and_named_once() {
+        assert!(Cli::try_parse_from(["x"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--source", "a", "--object", "b"]).is_err());
+    }
+
+    #[test]
+    fn a_source_that_is_no_katran_checkout_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("no-katran-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = build(&dir).unwrap_err().to_string();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(err.contains("balancer.bpf.c not found"), "{err}");
+        assert!(err.contains("Katran checkout"), "{err}");
+    }
+
+    #[test]
+    fn encapsulating_modes_are_refused() {
+        let cli = Cli::parse_from(["x", "--object", "/nonexistent.o", "--modes", "ipip"]);
+        let err = measure(&cli.args).unwrap_err().to_string();
+        assert!(err.contains("--modes ipip"), "{err}");
     }
 }
