@@ -55,7 +55,8 @@ use weir_progress::Progress;
 use crate::bench::xdp::instance::{check_delta, timed, Capacity, Inst, Lru, NextHopSource};
 use crate::bench::xdp::packet::{packet, Family};
 use crate::bench::xdp::{
-    kernel_release, lo_ifindex, net, program_size, stats, Mode, ProgramSize, TCP_ACK, TCP_SYN,
+    kernel_release, lo_ifindex, net, program_size, stats, Mode, ProgramSize, SLOWER_THAN, TCP_ACK,
+    TCP_SYN,
 };
 
 mod balancer;
@@ -106,6 +107,11 @@ pub struct KatranBenchArgs {
     /// Write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Compare every weir figure's ratio to Katran with the same figure of
+    /// an earlier `--json` report (printed as SLOWER where it grew), and
+    /// weir_lb's size with that report's.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
 }
 
 const METHOD: &[&str] = &[
@@ -122,7 +128,10 @@ const METHOD: &[&str] = &[
 
 /// Runs the benchmark, prints the table and writes the JSON if asked.
 pub fn run(args: &KatranBenchArgs) -> Result<()> {
-    let report = measure(args)?;
+    let mut report = measure(args)?;
+    if let Some(path) = &args.baseline {
+        report::compare_with_baseline(&mut report, path)?;
+    }
     print!("{}", render(&report));
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)?;
@@ -285,6 +294,7 @@ pub fn measure(args: &KatranBenchArgs) -> Result<Report> {
         target_over_katran: TARGET_OVER_KATRAN,
         weir_program: sizes_of.weir,
         katran_program: sizes_of.katran,
+        baseline: None,
         rows,
         total_seconds: started.elapsed().as_secs_f64(),
     })
@@ -441,6 +451,7 @@ impl Bench<'_> {
                     ns: Figure::of(&ns),
                     over_katran: over,
                     meets_target: over.median <= TARGET_OVER_KATRAN,
+                    baseline_over_katran: None,
                 }
             })
             .collect();

@@ -27,6 +27,8 @@ pub struct WeirFigure {
     pub over_katran: Figure,
     /// over_katran's median at most TARGET_OVER_KATRAN.
     pub meets_target: bool,
+    /// With `--baseline`: the same figure's over_katran median there.
+    pub baseline_over_katran: Option<f64>,
 }
 
 /// One measured path: Katran and every weir mode, interleaved in the same runs.
@@ -67,6 +69,8 @@ pub struct Report {
     pub target_over_katran: f64,
     pub weir_program: ProgramSize,
     pub katran_program: ProgramSize,
+    /// The `--baseline` report compared with, if any.
+    pub baseline: Option<String>,
     pub rows: Vec<Row>,
     pub total_seconds: f64,
 }
@@ -92,6 +96,9 @@ pub fn render(report: &Report) -> String {
     for m in &report.modes {
         header.push(format!("weir {} ns", m.name()));
         header.push(format!("{} x K", m.name()));
+        if report.baseline.is_some() {
+            header.push(format!("{} base x K", m.name()));
+        }
     }
     let rows: Vec<Vec<String>> = report
         .rows
@@ -111,6 +118,9 @@ pub fn render(report: &Report) -> String {
                     w.over_katran.median,
                     if w.meets_target { "ok" } else { "MISS" }
                 ));
+                if report.baseline.is_some() {
+                    cells.push(baseline_cell(w));
+                }
             }
             cells
         })
@@ -126,6 +136,16 @@ pub fn render(report: &Report) -> String {
         report.weir_program.xlated_bytes as f64 / report.katran_program.xlated_bytes.max(1) as f64,
         report.weir_program.jited_bytes as f64 / report.katran_program.jited_bytes.max(1) as f64,
     );
+    if let Some(base) = &report.baseline {
+        let _ = writeln!(
+            s,
+            "base x K: the same figure in {base}; SLOWER where weir's cost over Katran's grew by more than {:.0}%; \
+             baseline program size {} / {}",
+            (SLOWER_THAN - 1.0) * 100.0,
+            report.weir_program.baseline_xlated_bytes.map_or("-".into(), |b| b.to_string()),
+            report.weir_program.baseline_jited_bytes.map_or("-".into(), |b| b.to_string()),
+        );
+    }
     let missed = report
         .rows
         .iter()
@@ -143,6 +163,59 @@ pub fn render(report: &Report) -> String {
     s
 }
 
+/// A figure's baseline cell: the ratio to Katran there, SLOWER where weir's
+/// ratio grew past SLOWER_THAN times it, "-" without a baseline figure.
+fn baseline_cell(w: &WeirFigure) -> String {
+    match w.baseline_over_katran {
+        Some(b) if w.over_katran.median > b * SLOWER_THAN => format!("{b:.2} SLOWER"),
+        Some(b) => format!("{b:.2}"),
+        None => "-".to_string(),
+    }
+}
+
+/// Compares `report` with an earlier `bench katran --json` report: every
+/// weir figure with the same family, path, measure, table size and mode
+/// there (as a ratio to Katran, measured in the same run as it, so that
+/// two runs on a noisy machine compare), and weir_lb's size.
+pub(super) fn compare_with_baseline(report: &mut Report, path: &std::path::Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let refuse = |what: &str| {
+        anyhow::anyhow!(
+            "{} {what}; --baseline takes a file that `weir-lab bench katran --json` wrote",
+            path.display()
+        )
+    };
+    let base: serde_json::Value = serde_json::from_str(&text).map_err(|_| refuse("is not JSON"))?;
+    if base["bench"].as_str() != Some("katran") {
+        return Err(refuse("is no `bench katran` report"));
+    }
+    let rows = base["rows"]
+        .as_array()
+        .ok_or_else(|| refuse("has no \"rows\""))?;
+    for row in &mut report.rows {
+        let found = rows.iter().find(|b| {
+            b["family"].as_str() == Some(row.family.name())
+                && b["path"].as_str() == Some(row.path)
+                && b["measure"].as_str() == Some(row.measure)
+                && b["conns"].as_u64() == Some(row.conns)
+        });
+        let Some(b) = found else { continue };
+        for w in &mut row.weir {
+            w.baseline_over_katran = b["weir"].as_array().and_then(|ws| {
+                ws.iter()
+                    .find(|x| x["mode"].as_str() == Some(w.mode.name()))
+                    .and_then(|x| x["over_katran"]["median"].as_f64())
+            });
+        }
+    }
+    let size = |k: &str| base["weir_program"][k].as_u64().map(|v| v as usize);
+    report.weir_program.baseline_xlated_bytes = size("xlated_bytes");
+    report.weir_program.baseline_jited_bytes = size("jited_bytes");
+    report.baseline = Some(path.display().to_string());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,8 +228,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_table_marks_each_ratio_against_the_target() {
+    /// One row: dsr at 0.7x Katran, nat at 1.2x.
+    fn sample() -> Report {
         let size = ProgramSize {
             xlated_bytes: 800,
             jited_bytes: 1000,
@@ -168,8 +241,9 @@ mod tests {
             ns: figure(50.0 * ratio),
             over_katran: figure(ratio),
             meets_target: ratio <= TARGET_OVER_KATRAN,
+            baseline_over_katran: None,
         };
-        let report = Report {
+        Report {
             bench: "katran",
             kernel: "k".into(),
             method: vec![],
@@ -189,6 +263,7 @@ mod tests {
                 xlated_bytes: 1000,
                 ..size
             },
+            baseline: None,
             rows: vec![Row {
                 family: Family::V4,
                 path: "hit",
@@ -200,12 +275,61 @@ mod tests {
                 weir: vec![weir(Mode::Dsr, 0.7), weir(Mode::Nat, 1.2)],
             }],
             total_seconds: 1.0,
-        };
+        }
+    }
+
+    #[test]
+    fn the_table_marks_each_ratio_against_the_target() {
+        let report = sample();
         let text = render(&report);
         let line = text.lines().find(|l| l.starts_with("v4")).unwrap();
         assert!(line.contains("0.70 ok"), "{line}");
         assert!(line.contains("1.20 MISS"), "{line}");
         assert!(text.contains("weir_lb 800 / 1000, Katran 1000 / 1000 (weir/Katran 0.80 / 1.00)"));
         assert!(text.contains("1 of 2 figures"));
+    }
+
+    #[test]
+    fn a_figure_that_grew_over_its_baseline_is_marked_slower() {
+        let w = |ratio: f64, base: Option<f64>| WeirFigure {
+            mode: Mode::Nat,
+            ns: figure(ratio * 100.0),
+            over_katran: figure(ratio),
+            meets_target: false,
+            baseline_over_katran: base,
+        };
+        assert_eq!(baseline_cell(&w(1.0, Some(0.9))), "0.90 SLOWER");
+        assert_eq!(baseline_cell(&w(0.9, Some(0.9))), "0.90");
+        assert_eq!(baseline_cell(&w(0.7, Some(0.9))), "0.90");
+        assert_eq!(baseline_cell(&w(0.7, None)), "-");
+    }
+
+    #[test]
+    fn a_baseline_that_is_no_katran_report_is_refused_by_name() {
+        let path = std::env::temp_dir().join(format!("not-katran-{}.json", std::process::id()));
+        std::fs::write(&path, r#"{"bench":"xdp","rows":[]}"#).unwrap();
+        let mut report = sample();
+        let err = compare_with_baseline(&mut report, &path)
+            .unwrap_err()
+            .to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(err.contains("is no `bench katran` report"), "{err}");
+        assert!(err.contains("not-katran-"), "{err}");
+    }
+
+    #[test]
+    fn a_baseline_report_is_matched_row_by_row_and_mode_by_mode() {
+        let mut before = sample();
+        before.rows[0].weir[1].over_katran = figure(0.9);
+        let path = std::env::temp_dir().join(format!("katran-base-{}.json", std::process::id()));
+        std::fs::write(&path, serde_json::to_string(&before).unwrap()).unwrap();
+        let mut report = sample();
+        compare_with_baseline(&mut report, &path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(report.rows[0].weir[0].baseline_over_katran, Some(0.7));
+        assert_eq!(report.rows[0].weir[1].baseline_over_katran, Some(0.9));
+        let text = render(&report);
+        let line = text.lines().find(|l| l.starts_with("v4")).unwrap();
+        assert!(line.contains("0.90 SLOWER"), "{line}");
     }
 }
