@@ -44,7 +44,12 @@ impl Katran {
     pub(super) fn load(object: &Path, family: Family, size: u64, capacity: u32) -> Result<Katran> {
         let open = ObjectBuilder::default()
             .open_file(object)
-            .with_context(|| format!("opening Katran's object {}", object.display()))?;
+            .with_context(|| {
+                format!(
+                    "opening Katran's object {}: give the balancer.bpf.o that lab/scripts/katran-build.sh built, or --source",
+                    object.display()
+                )
+            })?;
         let obj = open.load().with_context(|| {
             format!(
                 "loading Katran's balancer from {} (the bench needs root)",
