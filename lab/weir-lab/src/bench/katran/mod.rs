@@ -256,10 +256,10 @@ pub fn measure(args: &KatranBenchArgs) -> Result<Report> {
             next_fresh: largest + 1_000_000,
         };
         for (inst, k) in weir.iter().zip(katran.iter_mut()) {
-            rows.push(bench.series(Path_::Hot1, inst, k)?);
+            rows.push(bench.series(Measured::Hot1, inst, k)?);
         }
         for (inst, k) in weir.iter().zip(katran.iter_mut()) {
-            rows.push(bench.series(Path_::Spread, inst, k)?);
+            rows.push(bench.series(Measured::Spread, inst, k)?);
         }
         let mut ends = vec![0];
         if sizes.len() > 1 {
@@ -272,7 +272,7 @@ pub fn measure(args: &KatranBenchArgs) -> Result<Report> {
                 weir[i].size
             ));
             weir[i].flood_half_open(capacity.half_open)?;
-            rows.push(bench.series(Path_::Syn, &weir[i], &mut katran[i])?);
+            rows.push(bench.series(Measured::Syn, &weir[i], &mut katran[i])?);
         }
     }
     progress.finish(format!("{} rows, {} runs each", rows.len(), args.runs));
@@ -307,7 +307,7 @@ struct Sizes {
 
 /// The measured paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Path_ {
+enum Measured {
     /// One installed connection, one call per packet.
     Hot1,
     /// One call per packet, each a connection unused since the fill.
@@ -316,12 +316,12 @@ enum Path_ {
     Syn,
 }
 
-impl Path_ {
+impl Measured {
     fn names(self) -> (&'static str, &'static str) {
         match self {
-            Path_::Hot1 => ("hit", "hot1"),
-            Path_::Spread => ("hit", "spread"),
-            Path_::Syn => ("miss", "spread"),
+            Measured::Hot1 => ("hit", "hot1"),
+            Measured::Spread => ("hit", "spread"),
+            Measured::Syn => ("miss", "spread"),
         }
     }
 }
@@ -346,7 +346,7 @@ impl Bench<'_> {
     /// The packets of one contender's run: connection numbers and TCP flags.
     fn connections(
         &mut self,
-        path: Path_,
+        path: Measured,
         who: Contender,
         run: usize,
         hot_keys: &[u64],
@@ -355,14 +355,14 @@ impl Bench<'_> {
     ) -> Vec<u64> {
         let n = self.args.spread as usize;
         match path {
-            Path_::Hot1 => vec![hot_keys[run % hot_keys.len()]; n],
-            Path_::Spread => (0..n)
+            Measured::Hot1 => vec![hot_keys[run % hot_keys.len()]; n],
+            Measured::Spread => (0..n)
                 .map(|_| match who {
                     Contender::Katran => katran.draw(self.rng),
                     Contender::Weir(_) => inst.draw(self.rng).0,
                 })
                 .collect(),
-            Path_::Syn => (0..n)
+            Measured::Syn => (0..n)
                 .map(|_| {
                     self.next_fresh += 1;
                     self.next_fresh
@@ -372,7 +372,7 @@ impl Bench<'_> {
     }
 
     /// One row: per run every contender on its own packets, in rotating order.
-    fn series(&mut self, path: Path_, inst: &Inst, katran: &mut Katran) -> Result<Row> {
+    fn series(&mut self, path: Measured, inst: &Inst, katran: &mut Katran) -> Result<Row> {
         let (path_name, measure) = path.names();
         let family = inst.family;
         self.progress.set_message(format!(
@@ -382,12 +382,16 @@ impl Bench<'_> {
         ));
         let mut who = vec![Contender::Katran];
         who.extend(self.modes.iter().map(|&m| Contender::Weir(m)));
-        let flags = if path == Path_::Syn { TCP_SYN } else { TCP_ACK };
+        let flags = if path == Measured::Syn {
+            TCP_SYN
+        } else {
+            TCP_ACK
+        };
         let hot_keys: Vec<u64> = (0..self.args.keys)
             .map(|_| self.rng.below(inst.size))
             .collect();
         // Warm-up, not counted: each contender's hit path on packets of its own.
-        if path != Path_::Syn {
+        if path != Measured::Syn {
             for &c in &who {
                 let keys = self.connections(path, c, 0, &hot_keys, inst, katran);
                 for &k in keys.iter().take(64) {
@@ -411,7 +415,7 @@ impl Bench<'_> {
                 if let Contender::Weir(m) = c {
                     inst.set_mode(m)?;
                     weir_calls += pkts.len() as u64;
-                } else if path == Path_::Syn {
+                } else if path == Measured::Syn {
                     katran.reset_conn_rate()?;
                     syn_keys.extend_from_slice(&keys);
                 }
@@ -477,9 +481,9 @@ impl Bench<'_> {
 }
 
 /// weir's counters over a series: what every call must have done.
-fn check_weir(path: Path_, before: &[u64], after: &[u64], calls: u64) -> Result<()> {
+fn check_weir(path: Measured, before: &[u64], after: &[u64], calls: u64) -> Result<()> {
     check_delta(before, after, WEIR_STAT_REDIRECT, calls, "XDP_REDIRECT")?;
-    if path == Path_::Syn {
+    if path == Measured::Syn {
         check_delta(
             before,
             after,
@@ -520,8 +524,8 @@ impl KatranCounters {
         })
     }
 
-    fn check_since(&self, before: &KatranCounters, path: Path_, calls: u64) -> Result<()> {
-        let syn = path == Path_::Syn;
+    fn check_since(&self, before: &KatranCounters, path: Measured, calls: u64) -> Result<()> {
+        let syn = path == Measured::Syn;
         let missed = if syn { calls } else { 0 };
         for (what, got, want) in [
             (
