@@ -50,6 +50,8 @@ enum Command {
 enum BenchCommand {
     /// Cost per packet of the XDP program against the floor (BPF_PROG_TEST_RUN).
     Xdp(weir_lab::bench::xdp::XdpBenchArgs),
+    /// weir_lb side by side with Katran's XDP balancer, built from its source (BPF_PROG_TEST_RUN).
+    Katran(weir_lab::bench::katran::KatranBenchArgs),
     /// Real forwarding in namespaces: weir (nat, dsr, ipip) next to nftables DNAT, received
     /// Mpps and the load balancer's CPU per packet; one long TCP flow (iperf3) through each
     /// and HAProxy, with its retransmissions.
@@ -81,6 +83,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Hnlb(args) => weir_lab::hnlb::run(&weir_binary::locate()?, &args).map(|_| ()),
         Command::Cores(args) => weir_lab::cores::run(&weir_binary::locate()?, &args).map(|_| ()),
         Command::Bench(BenchCommand::Xdp(args)) => weir_lab::bench::xdp::run(&args),
+        Command::Bench(BenchCommand::Katran(args)) => weir_lab::bench::katran::run(&args),
         Command::Bench(BenchCommand::Forward(args)) => weir_lab::bench::forward::run(&args),
         Command::Bench(BenchCommand::Sim(args)) => weir_sim::cli::run_bench(&args),
         Command::Bench(BenchCommand::Kv(args)) => weir_lab::kv::bench::run(&args),

@@ -4,4 +4,5 @@
 //! ratio to it.
 
 pub mod forward;
+pub mod katran;
 pub mod xdp;

@@ -5,12 +5,12 @@ use super::*;
 
 /// One loaded `weir_lb` with its connection table filled to `size`
 /// connections of `family`.
-pub(super) struct Inst {
-    pub(super) family: Family,
-    pub(super) size: u64,
-    pub(super) lb: LoadedLb,
-    pub(super) maps: Maps,
-    pub(super) lo: u32,
+pub(in crate::bench) struct Inst {
+    pub(in crate::bench) family: Family,
+    pub(in crate::bench) size: u64,
+    pub(in crate::bench) lb: LoadedLb,
+    pub(in crate::bench) maps: Maps,
+    pub(in crate::bench) lo: u32,
     /// Installed connections no packet has used yet, in random order: idle
     /// since the fill, which dated them IDLE_AGE back (`draw`).
     untouched: std::sync::Mutex<Vec<u32>>,
@@ -20,7 +20,7 @@ pub(super) struct Inst {
 /// interval at which the data plane refreshes an entry (conntrack.h
 /// ATIME_REFRESH, one second), so the first packet of a connection takes
 /// the path of one that has been idle, as most of a large table's are.
-pub(super) const IDLE_AGE: std::time::Duration = std::time::Duration::from_secs(2);
+pub(in crate::bench) const IDLE_AGE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Where the keys of the connections that fill the half-open table start:
 /// far from every measured connection's (packet.rs `flow`).
@@ -28,11 +28,11 @@ const FLOOD_BASE: u64 = 500_000_000_000;
 
 /// The table sizes every instance of a run gets.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Capacity {
+pub(in crate::bench) struct Capacity {
     /// The measured family's connection and reverse-NAT tables.
-    pub(super) conns: u32,
+    pub(in crate::bench) conns: u32,
     /// The half-open table, which the miss path finds full (`flood_half_open`).
-    pub(super) half_open: u32,
+    pub(in crate::bench) half_open: u32,
 }
 
 /// The LRU layout of the connection tables (`[dataplane] conn_lru`).
@@ -46,7 +46,7 @@ pub enum Lru {
 }
 
 impl Lru {
-    pub(super) fn name(self) -> &'static str {
+    pub(in crate::bench) fn name(self) -> &'static str {
         match self {
             Lru::Shared => "shared",
             Lru::PerCpu => "per-cpu",
@@ -74,7 +74,7 @@ pub enum NextHopSource {
 }
 
 impl Inst {
-    pub(super) fn new(
+    pub(in crate::bench) fn new(
         family: Family,
         size: u64,
         capacity: Capacity,
@@ -141,7 +141,7 @@ impl Inst {
     }
 
     /// Deals the installed connections out in a random order (after `fill`).
-    pub(super) fn shuffle_untouched(&self, rng: &mut SplitMix) {
+    pub(in crate::bench) fn shuffle_untouched(&self, rng: &mut SplitMix) {
         let mut keys: Vec<u32> = (0..self.size as u32).collect();
         for i in (1..keys.len()).rev() {
             keys.swap(i, rng.below(i as u64 + 1) as usize);
@@ -153,7 +153,7 @@ impl Inst {
     /// one no packet has used since the fill while there are any, else a
     /// random one (a small table runs out; its connections were used
     /// moments before and are fresh).
-    pub(super) fn draw(&self, rng: &mut SplitMix) -> (u64, bool) {
+    pub(in crate::bench) fn draw(&self, rng: &mut SplitMix) -> (u64, bool) {
         match self.untouched.lock().unwrap().pop() {
             Some(k) => (u64::from(k), true),
             None => (rng.below(self.size), false),
@@ -164,7 +164,7 @@ impl Inst {
     /// answer, as a SYN flood leaves it: every SYN the miss path then sends
     /// inserts into a full LRU table and evicts. Returns the entries it
     /// holds afterwards.
-    pub(super) fn flood_half_open(&self, capacity: u32) -> Result<usize> {
+    pub(in crate::bench) fn flood_half_open(&self, capacity: u32) -> Result<usize> {
         let half = weir_half_open {
             conn: weir_conn {
                 dip_id: 0,
@@ -201,15 +201,15 @@ impl Inst {
     }
 
     /// The frame of connection `i` of this instance's family.
-    pub(super) fn packet(&self, i: u64, tcp_flags: u8) -> Vec<u8> {
+    pub(in crate::bench) fn packet(&self, i: u64, tcp_flags: u8) -> Vec<u8> {
         packet(self.family, i, tcp_flags)
     }
 
-    pub(super) fn prog(&self) -> &ProgramMut<'static> {
+    pub(in crate::bench) fn prog(&self) -> &ProgramMut<'static> {
         &self.lb.skel.progs.weir_lb
     }
 
-    pub(super) fn set_mode(&self, mode: Mode) -> Result<()> {
+    pub(in crate::bench) fn set_mode(&self, mode: Mode) -> Result<()> {
         let (addr, family) = addr_words(self.family.vip());
         let key = weir_vip_key {
             addr,
@@ -228,7 +228,7 @@ impl Inst {
     /// Sends one NAT SYN of a new connection and reads the ingress ifindex
     /// the program saw from the half-open reverse entry it installed;
     /// removes both half-open entries again.
-    pub(super) fn probe_ingress(&self) -> Result<u32> {
+    pub(in crate::bench) fn probe_ingress(&self) -> Result<u32> {
         self.set_mode(Mode::Nat)?;
         let idx = self.size + 500_000;
         let out = testrun::run(self.prog(), &self.packet(idx, TCP_SYN), 1)?;
@@ -251,7 +251,7 @@ impl Inst {
     /// a thread pinned to it: with per-CPU LRU lists an entry written from
     /// user space lands in the share of the CPU that wrote it, so a fill
     /// from one CPU would need that CPU's share to hold the whole fill.
-    pub(super) fn fill(&self, progress: &Progress) -> Result<()> {
+    pub(in crate::bench) fn fill(&self, progress: &Progress) -> Result<()> {
         let cpus = crate::cpus::online()?;
         let per_cpu = self.size.div_ceil(cpus.len() as u64);
         let done = std::sync::atomic::AtomicU64::new(0);
@@ -332,7 +332,7 @@ impl Inst {
 
     /// Checks that the first, the last and a random sample of the installed
     /// connections are in both tables (an LRU may have evicted some).
-    pub(super) fn verify_installed(&self, rng: &mut SplitMix) -> Result<()> {
+    pub(in crate::bench) fn verify_installed(&self, rng: &mut SplitMix) -> Result<()> {
         let n = self.size;
         let mut sample: Vec<u64> = vec![0, n - 1];
         sample.extend((0..1000.min(n)).map(|_| rng.below(n)));
@@ -349,7 +349,7 @@ impl Inst {
     }
 }
 
-pub(super) fn check_delta(
+pub(in crate::bench) fn check_delta(
     before: &[u64],
     after: &[u64],
     stat: u32,
@@ -366,7 +366,7 @@ pub(super) fn check_delta(
 
 /// Mean ns per repetition of `repeat` runs of `prog` on `pkt`, as the
 /// kernel timed them (whole ns, truncated); the verdict must be `want`.
-pub(super) fn timed(
+pub(in crate::bench) fn timed(
     prog: &ProgramMut<'_>,
     pkt: &[u8],
     repeat: u32,

@@ -85,16 +85,16 @@ use weir_dataplane::testrun::{self, XdpAction};
 use weir_progress::Progress;
 
 mod concurrent;
-mod instance;
+pub(in crate::bench) mod instance;
 mod lru_compare;
-mod net;
-mod packet;
+pub(in crate::bench) mod net;
+pub(in crate::bench) mod packet;
 mod quic;
 mod report;
 
 use instance::*;
 use packet::*;
-use report::stats;
+pub(in crate::bench) use report::{program_size, stats};
 pub use report::{
     render, Config, EncapVerdict, LruRow, ProgramSize, QuicVerdict, Report, Row, Targets, Verdict,
     SLOWER_THAN,
@@ -108,19 +108,19 @@ const TARGET_ENCAP_OVER_DSR: f64 = 1.1;
 /// A CID-routed QUIC short header against a UDP 5-tuple hit.
 const TARGET_QUIC_OVER_UDP_HIT: f64 = 1.2;
 
-const VIP: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 1);
-const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x255, 0, 0, 0, 0, 0, 1);
-const VIP_PORT: u16 = 80;
-const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+pub(in crate::bench) const VIP: Ipv4Addr = Ipv4Addr::new(10, 255, 0, 1);
+pub(in crate::bench) const VIP6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x255, 0, 0, 0, 0, 0, 1);
+pub(in crate::bench) const VIP_PORT: u16 = 80;
+pub(in crate::bench) const LB_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
 const DIP_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 const DIP_GEN: u32 = 1;
 const TABLE_VERSION: u32 = 1;
 /// Frame length of an IPv4 test packet: Ethernet + IPv4 + TCP + 10 bytes.
 const FRAME_LEN: usize = 64;
-const FILL_BATCH: usize = 8192;
-const TCP_SYN: u8 = 0x02;
-const TCP_ACK: u8 = 0x10;
+pub(in crate::bench) const FILL_BATCH: usize = 8192;
+pub(in crate::bench) const TCP_SYN: u8 = 0x02;
+pub(in crate::bench) const TCP_ACK: u8 = 0x10;
 
 /// Arguments of `weir-lab bench xdp`.
 #[derive(Debug, Clone, clap::Args)]
@@ -222,7 +222,7 @@ impl Mode {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(in crate::bench) fn name(self) -> &'static str {
         match self {
             Mode::Nat => "nat",
             Mode::Dsr => "dsr",
@@ -897,11 +897,11 @@ fn encap_against_dsr(
         .collect())
 }
 
-fn lo_ifindex() -> Result<u32> {
+pub(in crate::bench) fn lo_ifindex() -> Result<u32> {
     weir_sys::ifindex("lo")?.context("no loopback interface in this network namespace")
 }
 
-fn kernel_release() -> String {
+pub(in crate::bench) fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()

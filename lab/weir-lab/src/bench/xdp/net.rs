@@ -11,7 +11,7 @@ use weir_dataplane::iface::Iface;
 /// The interface the DIP's route leaves by (its peer is wbx1).
 const EGRESS: &str = "wbx0";
 /// The gateway's MAC: what the FIB and the resolved next hop both name.
-pub(super) const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0e];
+pub(in crate::bench) const GW_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x0e];
 
 fn sh(cmd: &str) -> Result<()> {
     let args: Vec<&str> = cmd.split_whitespace().collect();
@@ -30,7 +30,7 @@ fn sh(cmd: &str) -> Result<()> {
 /// Moves the calling thread into a new network namespace, set up as the
 /// module says (the kernel removes it with the veth pair when the process
 /// ends); returns the egress interface.
-pub(super) fn enter() -> Result<Iface> {
+pub(in crate::bench) fn enter() -> Result<Iface> {
     weir_sys::namespaces::unshare_netns().context("unshare(CLONE_NEWNET): the bench needs root")?;
     let gw = GW_MAC.map(|b| format!("{b:02x}")).join(":");
     for cmd in [

@@ -15,7 +15,7 @@ pub enum Family {
 }
 
 impl Family {
-    pub(super) fn name(self) -> &'static str {
+    pub(in crate::bench) fn name(self) -> &'static str {
         match self {
             Family::V4 => "v4",
             Family::V6 => "v6",
@@ -23,7 +23,7 @@ impl Family {
     }
 
     /// The VIP (and the DIP: see the module documentation).
-    pub(super) fn vip(self) -> IpAddr {
+    pub(in crate::bench) fn vip(self) -> IpAddr {
         match self {
             Family::V4 => IpAddr::V4(VIP),
             Family::V6 => IpAddr::V6(VIP6),
@@ -31,7 +31,7 @@ impl Family {
     }
 
     /// Frame length: Ethernet + IP + TCP + 10 bytes of payload.
-    pub(super) fn frame_len(self) -> usize {
+    pub(in crate::bench) fn frame_len(self) -> usize {
         match self {
             Family::V4 => FRAME_LEN,
             Family::V6 => FRAME_LEN + 20,
@@ -40,7 +40,7 @@ impl Family {
 }
 
 /// The flow of connection `i`: a distinct client address and port towards the VIP.
-pub(super) fn flow(family: Family, i: u64) -> FlowTuple {
+pub(in crate::bench) fn flow(family: Family, i: u64) -> FlowTuple {
     let c = i / 60_000;
     let client = match family {
         Family::V4 => IpAddr::V4(Ipv4Addr::new(
@@ -63,7 +63,7 @@ pub(super) fn flow(family: Family, i: u64) -> FlowTuple {
 
 /// The key of a connection's replies (DIP -> client); the DIP is the VIP's
 /// address and port here.
-pub(super) fn reverse_key(key: &weir_flow_key) -> weir_flow_key {
+pub(in crate::bench) fn reverse_key(key: &weir_flow_key) -> weir_flow_key {
     weir_flow_key {
         src: key.dst,
         dst: key.src,
@@ -76,7 +76,7 @@ pub(super) fn reverse_key(key: &weir_flow_key) -> weir_flow_key {
 }
 
 /// The frame of connection `i` of `family` with the given TCP flags.
-pub(super) fn packet(family: Family, i: u64, tcp_flags: u8) -> Vec<u8> {
+pub(in crate::bench) fn packet(family: Family, i: u64, tcp_flags: u8) -> Vec<u8> {
     let f = flow(family, i);
     let mut ip = IpRepr::new(f.src, f.dst, IPPROTO_TCP, 0);
     ip.payload_len = family.frame_len() - ETH_HLEN - ip.header_len();
@@ -110,7 +110,7 @@ mod tests {
     use weir_core::csum::checksum;
 
     #[test]
-    pub(super) fn packets_have_valid_checksums() {
+    pub(in crate::bench) fn packets_have_valid_checksums() {
         for family in [Family::V4, Family::V6] {
             let p = packet(family, 123_456, TCP_ACK);
             assert_eq!(p.len(), family.frame_len());
@@ -131,7 +131,7 @@ mod tests {
     }
 
     #[test]
-    pub(super) fn flows_are_distinct() {
+    pub(in crate::bench) fn flows_are_distinct() {
         for family in [Family::V4, Family::V6] {
             let mut seen = std::collections::HashSet::new();
             for i in (0..3_000_000u64).step_by(7) {

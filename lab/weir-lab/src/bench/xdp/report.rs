@@ -188,7 +188,7 @@ pub struct Targets {
 }
 
 /// (min, median, max).
-pub(super) fn stats(v: &[f64]) -> (f64, f64, f64) {
+pub(in crate::bench) fn stats(v: &[f64]) -> (f64, f64, f64) {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     let n = s.len();
@@ -451,7 +451,7 @@ pub(super) fn compare_with_baseline(report: &mut Report, path: &std::path::Path)
 }
 
 /// The translated and jited size of `prog`, from the kernel's program info.
-pub(super) fn program_size(prog: &ProgramMut<'_>) -> Result<ProgramSize> {
+pub(in crate::bench) fn program_size(prog: &ProgramMut<'_>) -> Result<ProgramSize> {
     use libbpf_rs::query::{ProgInfoIter, ProgInfoQueryOptions};
     use std::os::fd::AsFd;
     let id = libbpf_rs::Program::id_from_fd(prog.as_fd()).context("reading weir_lb's id")?;
