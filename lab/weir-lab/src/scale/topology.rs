@@ -357,9 +357,6 @@ update_interval_ms = 100
 telemetry = "agent"
 agent_timeout_ms = 40
 
-[api]
-listen = "off"
-
 [cluster]
 node = "n{i}"
 etcd = ["http://{ROUTER_FABRIC}:{ETCD_PORT}"]
