@@ -1,26 +1,32 @@
 //! Three weir nodes behind a router's ECMP route (L4 hash), sharing table
 //! versions through an etcd the test starts, with connection sync on, in
-//! namespaces the test builds and always removes (weir_lab::scale).
+//! namespaces the test builds and always removes (weir_lab::scale). The
+//! router is FRR: it learns the VIP only from the nodes' BGP announcements
+//! (BFD, ECMP); the test never edits its routes.
 //!
-//! - The nodes agree on one leader and apply the same table versions.
-//! - Long-lived connections run while the leader is killed with SIGKILL
-//!   and the router drops it from the route: ECMP moves connections between
-//!   the survivors, and every established connection keeps its backend,
+//! - The nodes agree on one leader and apply the same table versions, and
+//!   the router routes the VIP over all three.
+//! - Long-lived connections run while the leader is killed with SIGKILL:
+//!   its speaker withdraws the VIP, ECMP moves connections between the
+//!   survivors, and every established connection keeps its backend,
 //!   because the survivors learnt them from their peers. Another node leads.
+//! - Long-lived connections run while a survivor is drained: the router
+//!   drops it from the route, and none breaks; new connections succeed.
 //! - Bad input: a node name in use, a missing sync key, an unreachable etcd:
 //!   each a clear error, with nothing attached or pinned.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use serde_json::Value;
 use weir_lab::backend::{Backend, BackendOptions};
 use weir_lab::client::{http_once, spawn_http};
 use weir_lab::daemon::Daemon;
-use weir_lab::scale::topology::{ClusterLab, VIP, VIP_PORT};
+use weir_lab::frr::Frr;
+use weir_lab::scale::topology::{node_addr, ClusterLab, Speakers, VIP, VIP_PORT};
 
 mod common;
-use common::{exe, wait_for};
+use common::{exe, serial, text, wait_for, weir_in};
 
 const NODES: usize = 3;
 const BACKENDS: usize = 3;
@@ -31,6 +37,20 @@ const REQUESTS: usize = 70;
 
 fn vip() -> SocketAddr {
     SocketAddr::from((VIP, VIP_PORT))
+}
+
+/// Waits until the router routes the VIP over exactly `nodes` (1-based),
+/// learnt by BGP; panics with its BGP summary otherwise.
+fn wait_route(lab: &ClusterLab, frr: &Frr, nodes: &[usize], what: &str) {
+    let want: Vec<Ipv4Addr> = nodes.iter().map(|&i| node_addr(i)).collect();
+    assert!(
+        wait_for(Duration::from_secs(20), || lab
+            .forwarding_hops()
+            .is_ok_and(|h| h == want)),
+        "{what}: the router's route is via {:?}, not {want:?}\n{}",
+        lab.forwarding_hops(),
+        frr.vtysh("show bgp summary").unwrap_or_default()
+    );
 }
 
 fn cluster(d: &Daemon) -> Value {
@@ -68,7 +88,9 @@ fn refused(lab: &ClusterLab, node: usize, config: &str, expect: &str) {
 
 #[test]
 fn a_killed_node_leaves_established_connections_intact_and_the_leader_moves() {
+    let _serial = serial();
     let lab = ClusterLab::build(NODES + 1, BACKENDS).expect("building the cluster lab");
+    let frr = lab.start_router().expect("starting FRR");
     let _backends: Vec<Backend> = lab
         .backends
         .iter()
@@ -88,7 +110,9 @@ fn a_killed_node_leaves_established_connections_intact_and_the_leader_moves() {
         d.start().unwrap_or_else(|e| panic!("node {i}: {e:#}"));
         daemons.push(d);
     }
-    lab.route_via(&[1, 2, 3]).unwrap();
+    // Declared after the daemons: their speakers end first, on every path.
+    let _speakers = Speakers(daemons.iter().map(Daemon::run_dir).collect());
+    wait_route(&lab, &frr, &[1, 2, 3], "three nodes announcing");
 
     // One leader; every node applies the leader's versions.
     let all: Vec<&Daemon> = daemons.iter().collect();
@@ -132,12 +156,12 @@ fn a_killed_node_leaves_established_connections_intact_and_the_leader_moves() {
         );
     }
 
-    // The leader dies; the router notices and drops it from the route; the
-    // machine is gone with its data plane.
+    // The leader dies; its speaker withdraws the VIP and the router drops
+    // it from the route; the machine is then gone with its data plane.
     let mut dead = daemons.remove(leader);
     dead.kill().unwrap();
-    lab.route_via(&survivors).unwrap();
-    lab.wipe(leader + 1, &dead.pin_dir).unwrap();
+    wait_route(&lab, &frr, &survivors, "the leader killed");
+    lab.wipe(leader + 1, &dead).unwrap();
 
     // Another node leads, and the survivors agree on which.
     let rest: Vec<&Daemon> = daemons.iter().collect();
@@ -164,6 +188,39 @@ fn a_killed_node_leaves_established_connections_intact_and_the_leader_moves() {
     assert!(records.iter().all(|r| r.served_by.len() == REQUESTS));
     for i in 0..20 {
         http_once(&lab.client, vip()).unwrap_or_else(|e| panic!("new connection {i} after: {e:#}"));
+    }
+
+    // A survivor is drained while long-lived connections run: the router
+    // takes it out of the route, the connections it carried move to the
+    // other survivor, which knows them; none breaks.
+    let live = spawn_http(
+        &lab.client,
+        vip(),
+        CONNS,
+        REQUESTS / 2,
+        Duration::from_millis(100),
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    let (drained, kept) = (survivors[1], survivors[0]);
+    // The daemons left are the survivors', in order.
+    let run_dir = daemons[1].run_dir();
+    let out = weir_in(
+        &lab.nodes[drained - 1],
+        &["node", "drain", "--run-dir", run_dir.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    wait_route(&lab, &frr, &[kept], "a node drained");
+    let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
+    let broken: Vec<_> = records.iter().filter(|r| r.violated()).collect();
+    assert!(
+        broken.is_empty(),
+        "{} of {CONNS} established connections broke or moved through the drain: {:?}",
+        broken.len(),
+        broken.first()
+    );
+    for i in 0..20 {
+        http_once(&lab.client, vip())
+            .unwrap_or_else(|e| panic!("new connection {i} after the drain: {e:#}"));
     }
 
     // Bad input on the spare node: each refused before anything is loaded.

@@ -1,16 +1,21 @@
-//! `weir-lab scale`: several weir nodes behind a router's ECMP route (issue
-//! 11). A client, a router with a multipath route to the VIP over the nodes
-//! (L4 hash), the nodes and the backends on one segment, and etcd, all in
-//! namespaces the lab builds and removes ([`topology`]). Under steady
-//! long-lived and new connections ([`traffic`]) with load-aware tables
-//! changing every 100 ms, a node dies, comes back, a fourth joins, and the
-//! leader dies ([`scenario`]); with connection sync on, then off. Results
-//! ([`report`]): PCC violations by the connections' age against the sync
-//! window, new-connection failures, time to recover, join and leader
-//! takeover times, the sync window and the tables' apply delay, as a text
-//! table, `--json` and `--svg`.
+//! `weir-lab scale`: several weir nodes behind a router's ECMP route. A
+//! client, a router running FRR that learns the VIP only from the nodes'
+//! BGP announcements (BFD, ECMP over an L4 hash), the nodes and the
+//! backends on one segment, and etcd, all in namespaces the lab builds and
+//! removes ([`topology`]). Under steady long-lived and new connections
+//! ([`traffic`]) with load-aware tables changing every 100 ms, a node is
+//! killed, comes back, a fourth joins, a link is cut, a node is drained and
+//! undrained, one node's DIPs fail and recover, every node is upgraded in
+//! turn, and the leader is killed ([`scenario`]); with connection sync on,
+//! then off. The router's route is watched throughout ([`routes`]).
+//! Results ([`report`]): how fast the router followed each event, PCC
+//! violations by the connections' age against the sync window,
+//! new-connection failures (also after the router converged), time to
+//! recover, join and leader takeover times, the sync window and the
+//! tables' apply delay, as a text table, `--json` and `--svg`.
 
 pub mod report;
+pub mod routes;
 pub mod scenario;
 pub mod topology;
 pub mod traffic;
@@ -81,8 +86,11 @@ pub fn run(exe: &std::path::Path, args: &ScaleArgs) -> Result<Report> {
         "--life-min must be above 0 and at most --life-max"
     );
     crate::netns::install_signal_teardown();
-    // Five phases per run: the warm-up and one after each event.
-    let progress = Progress::bar("weir-lab scale", 5 * modes.len() as u64);
+    // Per run: the warm-up and a phase after each event.
+    let progress = Progress::bar(
+        "weir-lab scale",
+        (1 + scenario::EVENTS) * modes.len() as u64,
+    );
     let mut runs = Vec::new();
     for sync in modes {
         let opts = RunOptions {

@@ -7,11 +7,32 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use weir_plot::{Axis, Bar, Bars, Figure, Panel, Style};
 
-use crate::scale::scenario::RunResult;
+use crate::scale::scenario::{EventResult, RunResult};
+use crate::scale::topology::{HEALTH_FALL, HEALTH_INTERVAL_MS};
 
-/// The targets of the issue, to judge the measurements by.
+/// The targets, to judge the measurements by.
 pub const SYNC_WINDOW_GOAL_MS: f64 = 10.0;
 pub const INTERVAL_MS: f64 = 100.0;
+/// A node killed, cut off or drained is out of the router's route within
+/// this (BFD 300 ms x 3 is the slowest path).
+pub const ROUTE_OUT_GOAL_S: f64 = 1.0;
+/// BGP's part of a withdrawal: the speaker's gate period (200 ms), BIRD's
+/// update, FRR's best path and zebra's install.
+pub const BGP_UPDATE_BUDGET_S: f64 = 0.5;
+
+/// A VIP whose DIPs all fail on one node is out of the route within the
+/// health checker's verdict (`fall` intervals) plus BGP's update.
+pub fn dip_withdraw_goal_s() -> f64 {
+    (HEALTH_FALL * HEALTH_INTERVAL_MS) as f64 / 1000.0 + BGP_UPDATE_BUDGET_S
+}
+
+/// One target of the BGP events, judged on the run with sync on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub target: String,
+    pub measured: String,
+    pub met: Option<bool>,
+}
 
 /// Everything `--json` writes.
 #[derive(Debug, Clone, Serialize)]
@@ -29,6 +50,85 @@ pub struct Targets {
     pub sync_window_met: Option<bool>,
     pub apply_delay_max_ms: Option<f64>,
     pub apply_within_interval: Option<bool>,
+    /// The router's and the connections' targets per event.
+    pub checks: Vec<Check>,
+}
+
+fn events<'a>(run: &'a RunResult, names: &'a [&str]) -> impl Iterator<Item = &'a EventResult> {
+    run.events.iter().filter(|e| names.contains(&e.name))
+}
+
+/// The slowest `route` of `names`' events; None if one was never seen.
+fn slowest(run: &RunResult, names: &[&str], route: fn(&EventResult) -> Option<f64>) -> Option<f64> {
+    events(run, names)
+        .map(route)
+        .try_fold(0.0f64, |m, x| Some(m.max(x?)))
+}
+
+fn seconds(x: Option<f64>) -> String {
+    x.map_or("never (within 12 s)".into(), |s| format!("{s:.3} s"))
+}
+
+/// The targets of the BGP events, on the run `on` (sync on).
+fn checks(on: &RunResult) -> Vec<Check> {
+    let mut out = Vec::new();
+    for (names, what) in [
+        (&["kill -9", "leader kill -9"][..], "kill -9"),
+        (&["link cut"][..], "link cut"),
+    ] {
+        let s = slowest(on, names, |e| e.route_out_s);
+        out.push(Check {
+            target: format!("{what}: out of the router's route within {ROUTE_OUT_GOAL_S} s"),
+            measured: seconds(s),
+            met: Some(s.is_some_and(|s| s <= ROUTE_OUT_GOAL_S)),
+        });
+        let older: usize = events(on, names).map(|e| e.broken_older).sum();
+        out.push(Check {
+            target: format!("{what}: 0 established connections older than the sync window broken"),
+            measured: older.to_string(),
+            met: Some(older == 0),
+        });
+        let failed: usize = events(on, names).map(|e| e.failed_after_converged).sum();
+        out.push(Check {
+            target: format!("{what}: 0 new connections failed after the router converged"),
+            measured: failed.to_string(),
+            met: Some(failed == 0),
+        });
+    }
+    let drain = &["drain", "undrain"][..];
+    let broken: usize = events(on, drain)
+        .map(|e| e.broken_older + e.broken_younger + e.broken_after)
+        .sum();
+    let failed: usize = events(on, drain).map(|e| e.new_conn_failures).sum();
+    let s = slowest(on, &["drain"], |e| e.route_out_s);
+    out.push(Check {
+        target: format!(
+            "drain: 0 broken, 0 new connections failed, out of the route within {ROUTE_OUT_GOAL_S} s"
+        ),
+        measured: format!("{broken} broken, {failed} failed, out in {}", seconds(s)),
+        met: Some(broken == 0 && failed == 0 && s.is_some_and(|s| s <= ROUTE_OUT_GOAL_S)),
+    });
+    let up = &["rolling upgrade"][..];
+    let withdrawn: usize = events(on, up).filter_map(|e| e.withdrawals).sum();
+    let broken: usize = events(on, up)
+        .map(|e| e.broken_older + e.broken_younger + e.broken_after)
+        .sum();
+    out.push(Check {
+        target: "rolling upgrade (--takeover): no route withdrawn, 0 broken".into(),
+        measured: format!("{withdrawn} withdrawn, {broken} broken"),
+        met: Some(withdrawn == 0 && broken == 0),
+    });
+    let goal = dip_withdraw_goal_s();
+    let s = slowest(on, &["DIP failure"], |e| e.route_out_s);
+    out.push(Check {
+        target: format!(
+            "DIP failure on one node: out of the route within {HEALTH_FALL} x {HEALTH_INTERVAL_MS} ms \
+             + {BGP_UPDATE_BUDGET_S} s ({goal:.1} s)"
+        ),
+        measured: seconds(s),
+        met: Some(s.is_some_and(|s| s <= goal)),
+    });
+    out
 }
 
 impl Report {
@@ -45,6 +145,7 @@ impl Report {
                 .filter_map(|r| r.apply_delay_max_ms)
                 .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x)))),
             apply_within_interval: None,
+            checks: on.map(checks).unwrap_or_default(),
         };
         let targets = Targets {
             apply_within_interval: targets.apply_delay_max_ms.map(|d| d <= INTERVAL_MS),
@@ -66,19 +167,33 @@ fn met(x: Option<bool>) -> &'static str {
     }
 }
 
+/// How the router's route followed an event.
+fn route(e: &EventResult) -> String {
+    match (e.route_out_s, e.route_in_s, e.withdrawals) {
+        (Some(s), _, _) => format!("out {s:.2}s"),
+        (_, Some(s), _) => format!("in {s:.2}s"),
+        (_, _, Some(n)) => format!("{n} wd"),
+        _ if e.node.is_some() => "never".into(),
+        _ => "-".into(),
+    }
+}
+
 /// The text table.
 pub fn table(r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "{:<5} {:<13} {:>7} {:>8} {:>8} {:>6} {:>11} {:>9} {:>7} {:>8} {:>8}",
+        "{:<5} {:<15} {:<4} {:>6} {:>10} {:>6} {:>5} {:>5} {:>10} {:>9} {:>8} {:>6} {:>6} {:>6}",
         "sync",
         "event",
+        "node",
         "at (s)",
+        "route",
         "broken",
         "young",
         "after",
         "new failed",
+        "converged",
         "recover",
         "join",
         "learnt",
@@ -88,14 +203,17 @@ pub fn table(r: &Report) -> String {
         for e in &run.events {
             let _ = writeln!(
                 o,
-                "{:<5} {:<13} {:>7.1} {:>8} {:>8} {:>6} {:>11} {:>8.2}s {:>7} {:>8} {:>8}",
+                "{:<5} {:<15} {:<4} {:>6.1} {:>10} {:>6} {:>5} {:>5} {:>10} {:>9} {:>7.2}s {:>6} {:>6} {:>6}",
                 if run.sync { "on" } else { "off" },
                 e.name,
+                e.node.as_deref().unwrap_or("all"),
                 e.at_s,
+                route(e),
                 e.broken_older,
                 e.broken_younger,
                 e.broken_after,
                 format!("{}/{}", e.new_conn_failures, e.new_conns),
+                e.failed_after_converged,
                 e.recover_s,
                 e.join_s.map_or("-".into(), |s| format!("{s:.2}s")),
                 e.learnt.map_or("-".into(), |n| n.to_string()),
@@ -131,11 +249,17 @@ pub fn table(r: &Report) -> String {
         met(t.apply_within_interval),
         opt(t.apply_delay_max_ms, 0),
     );
+    for c in &t.checks {
+        let _ = writeln!(o, "  {}: {} ({})", c.target, met(c.met), c.measured);
+    }
     let _ = writeln!(
         o,
-        "broken: established connections that broke or changed backend after the event, \
-         older than the sync window at it; young: younger; after: opened after the event. \
-         recover: from the event to the last failure it caused."
+        "route: from the event to the first read (every 10 ms) of the router's kernel route \
+         without the node (out) or with it (in); for the upgrade, route changes that withdrew \
+         a next hop (wd). broken: established connections that broke or changed backend after \
+         the event, older than the sync window at it; young: younger; after: opened after the \
+         event. converged: new connections that failed after the route had followed the \
+         event. recover: from the event to the last failure it caused."
     );
     o
 }
@@ -194,9 +318,12 @@ pub fn figure(r: &Report) -> Figure {
         }
     }
     Figure {
-        title: "weir-lab scale: node loss, addition and leader loss behind ECMP".into(),
+        title: "weir-lab scale: node loss, addition, drain, upgrade and leader loss behind \
+                FRR's BGP ECMP"
+            .into(),
         subtitle: Some(format!(
-            "3 nodes, load-aware tables (AWFD m=4, 100 ms); sync window p99 {} ms",
+            "3-4 nodes, BGP with BFD 300 ms x 3, load-aware tables (AWFD m=4, 100 ms); \
+             sync window p99 {} ms",
             opt(r.targets.sync_window_ms, 2)
         )),
         panels: vec![
@@ -206,6 +333,11 @@ pub fn figure(r: &Report) -> Figure {
             panel("new connections failed", "connections", &|e| {
                 e.new_conn_failures as f64
             }),
+            panel(
+                "the router's route follows (node out of it, or in it)",
+                "seconds",
+                &|e| e.route_out_s.or(e.route_in_s).unwrap_or(0.0),
+            ),
             panel("time to recover", "seconds", &|e| e.recover_s),
             Panel::Bars(Bars {
                 title: "a joining node ready (start to attach); another node leading after the \
@@ -216,6 +348,6 @@ pub fn figure(r: &Report) -> Figure {
             }),
         ],
         columns: 1,
-        size: (1100, 1700),
+        size: (1100, 2100),
     }
 }

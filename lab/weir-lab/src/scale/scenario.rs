@@ -1,15 +1,23 @@
-//! One run of the scale experiment: a cluster of three nodes under steady
-//! traffic with load-aware tables, through four events, each followed by a
-//! phase of traffic:
+//! One run of the scale experiment: a cluster of nodes behind FRR, which
+//! learns the VIP only from the nodes' BGP announcements (BFD 300 ms x 3,
+//! ECMP), under steady traffic with load-aware tables, through ten events,
+//! each followed by a phase of traffic:
 //!
-//! 1. **node removal**: a follower dies (SIGKILL); the router drops it;
-//! 2. **node back**: it starts again from nothing (a replaced machine),
-//!    learns its peers' connections, and the router adds it;
-//! 3. **fourth node**: a new node joins the same way;
-//! 4. **leader loss**: the leader dies; another node must take the lead.
+//! 1. **kill -9**: a follower's weir dies; its speaker withdraws the VIP
+//!    (the machine is then replaced: data plane, pins and speaker gone);
+//! 2. **node back**: it starts again from nothing and learns its peers'
+//!    connections; 3. **node added**: a fourth node joins the same way;
+//! 4. **link cut**: a follower's interface goes down; BFD takes it out
+//!    (the machine is then replaced and stays out);
+//! 5. **drain**: `weir node drain` on a follower; 6. **undrain**;
+//! 7. **DIP failure**: every DIP fails its health checks on one node only;
+//!    that node withdraws the VIP; 8. **DIP recovered**;
+//! 9. **rolling upgrade**: every node in turn replaced by
+//!    `weir serve --takeover`; 10. **leader kill -9**: another node leads.
 //!
-//! The router converges at once (a real one adds its failure detection,
-//! during which the dead node's packets are lost and TCP retransmits).
+//! The lab never edits the router's routes: every time is measured from
+//! the event to the first read of the router's kernel route ([`RouteWatch`],
+//! every 10 ms) that shows the node out of it (or in it).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -27,7 +35,8 @@ use weir_progress::Progress;
 
 use crate::backend::{Backend, BackendOptions};
 use crate::daemon::Daemon;
-use crate::scale::topology::{ClusterLab, VIP, VIP_PORT};
+use crate::scale::routes::{withdrawals, RouteWatch};
+use crate::scale::topology::{node_addr, ClusterLab, Speakers, HEALTH_PORT, VIP, VIP_PORT};
 use crate::scale::traffic::{Outcome, Traffic, TrafficOptions};
 
 /// What a run does.
@@ -47,8 +56,17 @@ pub struct RunOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct EventResult {
     pub name: &'static str,
-    /// When it took effect (the route changed), s since the traffic started.
+    /// The node it happened to (none: every node, the upgrade).
+    pub node: Option<String>,
+    /// When it happened, s since the traffic started.
     pub at_s: f64,
+    /// From the event to the first read of the router's forwarding route
+    /// without the node (it left) or with it (it joined).
+    pub route_out_s: Option<f64>,
+    pub route_in_s: Option<f64>,
+    /// Rolling upgrade: changes of the router's route that took a next hop
+    /// out, from its start to a second after its last takeover.
+    pub withdrawals: Option<usize>,
     /// Broken connections in the phase after it, by age at the event
     /// against the sync window.
     pub broken_older: usize,
@@ -57,6 +75,9 @@ pub struct EventResult {
     pub broken_after: usize,
     pub new_conn_failures: usize,
     pub new_conns: usize,
+    /// New connections of its phase that failed after the router's route
+    /// had changed (after the event itself when the route does not change).
+    pub failed_after_converged: usize,
     /// From the event to its phase's last failure (new or broken); 0: none.
     pub recover_s: f64,
     /// Node addition: from its start to ready (tables, peers' connections).
@@ -105,23 +126,40 @@ struct Node {
 }
 
 /// An event as it happened, before its phase is judged.
+#[derive(Default)]
 struct Happened {
     name: &'static str,
+    node: Option<String>,
     at_s: f64,
+    route_out_s: Option<f64>,
+    route_in_s: Option<f64>,
+    withdrawals: Option<usize>,
     join_s: Option<f64>,
     learnt: Option<u64>,
     leader_moved_s: Option<f64>,
 }
 
 impl Happened {
-    fn new(name: &'static str, at_s: f64) -> Happened {
+    fn new(name: &'static str, node: usize, at_s: f64) -> Happened {
         Happened {
             name,
+            node: Some(format!("n{}", node + 1)),
             at_s,
-            join_s: None,
-            learnt: None,
-            leader_moved_s: None,
+            ..Happened::default()
         }
+    }
+
+    /// When the router's route had followed the event (s since the start).
+    fn converged_s(&self) -> f64 {
+        self.at_s
+            + self
+                .route_out_s
+                .or(self.route_in_s)
+                .unwrap_or(if self.withdrawals.is_some() {
+                    0.0
+                } else {
+                    f64::INFINITY
+                })
     }
 }
 
@@ -133,6 +171,15 @@ fn leader_of(nodes: &[Node]) -> Option<usize> {
     nodes
         .iter()
         .position(|n| n.up && view(&n.daemon).is_some_and(|v| v.is_leader))
+}
+
+/// An up node that does not lead, other than `not`.
+fn follower(nodes: &[Node], not: &[usize]) -> Result<usize> {
+    let leader = leader_of(nodes).context("no leader")?;
+    (0..nodes.len())
+        .rev()
+        .find(|&i| nodes[i].up && i != leader && !not.contains(&i))
+        .context("no follower left for the event")
 }
 
 fn version_of(d: &Daemon) -> Option<u32> {
@@ -154,6 +201,24 @@ fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     cond()
+}
+
+/// `weir node drain` or `undrain` of the daemon `d` in namespace `ns`.
+fn node_command(exe: &Path, ns: &str, d: &Daemon, what: &str) -> Result<()> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "exec", ns])
+        .arg(exe)
+        .args(["node", what, "--run-dir"])
+        .arg(d.run_dir())
+        .output()
+        .with_context(|| format!("running weir node {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "weir node {what}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 /// Changes every backend's service delay now and then, so the controller's
@@ -192,9 +257,17 @@ impl Drop for LoadChanger {
     }
 }
 
-/// Runs the four events on a fresh lab.
+/// How long the router may take to follow an event before the run gives
+/// up on timing it (BGP's hold time, 9 s, is the slowest path).
+const ROUTE_LIMIT: Duration = Duration::from_secs(12);
+
+/// The events of a run (each followed by a phase of traffic).
+pub const EVENTS: u64 = 10;
+
+/// Runs the events on a fresh lab.
 pub fn run(exe: &Path, opts: &RunOptions, progress: &Progress) -> Result<RunResult> {
     let lab = ClusterLab::build(4, opts.backends)?;
+    let _router = lab.start_router()?;
     let backends: Vec<Backend> = lab
         .backends
         .iter()
@@ -222,11 +295,12 @@ pub fn run(exe: &Path, opts: &RunOptions, progress: &Progress) -> Result<RunResu
             up: false,
         });
     }
+    // Declared after the daemons: their speakers end first, on every path.
+    let _speakers = Speakers(nodes.iter().map(|n| n.daemon.run_dir()).collect());
     for n in nodes.iter_mut().take(3) {
         n.daemon.start()?;
         n.up = true;
     }
-    lab.route_via(&[1, 2, 3])?;
     let agreed = wait_for(Duration::from_secs(15), || {
         let v: Vec<Option<u32>> = nodes
             .iter()
@@ -238,6 +312,16 @@ pub fn run(exe: &Path, opts: &RunOptions, progress: &Progress) -> Result<RunResu
     if !agreed {
         bail!("the three nodes did not agree on a leader and a table version in 15 s");
     }
+    let announced = [1, 2, 3].map(node_addr);
+    if !wait_for(Duration::from_secs(20), || {
+        lab.forwarding_hops().is_ok_and(|h| h == announced)
+    }) {
+        bail!(
+            "the router did not learn the three nodes by BGP in 20 s: its route is via {:?}\n{}",
+            lab.forwarding_hops().unwrap_or_default(),
+            _router.vtysh("show bgp summary").unwrap_or_default()
+        );
+    }
     let first_version = nodes
         .iter()
         .find_map(|n| version_of(&n.daemon))
@@ -245,36 +329,39 @@ pub fn run(exe: &Path, opts: &RunOptions, progress: &Progress) -> Result<RunResu
     let vip = SocketAddr::from((VIP, VIP_PORT));
     let traffic = Traffic::start(&lab.client, vip, opts.traffic);
     let started = Instant::now();
-    let phase = |what: &str| {
+    let routes = RouteWatch::start(&lab, started);
+    let phase = |what: &str, since: f64| {
         progress.set_message(format!(
             "sync {}: {what}",
             if opts.sync { "on" } else { "off" }
         ));
-        std::thread::sleep(opts.phase);
+        // The phase runs from the event, whatever the event's own steps took.
+        let left = opts.phase.as_secs_f64() - (traffic.now_s() - since);
+        std::thread::sleep(Duration::from_secs_f64(left.max(0.0)));
         progress.inc(1);
     };
-    phase("warm-up");
-    let up = |nodes: &[Node]| -> Vec<usize> {
-        (0..nodes.len())
-            .filter(|&i| nodes[i].up)
-            .map(|i| i + 1)
-            .collect()
-    };
+    phase("warm-up", traffic.now_s());
     let mut events: Vec<Happened> = Vec::new();
+    let out = |i: usize, at: f64| routes.wait(node_addr(i + 1), false, at, ROUTE_LIMIT);
+    let into = |i: usize, at: f64| routes.wait(node_addr(i + 1), true, at, ROUTE_LIMIT);
 
-    // 1. A follower dies.
-    let leader = leader_of(&nodes).context("no leader")?;
-    let victim = (0..3).rev().find(|&i| i != leader).expect("two followers");
+    // 1. A follower's weir dies; the machine is then replaced.
+    let victim = follower(&nodes, &[])?;
     nodes[victim].daemon.kill()?;
     nodes[victim].up = false;
-    lab.route_via(&up(&nodes))?;
-    lab.wipe(victim + 1, &nodes[victim].daemon.pin_dir)?;
-    events.push(Happened::new("node removal", traffic.now_s()));
-    phase("node removed");
+    let at = traffic.now_s();
+    let route_out_s = out(victim, at);
+    lab.wipe(victim + 1, &nodes[victim].daemon)?;
+    events.push(Happened {
+        route_out_s,
+        ..Happened::new("kill -9", victim, at)
+    });
+    phase("kill -9", at);
 
     // 2. It comes back from nothing; 3. a fourth node joins.
-    for (name, i) in [("node back", victim), ("fourth node", 3)] {
+    for (name, i) in [("node back", victim), ("node added", 3)] {
         let t0 = Instant::now();
+        let at = traffic.now_s();
         let since = unix_ms();
         nodes[i].daemon.start()?;
         nodes[i].up = true;
@@ -287,30 +374,109 @@ pub fn run(exe: &Path, opts: &RunOptions, progress: &Progress) -> Result<RunResu
         let learnt = view(d)
             .filter(|v| v.at_unix_ms >= since)
             .and_then(|v| v.join.map(|j| j.received));
-        lab.route_via(&up(&nodes))?;
         events.push(Happened {
+            route_in_s: into(i, at),
             join_s: Some(join_s),
             learnt,
-            ..Happened::new(name, traffic.now_s())
+            ..Happened::new(name, i, at)
         });
-        phase(name);
+        phase(name, at);
     }
 
-    // 4. The leader dies.
-    let leader = leader_of(&nodes).context("no leader before the leader loss")?;
+    // 4. A follower's link is cut; BFD takes it out. The machine is then
+    // replaced, and stays out of the cluster.
+    let cut = follower(&nodes, &[])?;
+    lab.cut_link(cut + 1)?;
+    let at = traffic.now_s();
+    events.push(Happened {
+        route_out_s: out(cut, at),
+        ..Happened::new("link cut", cut, at)
+    });
+    phase("link cut", at);
+    nodes[cut].daemon.kill()?;
+    nodes[cut].up = false;
+    lab.wipe(cut + 1, &nodes[cut].daemon)?;
+
+    // 5. A follower is drained; 6. undrained.
+    let drained = follower(&nodes, &[])?;
+    for (name, what, leaves) in [("drain", "drain", true), ("undrain", "undrain", false)] {
+        let d = &nodes[drained].daemon;
+        node_command(exe, &lab.nodes[drained], d, what)?;
+        let at = traffic.now_s();
+        let moved = if leaves {
+            out(drained, at)
+        } else {
+            into(drained, at)
+        };
+        events.push(Happened {
+            route_out_s: moved.filter(|_| leaves),
+            route_in_s: moved.filter(|_| !leaves),
+            ..Happened::new(name, drained, at)
+        });
+        phase(name, at);
+    }
+
+    // 7. Every DIP fails its health checks on one node only (they check a
+    // port where nothing answers); 8. they pass again.
+    let failing = follower(&nodes, &[drained])?;
+    for (name, port, leaves) in [
+        ("DIP failure", HEALTH_PORT + 1, true),
+        ("DIP recovered", HEALTH_PORT, false),
+    ] {
+        let cfg = lab.node_config_checking(failing + 1, opts.sync, port);
+        let log = nodes[failing].daemon.reload(&cfg)?;
+        if !log.contains("reloaded") {
+            bail!(
+                "n{} refused the health checks' new port:\n{log}",
+                failing + 1
+            );
+        }
+        let at = traffic.now_s();
+        let moved = if leaves {
+            out(failing, at)
+        } else {
+            into(failing, at)
+        };
+        events.push(Happened {
+            route_out_s: moved.filter(|_| leaves),
+            route_in_s: moved.filter(|_| !leaves),
+            ..Happened::new(name, failing, at)
+        });
+        phase(name, at);
+    }
+
+    // 9. Every node replaced in turn by `weir serve --takeover`.
+    let at = traffic.now_s();
+    for n in nodes.iter_mut().filter(|n| n.up) {
+        n.daemon.restart()?;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let done = traffic.now_s();
+    std::thread::sleep(Duration::from_secs(1));
+    events.push(Happened {
+        name: "rolling upgrade",
+        at_s: at,
+        withdrawals: Some(withdrawals(&routes.changes(), at, done + 1.0)),
+        ..Happened::default()
+    });
+    phase("rolling upgrade", at);
+
+    // 10. The leader dies.
+    let leader = leader_of(&nodes).context("no leader before the leader's kill")?;
     let t0 = Instant::now();
     nodes[leader].daemon.kill()?;
     nodes[leader].up = false;
-    lab.route_via(&up(&nodes))?;
-    lab.wipe(leader + 1, &nodes[leader].daemon.pin_dir)?;
     let at = traffic.now_s();
+    let route_out_s = out(leader, at);
+    lab.wipe(leader + 1, &nodes[leader].daemon)?;
     let moved = wait_for(Duration::from_secs(10), || leader_of(&nodes).is_some())
         .then(|| t0.elapsed().as_secs_f64());
     events.push(Happened {
+        route_out_s,
         leader_moved_s: moved,
-        ..Happened::new("leader loss", at)
+        ..Happened::new("leader kill -9", leader, at)
     });
-    phase("leader lost");
+    phase("leader killed", at);
 
     let elapsed = started.elapsed().as_secs_f64();
     let last_version = nodes
@@ -321,6 +487,7 @@ pub fn run(exe: &Path, opts: &RunOptions, progress: &Progress) -> Result<RunResu
         .unwrap_or(first_version);
     let ends: Vec<NodeEnd> = nodes
         .iter()
+        .filter(|n| n.up)
         .filter_map(|n| {
             let v = view(&n.daemon)?;
             let s = v.this.sync.clone().unwrap_or_default();
@@ -336,6 +503,7 @@ pub fn run(exe: &Path, opts: &RunOptions, progress: &Progress) -> Result<RunResu
         })
         .collect();
     let outcome = traffic.stop();
+    drop(routes);
     let window_ms = ends
         .iter()
         .filter_map(|n| n.lag_p99_us)
@@ -389,6 +557,7 @@ fn judge(events: &[Happened], out: &Outcome, window_ms: f64, end_s: f64) -> Vec<
                 .iter()
                 .filter(|c| (at_s - c.opened_s) * 1000.0 > window_ms)
                 .count();
+            let converged = h.converged_s();
             let failed: Vec<f64> = out
                 .probes
                 .iter()
@@ -402,7 +571,12 @@ fn judge(events: &[Happened], out: &Outcome, window_ms: f64, end_s: f64) -> Vec<
                 .fold(at_s, f64::max);
             EventResult {
                 name: h.name,
+                node: h.node.clone(),
                 at_s,
+                route_out_s: h.route_out_s,
+                route_in_s: h.route_in_s,
+                withdrawals: h.withdrawals,
+                failed_after_converged: failed.iter().filter(|&&t| t >= converged).count(),
                 broken_older: older,
                 broken_younger: broken.len() - older,
                 broken_after: after,

@@ -2,7 +2,7 @@
 //! backend on one L2 segment, etcd beside the router.
 //!
 //! ```text
-//!  client 10.88.0.2 ── rc0 10.88.0.1 [router: VIP/32 multipath via the nodes, L4 hash]
+//!  client 10.88.0.2 ── rc0 10.88.0.1 [router: FRR, VIP/32 by BGP over the nodes, L4 hash]
 //!                                    rf0 10.88.1.1 (etcd :2379)
 //!                                     │
 //!                 [fabric: bridge br0] ── eth0 10.88.1.1I  node I  (weir serve, dsr)
@@ -11,9 +11,11 @@
 //! A node rewrites a client packet's MACs and sends it back out of its one
 //! interface to the backend (XDP_TX); the backend answers the client through
 //! the router directly (DSR), as in a Katran or Maglev fleet. Nodes send
-//! each other sync datagrams on the same segment. A node that dies is taken
-//! out of the route as a router would on losing its BGP session, and its
-//! data plane and pinned state go with the machine ([`ClusterLab::wipe`]).
+//! each other sync datagrams on the same segment. The router is FRR
+//! ([`ClusterLab::start_router`]): it learns the VIP only from the nodes'
+//! BGP announcements (BFD 300 ms x 3, ECMP) and the lab never edits its
+//! routes. A machine that is replaced loses its data plane, pinned state
+//! and BGP speaker ([`ClusterLab::wipe`]).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -22,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::daemon::Daemon;
+use crate::frr::{Frr, Peer};
 use crate::netns::{ip_in, sysctl_in, veth, NamespaceSet};
 use crate::topology::{attach_pass, ethtool_in};
 
@@ -33,6 +37,17 @@ pub const VIP_PORT: u16 = 80;
 pub const ETCD_PORT: u16 = 2379;
 /// The lease TTL of the lab's nodes (s): how long a dead leader leads.
 pub const LEASE_TTL_S: u64 = 1;
+/// The router's AS and the nodes' (eBGP, as on a leaf).
+pub const ROUTER_AS: u32 = 65000;
+pub const NODE_AS: u32 = 65001;
+/// The VIP's route, as the router's RIB names it.
+pub const VIP_PREFIX: &str = "10.88.100.1/32";
+/// Where the backends answer the nodes' health checks.
+pub const HEALTH_PORT: u16 = VIP_PORT;
+/// The nodes' health checks: every DIP is checked this often, and is down
+/// after `HEALTH_FALL` failures in a row.
+pub const HEALTH_INTERVAL_MS: u64 = 200;
+pub const HEALTH_FALL: u64 = 2;
 
 /// Node `i`'s address (1-based).
 pub fn node_addr(i: usize) -> Ipv4Addr {
@@ -255,25 +270,73 @@ impl ClusterLab {
         }
     }
 
-    /// Routes the VIP over `nodes` (1-based; none: no route), as the router
-    /// would once their BGP sessions say so.
-    pub fn route_via(&self, nodes: &[usize]) -> Result<()> {
-        let vip = format!("{VIP}/32");
-        if nodes.is_empty() {
-            let _ = ip_in(&self.router, &["route", "del", &vip]);
-            return Ok(());
-        }
-        let mut args: Vec<String> = vec!["route".into(), "replace".into(), vip];
-        for &i in nodes {
-            args.extend(["nexthop".into(), "via".into(), node_addr(i).to_string()]);
-            args.extend(["dev".into(), "rf0".into()]);
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        ip_in(&self.router, &args)
+    /// Starts FRR in the router's namespace, peering with every node slot
+    /// (BFD with FRR's default 300 ms x 3); its files go into the lab's
+    /// directory. The route to the VIP then comes only from the nodes.
+    pub fn start_router(&self) -> Result<Frr> {
+        let peers: Vec<Peer> = (1..=self.nodes.len())
+            .map(|i| Peer {
+                address: node_addr(i),
+                remote_as: NODE_AS,
+                bfd: true,
+            })
+            .collect();
+        Frr::start(
+            &self.router,
+            &self.dir.join("frr"),
+            ROUTER_FABRIC,
+            ROUTER_AS,
+            &peers,
+        )
+        .context("starting FRR as the lab's router")
     }
 
-    /// Node `i`'s configuration (1-based).
+    /// The next hops of the router's kernel route to the VIP (what zebra
+    /// installed from BGP and what forwards), read with `ip -j route`.
+    pub fn forwarding_hops(&self) -> Result<Vec<Ipv4Addr>> {
+        Self::forwarding_hops_of(&self.router)
+    }
+
+    /// [`Self::forwarding_hops`] of the router namespace `router`.
+    pub fn forwarding_hops_of(router: &str) -> Result<Vec<Ipv4Addr>> {
+        let out = Command::new("ip")
+            .args(["-n", router, "-j", "route", "show", VIP_PREFIX])
+            .output()
+            .context("running ip route")?;
+        if !out.status.success() {
+            bail!("ip route: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        let routes: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .with_context(|| format!("ip -j route: {}", String::from_utf8_lossy(&out.stdout)))?;
+        let mut hops: Vec<Ipv4Addr> = routes
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|r| match r["nexthops"].as_array() {
+                Some(h) => h.iter().filter_map(|h| h["gateway"].as_str()).collect(),
+                None => r["gateway"].as_str().into_iter().collect::<Vec<_>>(),
+            })
+            .filter_map(|g| g.parse().ok())
+            .collect();
+        hops.sort();
+        Ok(hops)
+    }
+
+    /// Cuts node `i`'s link (its interface down inside its namespace), as a
+    /// pulled cable would: its BGP session stays up until BFD notices.
+    pub fn cut_link(&self, i: usize) -> Result<()> {
+        ip_in(&self.nodes[i - 1], &["link", "set", "dev", "eth0", "down"])
+    }
+
+    /// Node `i`'s configuration (1-based): the VIP over every backend,
+    /// health checked, announced to the router by BGP with BFD.
     pub fn node_config(&self, i: usize, sync: bool) -> String {
+        self.node_config_checking(i, sync, HEALTH_PORT)
+    }
+
+    /// [`Self::node_config`] with the DIPs' health checks on `health_port`
+    /// (one where nothing answers fails every DIP on this node only).
+    pub fn node_config_checking(&self, i: usize, sync: bool, health_port: u16) -> String {
         let mut dips = String::new();
         for j in 1..=self.backends.len() {
             let b = backend_addr(j);
@@ -294,9 +357,6 @@ update_interval_ms = 100
 telemetry = "agent"
 agent_timeout_ms = 40
 
-[api]
-listen = "off"
-
 [cluster]
 node = "n{i}"
 etcd = ["http://{ROUTER_FABRIC}:{ETCD_PORT}"]
@@ -313,20 +373,66 @@ address = "{VIP}"
 port = {VIP_PORT}
 protocol = "tcp"
 mode = "dsr"
-{dips}"#,
-            self.key_file().display()
+
+  [vip.health]
+  kind = "tcp"
+  port = {health_port}
+  interval_ms = {HEALTH_INTERVAL_MS}
+  timeout_ms = 100
+  rise = 1
+  fall = {HEALTH_FALL}
+{dips}
+[bgp]
+local_as = {NODE_AS}
+router_id = "{node}"
+bfd_interval_ms = 300
+bfd_multiplier = 3
+
+[[bgp.neighbour]]
+address = "{ROUTER_FABRIC}"
+remote_as = {ROUTER_AS}
+bfd = true
+"#,
+            self.key_file().display(),
+            node = node_addr(i),
         )
     }
 
-    /// What a dead machine leaves: nothing. Takes node `i`'s XDP program
-    /// off its interface and removes its pinned state (its daemon is dead).
-    pub fn wipe(&self, i: usize, pin_dir: &Path) -> Result<()> {
+    /// What a replaced machine leaves: nothing. Takes node `i`'s XDP
+    /// program off its interface, ends its BGP speaker and removes its
+    /// pinned state (its daemon is dead).
+    pub fn wipe(&self, i: usize, daemon: &Daemon) -> Result<()> {
         ip_in(
             &self.nodes[i - 1],
             &["link", "set", "dev", "eth0", "xdp", "off"],
         )?;
-        let _ = std::fs::remove_dir_all(pin_dir);
+        kill_speaker(&daemon.run_dir());
+        let _ = std::fs::remove_dir_all(&daemon.pin_dir);
         Ok(())
+    }
+}
+
+/// Ends the BIRD that weir left running for the daemon of `run_dir`, if
+/// any: a speaker outlives a killed weir by design (it withdraws the VIPs
+/// and keeps its sessions for a successor).
+pub fn kill_speaker(run_dir: &Path) {
+    let pid = std::fs::read_to_string(weir_control::bgp::dir(run_dir).join("bird.pid"))
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok());
+    if let Some(pid) = pid {
+        let _ = weir_sys::process::send_signal(pid, libc::SIGKILL);
+    }
+}
+
+/// The speakers of these run directories, ended on drop (declare it after
+/// the daemons, so that it drops first, also on a panic).
+pub struct Speakers(pub Vec<PathBuf>);
+
+impl Drop for Speakers {
+    fn drop(&mut self) {
+        for run_dir in &self.0 {
+            kill_speaker(run_dir);
+        }
     }
 }
 
