@@ -135,6 +135,12 @@ fn weir_nat_and_nftables_carry_http_keep_alive_and_close() {
                 assert!((0.95..=1.05).contains(&f(mix, "promotions")), "{mix:#}");
                 assert!(f(mix, "hits") >= 2.0, "request and FIN: {mix:#}");
                 assert!(f(mix, "reverse_nats") >= 3.0, "{mix:#}");
+                let classified = f(mix, "syns")
+                    + f(mix, "syn_retransmits")
+                    + f(mix, "promotions")
+                    + f(mix, "hits")
+                    + f(mix, "reverse_nats");
+                assert!(f(mix, "xdp_runs") - classified < 0.1, "{mix:#}");
             }
         } else {
             assert!(t["packets_per_connection"].is_null(), "{t:#}");

@@ -65,9 +65,9 @@ fn every_step_of_a_connection_is_timed_and_priced() {
     let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let _ = std::fs::remove_file(&report);
 
-    // Per family: nat's eight steps, dsr's five (its replies bypass weir).
+    // Per family: nat's eight steps, dsr's six (its replies pass by).
     let rows = r["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 2 * (8 + 5), "{rows:#?}");
+    assert_eq!(rows.len(), 2 * (8 + 6), "{rows:#?}");
     for row in rows {
         assert!(
             f(row, "ns_median") > 0.0 && f(row, "floor_ns_median") > 0.0,
@@ -91,7 +91,7 @@ fn every_step_of_a_connection_is_timed_and_priced() {
             "{c:#}"
         );
         let kinds = c["packets"].as_array().unwrap().len();
-        let want = if c["mode"] == "nat" { 7 } else { 4 };
+        let want = if c["mode"] == "nat" { 7 } else { 5 };
         assert_eq!(kinds, want, "{c:#}");
     }
 

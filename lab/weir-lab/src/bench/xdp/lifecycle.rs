@@ -13,7 +13,8 @@
 //! reply found through the half-open entry), the client's ACK that promotes
 //! the entry, a data packet (a hit), nat's reply (reverse NAT), nat's
 //! server FIN (reverse NAT and the forward entry's close note), the client's
-//! FIN and an RST. A step's figure is the run's mean; rows report the median
+//! FIN, an RST, and dsr's reply, which passes the host's XDP on its way to
+//! the client (no VIP, no reverse entry: to the kernel). A step's figure is the run's mean; rows report the median
 //! over runs. The counters prove every step took its path.
 
 use super::*;
@@ -46,9 +47,13 @@ pub enum Step {
     ClientFin,
     /// The client's RST: a hit that notes the reset.
     Rst,
+    /// A DIP's packet to the client in dsr, routed back through the load
+    /// balancer's host: no VIP, no reverse entry, no nat endpoint; passed
+    /// to the kernel.
+    Passed,
 }
 
-const STEPS: [Step; 8] = [
+const STEPS: [Step; 9] = [
     Step::Syn,
     Step::SynAck,
     Step::Promote,
@@ -57,6 +62,7 @@ const STEPS: [Step; 8] = [
     Step::ServerFin,
     Step::ClientFin,
     Step::Rst,
+    Step::Passed,
 ];
 
 impl Step {
@@ -70,12 +76,26 @@ impl Step {
             Step::ServerFin => "server FIN",
             Step::ClientFin => "client FIN",
             Step::Rst => "RST",
+            Step::Passed => "reply (passed)",
         }
     }
 
-    /// Whether the DIP sends it (nat only: dsr's replies bypass weir).
+    /// Whether the DIP sends it.
     fn is_reply(self) -> bool {
-        matches!(self, Step::SynAck | Step::Reply | Step::ServerFin)
+        matches!(
+            self,
+            Step::SynAck | Step::Reply | Step::ServerFin | Step::Passed
+        )
+    }
+
+    /// Whether a connection of `mode` has this step: nat's replies are
+    /// rewritten back, dsr's only pass by.
+    fn in_mode(self, mode: Mode) -> bool {
+        match self {
+            Step::SynAck | Step::Reply | Step::ServerFin => mode == Mode::Nat,
+            Step::Passed => mode != Mode::Nat,
+            _ => true,
+        }
     }
 
     fn tcp_flags(self) -> u8 {
@@ -83,20 +103,20 @@ impl Step {
             Step::Syn => TCP_SYN,
             Step::SynAck => TCP_SYN | TCP_ACK,
             Step::Promote => TCP_ACK,
-            Step::Data | Step::Reply => TCP_PSH | TCP_ACK,
+            Step::Data | Step::Reply | Step::Passed => TCP_PSH | TCP_ACK,
             Step::ServerFin | Step::ClientFin => TCP_FIN | TCP_ACK,
             Step::Rst => TCP_RST,
         }
     }
 
-    /// A reply leaves by the interface the client's packets came in by
+    /// A nat reply leaves by the interface the client's packets came in by
     /// (test_run's loopback): XDP_TX; the client's packets are redirected
-    /// to the DIP's next hop.
+    /// to the DIP's next hop; a dsr reply goes to the kernel.
     fn verdict(self) -> XdpAction {
-        if self.is_reply() {
-            XdpAction::Tx
-        } else {
-            XdpAction::Redirect
+        match self {
+            Step::Passed => XdpAction::Pass,
+            s if s.is_reply() => XdpAction::Tx,
+            _ => XdpAction::Redirect,
         }
     }
 
@@ -114,6 +134,7 @@ impl Step {
             ],
             (Step::Promote, _) => &[(WEIR_STAT_CONN_NEW, "connections promoted")],
             (Step::Data | Step::Rst, _) => &[(WEIR_STAT_CONN_HIT, "connection hits")],
+            (Step::Passed, _) => &[(WEIR_STAT_PASS_NOT_VIP, "packets passed (not a VIP's)")],
             // nat's server FIN has already put the connection in closing.
             (Step::ClientFin, Mode::Nat) => &[(WEIR_STAT_CONN_HIT, "connection hits")],
             (Step::ClientFin, _) => &[
@@ -161,8 +182,9 @@ pub struct Reconciliation {
     /// (see `method`), and what they add up to at the steps' ns.
     pub packets: Vec<(Step, f64)>,
     pub predicted_bpf_ns: f64,
-    /// XDP runs per connection the counters do not classify (ARP, packets
-    /// passed to the kernel); not priced.
+    /// XDP runs per connection the counters do not classify: in dsr the
+    /// DIP's replies passing by (priced as such), in nat what else the
+    /// host's interfaces carried (ARP, ...; not priced).
     pub unclassified_runs: f64,
     /// predicted / measured.
     pub predicted_over_measured: f64,
@@ -190,10 +212,10 @@ pub struct LifecycleReport {
 const LIFECYCLE_METHOD: &[&str] = &[
     "BPF_PROG_TEST_RUN on weir_lb as in the main bench (its own namespace, loopback ingress, resolved next hop, `weir serve`'s defaults), one program per family",
     "the state a short-connection load leaves: the connection and reverse tables hold the largest --sizes connections, the half-open table is filled to its capacity (a quarter of the connection table's, `weir serve`'s default) before the first run, so every SYN inserts into a full LRU table",
-    "per run and mode (nat, dsr; rotating order), --spread connections no packet has used go through their life step by step, one test_run call of one repetition per packet: SYN, SYN-ACK (nat), ACK that promotes, data, reply (nat), server FIN (nat), client FIN, RST; a step's figure is the run's mean per packet, rows the median over runs; a step follows the previous one on the same connections, so their entries are as warm as a connection's own recent packets leave them",
+    "per run and mode (nat, dsr; rotating order), --spread connections no packet has used go through their life step by step, one test_run call of one repetition per packet: SYN, SYN-ACK (nat), ACK that promotes, data, reply (nat), server FIN (nat), client FIN, RST, reply passed to the kernel (dsr: the DIP is no nat endpoint); a step's figure is the run's mean per packet, rows the median over runs; a step follows the previous one on the same connections, so their entries are as warm as a connection's own recent packets leave them",
     "replies come from the DIP (the VIP's own address and port here, as in the main bench) and leave by the client's ingress (XDP_TX); the client's packets are redirected to the DIP's next hop",
     "the counters are checked after every step: each SYN installed a half-open entry, each ACK promoted one, each hit, reverse NAT and close was counted",
-    "reconciliation (--forward FILE): per new connection of the forward bench's HTTP Connection: close rows of weir, SYNs = half-open installs + SYN retransmits, promotions = connections installed, reverse NATs and hits from its data-plane counters; of the hits one client FIN per connection and of nat's reverse NATs one SYN-ACK per SYN and one server FIN per connection (a Connection: close exchange), the rest priced as data and replies; XDP runs the counters do not classify are listed, not priced",
+    "reconciliation (--forward FILE): per new connection of the forward bench's HTTP Connection: close rows of weir, SYNs = half-open installs + SYN retransmits, promotions = connections installed, reverse NATs and hits from its data-plane counters; of the hits one client FIN per connection and of nat's reverse NATs one SYN-ACK per SYN and one server FIN per connection (a Connection: close exchange), the rest priced as data and replies; in dsr the XDP runs the counters do not classify are the DIP's replies routed through the host, priced as passed replies",
 ];
 
 /// The reply frame of connection `i`: from the DIP (the VIP's address and
@@ -304,7 +326,6 @@ fn measure(args: &XdpBenchArgs) -> Result<LifecycleReport> {
         inst.fill(&progress)?;
         let mut rng = SplitMix(args.seed);
         inst.verify_installed(&mut rng)?;
-        serve_nat_replies(&inst)?;
         progress.set_message(format!("{}: filling the half-open table", family.name()));
         half_open_before = inst.flood_half_open(capacity.half_open)?;
         program = Some(report::program_size(inst.prog())?);
@@ -317,6 +338,7 @@ fn measure(args: &XdpBenchArgs) -> Result<LifecycleReport> {
                 let m = (k + r) % modes.len();
                 let mode = modes[m];
                 inst.set_mode(mode)?;
+                serve_nat_replies(&inst, mode == Mode::Nat)?;
                 let keys: Vec<u64> = (0..u64::from(args.spread)).map(|j| next + j).collect();
                 next += u64::from(args.spread);
                 if k == 0 {
@@ -325,7 +347,7 @@ fn measure(args: &XdpBenchArgs) -> Result<LifecycleReport> {
                     floor_times.push(mean_ns(floor, &syns, XdpAction::Tx)?);
                 }
                 for (s, &step) in STEPS.iter().enumerate() {
-                    if step.is_reply() && mode != Mode::Nat {
+                    if !step.in_mode(mode) {
                         continue;
                     }
                     let pkts: Vec<Vec<u8>> =
@@ -385,10 +407,11 @@ fn measure(args: &XdpBenchArgs) -> Result<LifecycleReport> {
     })
 }
 
-/// Lets the DIP's replies that have no reverse entry yet (the SYN-ACK) find
-/// their half-open connection: the DIP endpoint serves the VIP, as `weir
-/// serve` writes it for a nat DIP.
-fn serve_nat_replies(inst: &Inst) -> Result<()> {
+/// With `nat`, lets the DIP's replies that have no reverse entry yet (the
+/// SYN-ACK) find their half-open connection: the DIP endpoint serves the
+/// VIP, as `weir serve` writes it for a nat DIP; without, a dsr DIP is no
+/// nat endpoint.
+fn serve_nat_replies(inst: &Inst, nat: bool) -> Result<()> {
     let (addr, family) = addr_words(inst.family.vip());
     let endpoint = weir_endpoint {
         addr,
@@ -402,8 +425,12 @@ fn serve_nat_replies(inst: &Inst) -> Result<()> {
     };
     vips.vips[0].addr = addr;
     vips.vips[0].port = VIP_PORT.to_be();
-    inst.maps
-        .sync_nat_endpoints(&[(endpoint, vips)].into_iter().collect())
+    let wanted = if nat {
+        [(endpoint, vips)].into_iter().collect()
+    } else {
+        Default::default()
+    };
+    inst.maps.sync_nat_endpoints(&wanted)
 }
 
 /// Mean ns per packet of one call per packet, each with verdict `want`.
@@ -501,7 +528,9 @@ impl ForwardClose {
 /// A connection's packets of each step, from the forward bench's counters
 /// per connection: of the hits one client FIN, of nat's reverse NATs one
 /// SYN-ACK per SYN and one server FIN (a `Connection: close` exchange); the
-/// rest are data and replies. A retransmitted SYN is priced as a SYN.
+/// rest are data and replies. A retransmitted SYN is priced as a SYN. In
+/// dsr the XDP runs the counters do not classify are the DIP's replies
+/// routed through the host (passed to the kernel).
 fn steps_of(mix: &PacketMix, mode: Mode) -> Vec<(Step, f64)> {
     let syns = mix.syns + mix.syn_retransmits;
     let client_fin = mix.hits.min(1.0);
@@ -519,6 +548,8 @@ fn steps_of(mix: &PacketMix, mode: Mode) -> Vec<(Step, f64)> {
             (Step::Reply, mix.reverse_nats - syn_ack - server_fin),
             (Step::ServerFin, server_fin),
         ]);
+    } else {
+        out.push((Step::Passed, mix.unclassified()));
     }
     out
 }
@@ -554,7 +585,7 @@ pub fn render(r: &LifecycleReport) -> String {
             .map(|(step, n)| format!("{n:.2} {}", step.name()))
             .collect();
         out += &format!(
-            "\nweir {} HTTP Connection: close, per connection: {}; {:.2} XDP runs unclassified\n  \
+            "\nweir {} HTTP Connection: close, per connection: {}; {:.2} XDP runs not classified by the counters\n  \
              predicted {:.0} ns BPF, measured {:.0} ns: {:.2}x\n",
             c.mode.name(),
             parts.join(", "),
@@ -610,19 +641,21 @@ mod tests {
         let total: f64 = nat.iter().map(|(_, n)| n).sum();
         assert_eq!(total, mix.xdp_runs - mix.unclassified());
         let dsr = steps_of(&mix, Mode::Dsr);
-        assert!(dsr.iter().all(|(s, _)| !s.is_reply()));
+        assert!(dsr.iter().all(|(s, _)| s.in_mode(Mode::Dsr)));
+        assert_eq!(dsr.last(), Some(&(Step::Passed, mix.unclassified())));
     }
 
     #[test]
-    fn dsr_has_no_reply_steps_and_every_step_is_counted() {
+    fn dsr_replies_pass_and_every_step_is_counted() {
         for step in STEPS {
             assert!(!step.counted(Mode::Dsr).is_empty());
-            assert_eq!(step.verdict() == XdpAction::Tx, step.is_reply());
+            assert_eq!(step.verdict() == XdpAction::Redirect, !step.is_reply());
         }
         assert_eq!(
-            STEPS.iter().filter(|s| !s.is_reply()).count(),
-            5,
-            "SYN, promote, data, client FIN and RST reach weir in dsr"
+            STEPS.iter().filter(|s| s.in_mode(Mode::Dsr)).count(),
+            6,
+            "SYN, promote, data, client FIN, RST and the passed reply in dsr"
         );
+        assert_eq!(STEPS.iter().filter(|s| s.in_mode(Mode::Nat)).count(), 8);
     }
 }
