@@ -107,14 +107,8 @@ mod tests {
         assert_eq!(mix.hits, 4.0);
         assert_eq!(mix.reverse_nats, 3.0);
         assert_eq!(mix.unclassified(), 0.5);
-        let other = PacketMix {
-            hits: 6.0,
-            ..mix
-        };
-        let third = PacketMix {
-            hits: 9.0,
-            ..mix
-        };
+        let other = PacketMix { hits: 6.0, ..mix };
+        let third = PacketMix { hits: 9.0, ..mix };
         assert_eq!(PacketMix::median(&[mix, other, third]).unwrap().hits, 6.0);
         assert_eq!(PacketMix::median(&[]), None);
     }

@@ -350,8 +350,7 @@ fn measure(args: &XdpBenchArgs) -> Result<LifecycleReport> {
                     if !step.in_mode(mode) {
                         continue;
                     }
-                    let pkts: Vec<Vec<u8>> =
-                        keys.iter().map(|&i| step.packet(family, i)).collect();
+                    let pkts: Vec<Vec<u8>> = keys.iter().map(|&i| step.packet(family, i)).collect();
                     let before = inst.maps.stats()?;
                     times[m][s].push(mean_ns(inst.prog(), &pkts, step.verdict())?);
                     let after = inst.maps.stats()?;
@@ -471,18 +470,19 @@ impl ForwardClose {
                 _ => continue,
             };
             let bpf = row["bpf_ns_per_request"].as_f64().with_context(|| {
-                format!("{}: weir's close row has no bpf_ns_per_request", path.display())
+                format!(
+                    "{}: weir's close row has no bpf_ns_per_request",
+                    path.display()
+                )
             })?;
-            let mix: PacketMix =
-                serde_json::from_value(row["packets_per_connection"].clone()).with_context(
-                    || {
-                        format!(
-                            "{}: weir's close row has no packets_per_connection: rerun `weir-lab \
+            let mix: PacketMix = serde_json::from_value(row["packets_per_connection"].clone())
+                .with_context(|| {
+                    format!(
+                        "{}: weir's close row has no packets_per_connection: rerun `weir-lab \
                              bench forward --trials http` with this build",
-                            path.display()
-                        )
-                    },
-                )?;
+                        path.display()
+                    )
+                })?;
             rows.push((mode, bpf, mix));
         }
         ensure!(
@@ -509,7 +509,11 @@ impl ForwardClose {
             let mut predicted = 0.0;
             for &(step, n) in &packets {
                 predicted += n * ns(step).with_context(|| {
-                    format!("no {} row in {} mode to price with", step.name(), mode.name())
+                    format!(
+                        "no {} row in {} mode to price with",
+                        step.name(),
+                        mode.name()
+                    )
                 })?;
             }
             out.push(Reconciliation {
