@@ -97,6 +97,7 @@ fn weir_nat_and_nftables_carry_http_keep_alive_and_close() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Connection: close"), "{stdout}");
     assert!(stdout.contains("the daemon's threads"), "{stdout}");
+    assert!(stdout.contains("XDP packets per connection"), "{stdout}");
     let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
 

@@ -506,6 +506,19 @@ fn render_http(r: &Report) -> String {
             .iter()
             .map(|(name, ns)| format!("{name} {ns:.0}"))
             .collect();
+        if let Some(m) = &row.packets_per_connection {
+            out += &format!(
+                "{} {}: XDP packets per connection: {:.1} SYN, {:.1} promoting ACK, {:.1} hits, \
+                 {:.1} reverse NAT, {:.1} other\n",
+                row.balancer.label(),
+                row.mode.label(),
+                m.syns + m.syn_retransmits,
+                m.promotions,
+                m.hits,
+                m.reverse_nats,
+                m.unclassified()
+            );
+        }
         out += &format!(
             "{} {}: the daemon's threads, ns per request: {}\n",
             row.balancer.label(),
