@@ -97,6 +97,7 @@ fn weir_nat_and_nftables_carry_http_keep_alive_and_close() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Connection: close"), "{stdout}");
     assert!(stdout.contains("the daemon's threads"), "{stdout}");
+    assert!(stdout.contains("XDP packets per connection"), "{stdout}");
     let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
 
@@ -124,7 +125,26 @@ fn weir_nat_and_nftables_carry_http_keep_alive_and_close() {
             let least = if mode == "close" { 7.0 } else { 2.0 };
             assert!(runs >= least, "{runs} XDP runs per request: {t:#}");
             assert!(t["process_ns"].is_f64(), "no daemon CPU read: {t:#}");
+            // The data-plane counters classify the packets: in close mode
+            // every connection was dispatched by its SYN and promoted by
+            // its ACK, and nat rewrote its replies back.
+            let mix = &t["packets_per_connection"];
+            let per_connection = f(t, "bpf_runs") / connections;
+            assert!((f(mix, "xdp_runs") - per_connection).abs() < 1e-6, "{t:#}");
+            if mode == "close" {
+                assert!((0.95..=1.2).contains(&f(mix, "syns")), "{mix:#}");
+                assert!((0.95..=1.05).contains(&f(mix, "promotions")), "{mix:#}");
+                assert!(f(mix, "hits") >= 2.0, "request and FIN: {mix:#}");
+                assert!(f(mix, "reverse_nats") >= 3.0, "{mix:#}");
+                let classified = f(mix, "syns")
+                    + f(mix, "syn_retransmits")
+                    + f(mix, "promotions")
+                    + f(mix, "hits")
+                    + f(mix, "reverse_nats");
+                assert!(f(mix, "xdp_runs") - classified < 0.1, "{mix:#}");
+            }
         } else {
+            assert!(t["packets_per_connection"].is_null(), "{t:#}");
             assert!(t["bpf_ns"].is_null(), "{t:#}");
             assert!(t["process_ns"].is_null(), "{t:#}");
         }

@@ -177,6 +177,15 @@ impl Running<'_> {
         Ok(ids.into_iter().collect())
     }
 
+    /// weir's data-plane counters (`stats`, folded per CPU), from its
+    /// pinned maps; None for the others.
+    pub fn weir_counters(&self) -> Result<Option<Vec<u64>>> {
+        self.daemon
+            .as_ref()
+            .map(|d| weir_dataplane::maps::Maps::pinned(&d.pin_dir)?.stats())
+            .transpose()
+    }
+
     /// Stops the load balancer; the namespace is as before [`start`].
     pub fn stop(mut self) -> Result<()> {
         self.teardown()

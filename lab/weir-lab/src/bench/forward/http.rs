@@ -34,6 +34,7 @@ use weir_dataplane::runstats::RunStats;
 
 use super::balancer::{self, Balancer, Running, Service};
 use super::http_load::{self, ClientRecord, HttpMode, HttpServer};
+use super::packet_mix::PacketMix;
 use crate::netns::sysctl_in;
 use crate::topology::{resolve_backend_neighbours, Lab};
 
@@ -65,6 +66,8 @@ pub struct HttpTrial {
     /// Of it, each thread's (by name, threads of one name summed), ns:
     /// where the daemon's time goes (sweeper, API, next hops, ...).
     pub process_threads_ns: BTreeMap<String, f64>,
+    /// weir's packets of each kind per connection (its data-plane counters).
+    pub packets_per_connection: Option<PacketMix>,
     pub elapsed_s: f64,
 }
 
@@ -179,6 +182,7 @@ impl HttpTestbed {
                 .map(Option::unwrap_or_default)
         };
         let (napi0, bpf0, proc0, threads0) = (napi()?, bpf()?, proc_ticks()?, thread_ticks()?);
+        let counters0 = running.weir_counters()?;
         let start = Instant::now();
         let handles = http_load::load(
             &self.lab.client,
@@ -197,6 +201,7 @@ impl HttpTestbed {
             .collect::<Result<_>>()?;
         let elapsed = start.elapsed();
         let (napi1, bpf1, proc1, threads1) = (napi()?, bpf()?, proc_ticks()?, thread_ticks()?);
+        let counters1 = running.weir_counters()?;
         let tick_ns = 1e9 / crate::cpus::ticks_per_second();
         let mut latencies: Vec<u32> = records
             .iter()
@@ -217,10 +222,15 @@ impl HttpTestbed {
                 b.run_cnt.saturating_sub(a.run_cnt),
             )
         });
+        let connections: u64 = records.iter().map(|r| r.connections).sum();
+        let packets_per_connection = counters0
+            .zip(counters1)
+            .zip(bpf_delta)
+            .map(|((a, b), (_, runs))| PacketMix::between(&a, &b, runs).per(connections as f64));
         Ok(HttpTrial {
             mode,
             requests,
-            connections: records.iter().map(|r| r.connections).sum(),
+            connections,
             failed,
             first_error,
             requests_per_s: requests as f64 / elapsed.as_secs_f64(),
@@ -240,6 +250,7 @@ impl HttpTestbed {
                 })
                 .filter(|&(_, ns)| ns > 0.0)
                 .collect(),
+            packets_per_connection,
             elapsed_s: elapsed.as_secs_f64(),
         })
     }
@@ -283,6 +294,7 @@ mod tests {
             bpf_runs: Some(10_000),
             process_ns: Some(5e5),
             process_threads_ns: BTreeMap::new(),
+            packets_per_connection: None,
             elapsed_s: 10.0,
         };
         assert_eq!(t.kernel_ns(), 2e6);

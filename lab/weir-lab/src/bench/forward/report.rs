@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use weir_plot::{Axis, Bar, Bars, Figure, Panel, Style};
 
-use super::{Balancer, ForwardBenchArgs, HttpMode, HttpTrial, TcpTrial, Trial};
+use super::{Balancer, ForwardBenchArgs, HttpMode, HttpTrial, PacketMix, TcpTrial, Trial};
 
 /// One balancer at one flow count, over the runs.
 #[derive(Debug, Clone, Serialize)]
@@ -79,6 +79,9 @@ pub struct HttpRow {
     pub process_threads_ns_per_request: BTreeMap<String, f64>,
     /// weir's XDP runs (packets) per request, median.
     pub bpf_runs_per_request: Option<f64>,
+    /// weir's packets of each kind per connection (its data-plane
+    /// counters), field-wise median over the runs.
+    pub packets_per_connection: Option<PacketMix>,
     /// Medians of the per-run ratios to nftables in the same mode.
     pub requests_per_s_vs_nftables: Option<f64>,
     pub p50_vs_nftables: Option<f64>,
@@ -361,6 +364,12 @@ fn http_rows(balancers: &[Balancer], trials: &[HttpTrialRecord]) -> Vec<HttpRow>
                     mine.iter()
                         .map(|t| t.trial.bpf_runs.map(|r| per_request(&t.trial, r as f64))),
                 ),
+                packets_per_connection: PacketMix::median(
+                    &mine
+                        .iter()
+                        .filter_map(|t| t.trial.packets_per_connection)
+                        .collect::<Vec<_>>(),
+                ),
                 requests_per_s_vs_nftables: ratio(Balancer::Nftables, |t| t.requests_per_s),
                 p50_vs_nftables: ratio(Balancer::Nftables, |t| t.p50_us),
                 lb_cpu_vs_nftables: ratio(Balancer::Nftables, |t| t.lb_ns() / t.requests as f64),
@@ -372,7 +381,7 @@ fn http_rows(balancers: &[Balancer], trials: &[HttpTrialRecord]) -> Vec<HttpRow>
 }
 
 /// The median; NaN for none.
-fn median(v: &[f64]) -> f64 {
+pub(super) fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -497,6 +506,19 @@ fn render_http(r: &Report) -> String {
             .iter()
             .map(|(name, ns)| format!("{name} {ns:.0}"))
             .collect();
+        if let Some(m) = &row.packets_per_connection {
+            out += &format!(
+                "{} {}: XDP packets per connection: {:.1} SYN, {:.1} promoting ACK, {:.1} hits, \
+                 {:.1} reverse NAT, {:.1} other\n",
+                row.balancer.label(),
+                row.mode.label(),
+                m.syns + m.syn_retransmits,
+                m.promotions,
+                m.hits,
+                m.reverse_nats,
+                m.unclassified()
+            );
+        }
         out += &format!(
             "{} {}: the daemon's threads, ns per request: {}\n",
             row.balancer.label(),
@@ -760,6 +782,7 @@ mod tests {
                 .map(|ns| ("weir-sweeper".to_string(), ns))
                 .into_iter()
                 .collect(),
+            packets_per_connection: None,
             elapsed_s: 10.0,
         }
     }

@@ -86,6 +86,7 @@ use weir_progress::Progress;
 
 mod concurrent;
 pub(in crate::bench) mod instance;
+mod lifecycle;
 mod lru_compare;
 pub(in crate::bench) mod net;
 pub(in crate::bench) mod packet;
@@ -174,6 +175,17 @@ pub struct XdpBenchArgs {
     /// Seed of the random choice of measured connections.
     #[arg(long, default_value_t = 0x7765_6972)]
     pub seed: u64,
+    /// Instead of the rows above: the cost of each packet of a short TCP
+    /// connection's life (SYN, SYN-ACK, the ACK that promotes, data, reply,
+    /// FIN, RST) in nat and dsr, on the largest --sizes table with a full
+    /// half-open table (lifecycle.rs).
+    #[arg(long)]
+    pub lifecycle: bool,
+    /// With --lifecycle: price the packets per connection of a `weir-lab
+    /// bench forward --trials http --json` report's Connection: close rows
+    /// and set them against the BPF time per connection it measured.
+    #[arg(long, value_name = "FILE", requires = "lifecycle")]
+    pub forward: Option<PathBuf>,
     /// Compare every row with the same row of an earlier `--json` report
     /// (printed as SLOWER where it got slower) and the program's size with
     /// that report's.
@@ -197,6 +209,8 @@ impl Default for XdpBenchArgs {
             lru: Lru::Shared,
             compare_lru: false,
             seed: 0x7765_6972,
+            lifecycle: false,
+            forward: None,
             baseline: None,
         }
     }
@@ -260,6 +274,9 @@ const METHOD: &[&str] = &[
 
 /// Runs the benchmark, prints the table and writes the JSON if asked.
 pub fn run(args: &XdpBenchArgs) -> Result<()> {
+    if args.lifecycle {
+        return lifecycle::run(args);
+    }
     let mut report = measure(args)?;
     if let Some(path) = &args.baseline {
         report::compare_with_baseline(&mut report, path)?;
