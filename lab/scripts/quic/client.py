@@ -21,6 +21,8 @@ its requests, 1 otherwise.
 import argparse
 import asyncio
 import json
+import os
+import signal
 import socket
 import ssl
 import sys
@@ -154,4 +156,7 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
+    # Interrupted: stop at once, with no report (the connections' records
+    # would be incomplete).
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
     sys.exit(asyncio.run(main()))
