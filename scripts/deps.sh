@@ -43,7 +43,9 @@ AIOQUIC_VERSION=1.7.2
 if ! "$AIOQUIC_VENV/bin/python" -c "import aioquic, sys; sys.exit(aioquic.__version__ != '$AIOQUIC_VERSION')" 2>/dev/null; then
     dpkg-query -W -f='${Status}' python3-venv 2>/dev/null | grep -q "install ok installed" || {
         echo "deps: installing python3-venv"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
     }
     echo "deps: installing aioquic $AIOQUIC_VERSION in $AIOQUIC_VENV"
     mkdir -p "$(dirname "$AIOQUIC_VENV")"
