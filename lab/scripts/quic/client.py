@@ -7,7 +7,7 @@ with the name of the backend that served it; see backend.py). With
 local UDP port and to the next connection ID the server issued, as a client
 does when its NAT rebinds or it changes networks.
 
-Prints "established" once every connection finished its handshake, then one
+Prints "established" once every handshake ended (made or failed), then one
 JSON object a line per connection when it ends:
   {"conn": 3, "served_by": ["backend-2", ...], "ports": [40001, 51234],
    "cids": ["1f0b02...", "1f0b02..."], "error": null}

@@ -10,7 +10,7 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use weir_lab::topology::Lab;
+use weir_lab::topology::{backend_addr, Lab, VIPS};
 use weir_sys::process::ChildSetup;
 
 use super::process::Interrupted;
@@ -79,21 +79,15 @@ impl Script {
         }
     }
 
-    /// Waits for the line `want`; panics after `limit` or when the script
-    /// ends first.
+    /// Waits for the next line, which must be `want`; panics after `limit`
+    /// or when the script ends first.
     fn wait_line(&self, want: &str, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line == want => return,
-                Ok(line) => panic!("{}: {line:?} before {want:?}", self.what),
-                Err(RecvTimeoutError::Timeout) => {
-                    panic!("{}: no {want:?} in {limit:?}", self.what)
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    panic!("{}: ended before {want:?}", self.what)
-                }
+        match self.lines.recv_timeout(limit) {
+            Ok(line) if line == want => {}
+            Ok(line) => panic!("{}: {line:?} before {want:?}", self.what),
+            Err(RecvTimeoutError::Timeout) => panic!("{}: no {want:?} in {limit:?}", self.what),
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("{}: ended before {want:?}", self.what)
             }
         }
     }
@@ -101,7 +95,8 @@ impl Script {
 
 /// An aioquic backend `backend-{b}` in each backend namespace of the lab,
 /// issuing connection IDs with server ID `server_ids[b - 1]` (hex) under
-/// `config_id`, listening on its own address and on the DSR VIPs.
+/// `config_id`, listening on its own address (nat) and on the lab's VIPs
+/// (dsr: its replies leave from the VIP's address).
 pub struct QuicBackends(Vec<Script>);
 
 impl QuicBackends {
@@ -121,7 +116,7 @@ impl QuicBackends {
                     "--config-id".to_string(),
                     config_id.to_string(),
                 ];
-                for addr in [format!("10.77.{b}.2"), "10.77.100.2".to_string()] {
+                for addr in std::iter::once(backend_addr(b)).chain(VIPS) {
                     args.push("--listen".to_string());
                     args.push(format!("{addr}:{port}"));
                 }
