@@ -35,3 +35,20 @@ if [ "$(printf '%s\n%s\n' "$MIN_RUST" "$have" | sort -V | head -1)" != "$MIN_RUS
     echo "deps: rustc $have is older than $MIN_RUST; install a newer toolchain (rustup) and retry" >&2
     exit 1
 fi
+
+# aioquic, the QUIC stack of the QUIC lab's backends and client
+# (lab/scripts/quic/), in a venv of its own: Debian 12 does not package it.
+AIOQUIC_VENV=/opt/weir-lab/aioquic
+AIOQUIC_VERSION=1.7.2
+if ! "$AIOQUIC_VENV/bin/python" -c "import aioquic, sys; sys.exit(aioquic.__version__ != '$AIOQUIC_VERSION')" 2>/dev/null; then
+    dpkg-query -W -f='${Status}' python3-venv 2>/dev/null | grep -q "install ok installed" || {
+        echo "deps: installing python3-venv"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    }
+    echo "deps: installing aioquic $AIOQUIC_VERSION in $AIOQUIC_VENV"
+    mkdir -p "$(dirname "$AIOQUIC_VENV")"
+    python3 -m venv "$AIOQUIC_VENV"
+    "$AIOQUIC_VENV/bin/pip" install -q "aioquic==$AIOQUIC_VERSION"
+fi

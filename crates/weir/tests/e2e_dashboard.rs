@@ -17,6 +17,10 @@
 //! With the software tier, the page shows each worker the API shows, its
 //! utilization over time and its socket counters.
 //!
+//! A QUIC VIP (aioquic backends and clients, lab/scripts/quic/): the page
+//! shows its connection-ID layout and the routing counters the API shows,
+//! for the VIP and each DIP with its server ID.
+//!
 //! `weir kv` (a client, the switch and 2 memcached servers, the UDP path
 //! with its cache): the same page draws the pool from weir kv's own status,
 //! with the per-server requests, the hit ratio and the hot keys the API
@@ -44,6 +48,7 @@ use weir_lab::kv::testbed::McClient;
 use weir_lab::topology::Lab;
 
 mod common;
+use common::quic::{QuicBackends, QuicClient, QuicLoad};
 use common::{call, command_in, serial, start_backends, start_daemon, Interrupted, TempDir};
 
 const API: &str = "127.0.0.1:9190";
@@ -397,6 +402,90 @@ fn the_dashboard_shows_the_software_tiers_workers() {
             page["lines"][format!("cpu {cpu}")].as_u64().unwrap_or(0) >= 2,
             "no utilization line for cpu {cpu}: {page}"
         );
+    }
+}
+
+const READ_QUIC: &str = r#"(() => {
+  const t = document.querySelector('section[data-vip="quic"] table.quic');
+  if (!t) return null;
+  const rows = {};
+  for (const r of t.querySelectorAll("tr[data-quic]")) {
+    const o = {};
+    for (const f of ["server_id", "cid_routed", "cid_fallback", "cid_unknown"]) {
+      const c = r.querySelector(`[data-field="${f}"]`);
+      if (c) o[f] = c.textContent;
+    }
+    rows[r.dataset.quic] = o;
+  }
+  return { title: t.parentElement.querySelector("h3").textContent, rows };
+})()"#;
+
+#[test]
+fn the_dashboard_shows_a_quic_vips_routing_counters_per_vip_and_dip() {
+    let _one = serial();
+    let lab = Lab::build(2).expect("building the lab");
+    let _backends = QuicBackends::start(&lab, &["0b01", "0b02"], 0, 4433);
+    let mut config = format!(
+        "[dataplane]\ninterfaces = [\"wc0\", \"wb1\", \"wb2\"]\n\n[api]\nlisten = \"{API}\"\n\n\
+         [[vip]]\nname = \"quic\"\naddress = \"10.77.100.1\"\nport = 4433\nprotocol = \"udp\"\n\
+         mode = \"nat\"\nquic = {{ server_id_len = 2, config_id = 0 }}\n"
+    );
+    for b in 1..=2 {
+        config += &format!("[[vip.dip]]\naddress = \"10.77.{b}.2\"\nserver_id = \"0b0{b}\"\n");
+    }
+    let _d = start_daemon(&lab, &config);
+    // Connections that move to a new port: short-header packets routed by ID.
+    let conns = QuicClient::run(
+        &lab,
+        "10.77.100.1:4433".parse().unwrap(),
+        &QuicLoad {
+            connections: 8,
+            requests: 4,
+            interval: Duration::from_millis(50),
+            migrate_after: 2,
+            timeout: Duration::from_secs(3),
+        },
+    );
+    assert!(conns.iter().all(|c| c.error.is_none()), "{conns:?}");
+
+    let mut b = open(&lab.lb, API);
+    b.wait_for(
+        "document.querySelector('section[data-vip=\"quic\"] table.quic') !== null",
+        Duration::from_secs(10),
+    )
+    .unwrap_or_else(|e| panic!("the page shows no QUIC table: {e:#}"));
+    let st = status(&lab.lb, API);
+    sampled_after(&mut b, st["at_unix_ms"].as_u64().unwrap());
+    let page = b.eval(READ_QUIC).unwrap();
+    let vip = &st["vips"][0];
+    assert_eq!(
+        page["title"], "QUIC: server_id_len 2, config_id 0",
+        "{page}"
+    );
+    assert!(
+        vip["quic"]["cid_routed"].as_u64().unwrap() > 0,
+        "no packet was routed by connection ID: {vip}"
+    );
+    let counters = ["cid_routed", "cid_fallback", "cid_unknown"];
+    for k in counters {
+        assert_eq!(
+            page["rows"]["vip"][k].as_str(),
+            Some(text(&vip["quic"][k]).as_str()),
+            "VIP {k}: page {page}, API {}",
+            vip["quic"]
+        );
+    }
+    for (id, dip) in api_dips(&st) {
+        let row = &page["rows"][id.as_str()];
+        assert_eq!(row["server_id"], dip["quic"]["server_id"], "{id}: {row}");
+        for k in counters {
+            assert_eq!(
+                row[k].as_str(),
+                Some(text(&dip["quic"][k]).as_str()),
+                "{id} {k}: page {row}, API {}",
+                dip["quic"]
+            );
+        }
     }
 }
 

@@ -7,8 +7,9 @@
 //! calls inside a namespace (`http`), signals, namespaces and child
 //! processes (`process`), raw frames (`packet_socket`), an immutable
 //! directory (`immutable`), what a refused start must not leave
-//! (`leftovers`), temporary directories (`temp`) and bounded
-//! waits (`wait`). The topology, daemon, backends and clients themselves are
+//! (`leftovers`), temporary directories (`temp`), bounded
+//! waits (`wait`) and the QUIC lab's aioquic backends and client
+//! (`quic`). The topology, daemon, backends and clients themselves are
 //! weir_lab's.
 // Each test binary uses its own part of the harness.
 #![allow(dead_code, unused_imports)]
@@ -22,6 +23,7 @@ pub mod immutable;
 pub mod leftovers;
 pub mod packet_socket;
 pub mod process;
+pub mod quic;
 pub mod status;
 pub mod temp;
 pub mod wait;

@@ -2,8 +2,10 @@
 // /api/v1/status): an overview, then per VIP its DIPs over time (share of
 // new connections, new connections/s, capacity, load, weight and class in
 // force, table version) and in a table (health, weights, counts, the
-// controller's estimates); the table versions as they change; the
-// software tier's workers; the data plane's counters.
+// controller's estimates), and for a QUIC VIP how its packets were routed
+// (by connection ID, fallback, unknown server ID; per VIP and DIP); the
+// table versions as they change; the software tier's workers; the data
+// plane's counters.
 
 import { h, count, num, pct, rate, clock, table, cell, stat, rates, values } from "./dom.js";
 import { timeChart, color } from "./chart.js";
@@ -195,6 +197,35 @@ function dipTable(hist, v) {
   );
 }
 
+const QUIC_COUNTERS = ["cid_routed", "cid_fallback", "cid_unknown"];
+
+/** A QUIC VIP's routing counters: the VIP's, then each DIP's with its server ID. */
+function quicTable(v) {
+  if (!v.quic) return null;
+  const counters = (q) => QUIC_COUNTERS.map((k) => cell(k, q?.[k], count(q?.[k])));
+  return h(
+    "div",
+    { class: "quic" },
+    h("h3", {}, `QUIC: server_id_len ${v.quic.server_id_len}, config_id ${v.quic.config_id}`),
+    table(
+      "quic",
+      ["", "server ID", "CID-routed", "fallback", "unknown ID"],
+      [
+        h("tr", { "data-quic": "vip" }, h("td", { class: "id" }, "VIP"), h("td", {}, ""), ...counters(v.quic)),
+        ...(v.dips ?? []).map((d) =>
+          h(
+            "tr",
+            { "data-quic": d.id },
+            h("td", { class: "id" }, d.id),
+            cell("server_id", d.quic?.server_id, d.quic?.server_id ?? "–"),
+            ...counters(d.quic),
+          ),
+        ),
+      ],
+    ),
+  );
+}
+
 function vipSection(hist, v, span) {
   return h(
     "section",
@@ -215,6 +246,7 @@ function vipSection(hist, v, span) {
     ),
     vipCharts(hist, v, span),
     dipTable(hist, v),
+    quicTable(v),
   );
 }
 

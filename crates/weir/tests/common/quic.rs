@@ -1,0 +1,268 @@
+//! The QUIC lab's aioquic backends and client (lab/scripts/quic/), run in
+//! the lab's namespaces from the venv that scripts/deps.sh installs.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use weir_lab::topology::{backend_addr, Lab, VIPS};
+use weir_sys::process::ChildSetup;
+
+use super::process::Interrupted;
+use super::repo;
+
+/// The venv with aioquic (scripts/deps.sh).
+pub const AIOQUIC_VENV: &str = "/opt/weir-lab/aioquic";
+
+fn python() -> PathBuf {
+    let p = PathBuf::from(AIOQUIC_VENV).join("bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: the QUIC tests need aioquic in the venv {AIOQUIC_VENV}; \
+         run scripts/deps.sh as root to install it",
+        p.display()
+    );
+    p
+}
+
+/// `lab/scripts/quic/<script> <args>` in namespace `ns`, stdout piped,
+/// killed with the test.
+fn script_in(ns: &str, script: &str, args: &[String]) -> Command {
+    let netns = std::fs::File::open(format!("/run/netns/{ns}"))
+        .unwrap_or_else(|e| panic!("namespace {ns}: {e}"));
+    let mut cmd = Command::new(python());
+    cmd.arg(repo().join("lab/scripts/quic").join(script))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    ChildSetup {
+        netns: Some(netns),
+        die_with_parent: true,
+        ..ChildSetup::default()
+    }
+    .apply_to(&mut cmd)
+    .expect("a child setup with a namespace");
+    cmd
+}
+
+/// A started script and its stdout, a line at a time.
+struct Script {
+    child: Interrupted,
+    lines: Receiver<String>,
+    what: String,
+}
+
+impl Script {
+    fn start(ns: &str, script: &str, args: &[String]) -> Script {
+        let what = format!("{script} {}", args.join(" "));
+        let mut child = script_in(ns, script, args)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {what}: {e}"));
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Script {
+            child: Interrupted(child),
+            lines,
+            what,
+        }
+    }
+
+    /// Waits for the next line, which must be `want`; panics after `limit`
+    /// or when the script ends first.
+    fn wait_line(&self, want: &str, limit: Duration) {
+        match self.lines.recv_timeout(limit) {
+            Ok(line) if line == want => {}
+            Ok(line) => panic!("{}: {line:?} before {want:?}", self.what),
+            Err(RecvTimeoutError::Timeout) => panic!("{}: no {want:?} in {limit:?}", self.what),
+            Err(RecvTimeoutError::Disconnected) => {
+                panic!("{}: ended before {want:?}", self.what)
+            }
+        }
+    }
+}
+
+/// An aioquic backend `backend-{b}` in each backend namespace of the lab,
+/// issuing connection IDs with server ID `server_ids[b - 1]` (hex) under
+/// `config_id`, listening on its own address (nat) and on the lab's VIPs
+/// (dsr: its replies leave from the VIP's address).
+pub struct QuicBackends(Vec<Script>);
+
+impl QuicBackends {
+    pub fn start(lab: &Lab, server_ids: &[&str], config_id: u8, port: u16) -> QuicBackends {
+        let started: Vec<Script> = lab
+            .backends
+            .iter()
+            .zip(server_ids)
+            .enumerate()
+            .map(|(i, (ns, sid))| {
+                let b = i + 1;
+                let mut args = vec![
+                    "--name".to_string(),
+                    format!("backend-{b}"),
+                    "--server-id".to_string(),
+                    sid.to_string(),
+                    "--config-id".to_string(),
+                    config_id.to_string(),
+                ];
+                for addr in std::iter::once(backend_addr(b)).chain(VIPS) {
+                    args.push("--listen".to_string());
+                    args.push(format!("{addr}:{port}"));
+                }
+                Script::start(ns, "backend.py", &args)
+            })
+            .collect();
+        for s in &started {
+            s.wait_line("ready", Duration::from_secs(20));
+        }
+        QuicBackends(started)
+    }
+
+    /// Whether every backend still runs.
+    pub fn all_running(&mut self) -> bool {
+        self.0
+            .iter_mut()
+            .all(|s| s.child.0.try_wait().ok().flatten().is_none())
+    }
+}
+
+/// What the client did on one connection (client.py's JSON line).
+#[derive(Debug, Clone)]
+pub struct QuicConn {
+    pub served_by: Vec<String>,
+    pub ports: Vec<u16>,
+    pub cids: Vec<String>,
+    pub error: Option<String>,
+}
+
+impl QuicConn {
+    fn parse(line: &str) -> QuicConn {
+        let v: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("client line {line:?}: {e}"));
+        let strings = |k: &str| -> Vec<String> {
+            v[k].as_array()
+                .unwrap_or_else(|| panic!("no {k} in {line}"))
+                .iter()
+                .map(|s| s.as_str().unwrap().to_string())
+                .collect()
+        };
+        QuicConn {
+            served_by: strings("served_by"),
+            cids: strings("cids"),
+            ports: v["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_u64().unwrap() as u16)
+                .collect(),
+            error: v["error"].as_str().map(str::to_string),
+        }
+    }
+
+    /// The one backend that answered every request, if one did.
+    pub fn backend(&self) -> Option<&str> {
+        let first = self.served_by.first()?;
+        self.served_by
+            .iter()
+            .all(|b| b == first)
+            .then_some(first.as_str())
+    }
+}
+
+/// How the client runs: `connections` at once, each making `requests`
+/// requests `interval` apart, moving to a new source port and connection
+/// ID after request `migrate_after` (0: never).
+pub struct QuicLoad {
+    pub connections: usize,
+    pub requests: usize,
+    pub interval: Duration,
+    pub migrate_after: usize,
+    pub timeout: Duration,
+}
+
+/// client.py running in the lab's client namespace.
+pub struct QuicClient {
+    script: Script,
+    connections: usize,
+    limit: Duration,
+}
+
+impl QuicClient {
+    pub fn start(lab: &Lab, vip: SocketAddr, load: &QuicLoad) -> QuicClient {
+        let args: Vec<String> = [
+            ("--vip", vip.to_string()),
+            ("--connections", load.connections.to_string()),
+            ("--requests", load.requests.to_string()),
+            ("--interval-ms", load.interval.as_millis().to_string()),
+            ("--migrate-after", load.migrate_after.to_string()),
+            ("--timeout-s", load.timeout.as_secs_f64().to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(k, v)| [k.to_string(), v])
+        .collect();
+        // Every request waits at most the timeout: the run's bound.
+        let limit = load.timeout * 2
+            + (load.interval + load.timeout) * load.requests as u32
+            + Duration::from_secs(10);
+        QuicClient {
+            script: Script::start(&lab.client, "client.py", &args),
+            connections: load.connections,
+            limit,
+        }
+    }
+
+    /// Waits until every connection finished its handshake.
+    pub fn wait_established(&self) {
+        self.script
+            .wait_line("established", Duration::from_secs(30));
+    }
+
+    /// Whether the client still runs.
+    pub fn running(&mut self) -> bool {
+        self.script.child.0.try_wait().ok().flatten().is_none()
+    }
+
+    /// Every connection's record, once the client ends (bounded).
+    pub fn finish(self) -> Vec<QuicConn> {
+        let deadline = Instant::now() + self.limit;
+        let mut conns = Vec::new();
+        while conns.len() < self.connections {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.script.lines.recv_timeout(left) {
+                Ok(line) if line == "established" => {}
+                Ok(line) => conns.push(QuicConn::parse(&line)),
+                Err(e) => panic!(
+                    "{}: {} of {} connections reported ({e:?})",
+                    self.script.what,
+                    conns.len(),
+                    self.connections
+                ),
+            }
+        }
+        conns
+    }
+
+    /// Runs the client to its end: each connection's one backend.
+    pub fn run(lab: &Lab, vip: SocketAddr, load: &QuicLoad) -> Vec<QuicConn> {
+        QuicClient::start(lab, vip, load).finish()
+    }
+}
+
+/// The backends that answered the connections, each once.
+pub fn backends_of(conns: &[QuicConn]) -> BTreeSet<String> {
+    conns
+        .iter()
+        .filter_map(|c| c.backend().map(str::to_string))
+        .collect()
+}
