@@ -358,7 +358,11 @@ mod tests {
         let c = Config::parse("t.toml", &with_bgp("drain = \"withdraw\"", ONE)).unwrap();
         assert_eq!(*c.bgp.unwrap().drain.get_ref(), DrainMode::Withdraw);
         let e = err_of(&with_bgp("drain = \"depref\"", ONE));
-        assert_eq!((e.field.as_str(), e.line), ("bgp.drain", Some(base_lines + 3)), "{e}");
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("bgp.drain", Some(base_lines + 3)),
+            "{e}"
+        );
         assert!(
             e.message.contains("graceful-shutdown") && e.message.contains("withdraw"),
             "{e}"

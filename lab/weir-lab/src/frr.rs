@@ -83,7 +83,10 @@ impl Frr {
         }
         bgp.push_str(" address-family ipv4 unicast\n  maximum-paths 8\n");
         for p in peers {
-            bgp.push_str(&format!("  neighbor {} route-map {GSHUT_MAP} in\n", p.address));
+            bgp.push_str(&format!(
+                "  neighbor {} route-map {GSHUT_MAP} in\n",
+                p.address
+            ));
         }
         bgp.push_str(" exit-address-family\n");
         fs::write(dir.join("bgpd.conf"), bgp)?;

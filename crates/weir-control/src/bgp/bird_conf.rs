@@ -190,15 +190,24 @@ mod tests {
             depreferred: true,
         };
         let text = render(&cfg(), "weir-bgp", &drained, Path::new("/l"));
-        assert!(text.contains("route 10.0.0.100/32 via \"weir-bgp\";"), "{text}");
+        assert!(
+            text.contains("route 10.0.0.100/32 via \"weir-bgp\";"),
+            "{text}"
+        );
         for v6 in ["4", "6"] {
             let filter = text
                 .split(&format!("filter weir_export{v6} {{"))
                 .nth(1)
                 .and_then(|f| f.split("accept;").next())
                 .unwrap_or_else(|| panic!("no export filter {v6} in\n{text}"));
-            assert!(filter.contains("bgp_community.add((65535, 0));"), "{filter}");
-            assert!(filter.contains("bgp_community.add((65001, 7));"), "{filter}");
+            assert!(
+                filter.contains("bgp_community.add((65535, 0));"),
+                "{filter}"
+            );
+            assert!(
+                filter.contains("bgp_community.add((65001, 7));"),
+                "{filter}"
+            );
             assert_eq!(
                 filter.matches("bgp_path.prepend(65001);").count(),
                 DRAIN_PREPEND,

@@ -305,10 +305,7 @@ mode = "dsr"
             ..node()
         };
         let a = decide(&cfg, Some(&snap(&[])), &graceful);
-        assert_eq!(
-            verdicts(&a),
-            [("web", true), ("tls", true), ("six", false)]
-        );
+        assert_eq!(verdicts(&a), [("web", true), ("tls", true), ("six", false)]);
         assert!(a[0].depreferred && a[1].depreferred && !a[2].depreferred);
         let told = to_announce(&a);
         assert!(told.depreferred);
