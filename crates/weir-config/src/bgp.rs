@@ -32,6 +32,21 @@ fn none() -> Spanned<Vec<String>> {
 fn no() -> Spanned<bool> {
     Spanned::new(0..0, false)
 }
+fn graceful() -> Spanned<DrainMode> {
+    Spanned::new(0..0, DrainMode::GracefulShutdown)
+}
+
+/// What `weir node drain` does to this node's routes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DrainMode {
+    /// Keep every route but announce it de-preferred (the GRACEFUL_SHUTDOWN
+    /// community, RFC 8326, and a longer AS path): the routers move flows
+    /// to the other nodes, and still have this one while no other exists.
+    GracefulShutdown,
+    /// Withdraw every route.
+    Withdraw,
+}
 
 /// `[bgp]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -58,6 +73,9 @@ pub struct BgpCfg {
     /// healthy (health checks passing, weight above 0).
     #[serde(default = "min_healthy")]
     pub min_healthy_dips: Spanned<u32>,
+    /// What a drain does: de-prefer the routes or withdraw them.
+    #[serde(default = "graceful")]
+    pub drain: Spanned<DrainMode>,
     /// BFD's transmit and receive interval, for neighbours with `bfd = true`.
     #[serde(default = "bfd_interval")]
     pub bfd_interval_ms: Spanned<u32>,
@@ -262,6 +280,7 @@ mod tests {
         assert_eq!(*b.local_as.get_ref(), 65001);
         assert_eq!(*b.hold_time_s.get_ref(), 9);
         assert_eq!(*b.min_healthy_dips.get_ref(), 1);
+        assert_eq!(*b.drain.get_ref(), DrainMode::GracefulShutdown);
         assert_eq!(*b.bfd_interval_ms.get_ref(), 300);
         assert_eq!(*b.bfd_multiplier.get_ref(), 3);
         assert_eq!(b.speaker.get_ref(), &PathBuf::from("/usr/sbin/bird"));
@@ -336,6 +355,18 @@ mod tests {
             assert_eq!((e.field.as_str(), e.line), (field, Some(line)), "{e}");
             assert!(e.message.contains(words), "{e}");
         }
+        let c = Config::parse("t.toml", &with_bgp("drain = \"withdraw\"", ONE)).unwrap();
+        assert_eq!(*c.bgp.unwrap().drain.get_ref(), DrainMode::Withdraw);
+        let e = err_of(&with_bgp("drain = \"depref\"", ONE));
+        assert_eq!(
+            (e.field.as_str(), e.line),
+            ("bgp.drain", Some(base_lines + 3)),
+            "{e}"
+        );
+        assert!(
+            e.message.contains("graceful-shutdown") && e.message.contains("withdraw"),
+            "{e}"
+        );
         let e = err_of(&with_bgp("", ""));
         assert!(e.message.contains("neighbour"), "{e}");
         let e = err_of(&with_bgp("", &ONE.replace("bfd", "bdf")));

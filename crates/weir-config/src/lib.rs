@@ -28,7 +28,7 @@ pub mod tier;
 mod test_files;
 
 pub use api::{ApiCfg, MetricsCfg, DEFAULT_API_LISTEN};
-pub use bgp::{BgpCfg, Neighbour as BgpNeighbour};
+pub use bgp::{BgpCfg, DrainMode, Neighbour as BgpNeighbour};
 pub use cluster::{ClusterCfg, DEFAULT_SYNC_PORT};
 pub use controller::{ControllerCfg, OnSilent, PolicyName, TelemetryKind};
 pub use dataplane::{

@@ -640,7 +640,8 @@ fn encode_bgp(enc: &mut DescriptorEncoder, b: &crate::bgp::BgpView) -> fmt::Resu
     single(
         enc,
         "weir_bgp_drained",
-        "1 while the node is drained (weir node drain): no VIP is announced.",
+        "1 while the node is drained (weir node drain): its VIPs are withdrawn, or announced \
+         de-preferred with bgp.drain = \"graceful-shutdown\".",
         flag(b.drained),
     )?;
     family(

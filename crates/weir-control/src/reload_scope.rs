@@ -4,7 +4,7 @@
 //! interfaces, timeouts, verdicts: load-time constants of the program and
 //! of its maps), `[api]`, `[metrics]` and `[cluster]` (listeners and
 //! members started once) and `[bgp]` (the speaker's sessions; only its
-//! `min_healthy_dips` applies live) need a restart; a reload that changes any of them
+//! `min_healthy_dips` and `drain` apply live) need a restart; a reload that changes any of them
 //! is refused by name, so the daemon never claims a setting it does not run.
 
 use std::fmt::Debug;

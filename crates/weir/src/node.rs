@@ -1,6 +1,7 @@
 //! `weir node drain|undrain`: takes this node out of the routers' ECMP
-//! (every VIP withdrawn by BGP) or puts it back, through the running
-//! daemon's management API. The drain outlives restarts and takeovers.
+//! (every VIP de-preferred or withdrawn by BGP, as `bgp.drain` says) or
+//! puts it back, through the running daemon's management API. The drain
+//! outlives restarts and takeovers.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -28,8 +29,9 @@ pub struct NodeArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum NodeCmd {
-    /// Withdraw every VIP from the routers ([bgp]): new flows go to the other
-    /// nodes; established ones keep their backends where connection sync runs.
+    /// Announce every VIP de-preferred (bgp.drain = "graceful-shutdown", the
+    /// default) or withdraw it ("withdraw"): new flows go to the other nodes;
+    /// established ones keep their backends where connection sync runs.
     Drain,
     /// Announce the VIPs again (those that pass their checks).
     Undrain,

@@ -177,6 +177,9 @@ fn render_bgp(o: &mut String, b: &BgpView) {
             v.name,
             v.prefix,
             match &v.why_not {
+                None if v.announced && v.depreferred => {
+                    "announced de-preferred (node drained)".to_string()
+                }
                 None if v.announced => "announced".to_string(),
                 None => "withdrawn".to_string(),
                 Some(why) => format!("withdrawn: {why}"),

@@ -10,35 +10,57 @@
 //!   not Established, and keeps trying; the route comes once FRR is up.
 //! - A node whose DIPs fail their health checks withdraws the VIP, and
 //!   announces it again once they pass.
-//! - `weir node drain` withdraws the node's VIP; `undrain` announces it.
+//! - `weir node drain` (`drain = "graceful-shutdown"`, the default) keeps
+//!   the node's route but marks it GRACEFUL_SHUTDOWN: the router uses the
+//!   other node only, and the drained node's path stays in its table; with
+//!   `drain = "withdraw"` the path goes. `undrain` restores it.
+//! - An IPv6 VIP is announced as a /128 over IPv6 sessions and installed
+//!   by the router (`show ipv6 route json`) with both nodes as next hops.
 //! - kill -9 of a node: its route goes with it (the anchor device dies with
-//!   the process and BIRD withdraws); the time is printed.
+//!   the process and BIRD withdraws); the time is printed. The node left is
+//!   then drained gracefully: its route never leaves the router, and
+//!   traffic still reaches it.
 //! - `weir serve --takeover` withdraws nothing while it replaces a node.
 //! - A clean stop withdraws too.
+//! - With `[cluster]` (etcd tables, connection sync) as well: long-lived
+//!   connections run while a node is drained and the router moves its
+//!   flows to the other node; none breaks or changes backend.
 
 use std::fs;
-use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use weir_lab::backend::Backend;
-use weir_lab::client::http_once;
+use weir_lab::backend::BackendOptions;
+use weir_lab::client::{http_once, spawn_http};
 use weir_lab::daemon::Daemon;
-use weir_lab::frr::{Frr, Peer};
+use weir_lab::frr::{BgpPath, Frr, Peer};
+use weir_lab::netns::ip_in;
 use weir_lab::scale::topology::{
     backend_addr, node_addr, ClusterLab, ROUTER_FABRIC, VIP, VIP_PORT,
 };
 
 mod common;
-use common::{exe, serial, text, wait_for, weir, weir_in};
+use common::{exe, serial, text, wait_for, weir, weir_in, Speakers};
 
 const PREFIX: &str = "10.88.100.1/32";
 const ROUTER_AS: u32 = 65000;
 const NODE_AS: u32 = 65001;
+/// The IPv6 VIP, its route, and the fabric's IPv6 addresses (the test adds
+/// them to the lab's namespaces).
+const VIP6: &str = "fd88:100::1";
+const PREFIX6: &str = "fd88:100::1/128";
+const ROUTER_FABRIC6: &str = "fd88:1::1";
+
+fn node_addr6(i: usize) -> Ipv6Addr {
+    format!("fd88:1::{}", 10 + i).parse().unwrap()
+}
 
 /// Node `i`'s configuration: a dsr VIP over the lab's backends, health
-/// checked on `health_port`, announced to the router by BGP with BFD.
+/// checked on `health_port`, announced to the router by BGP with BFD, and
+/// an IPv6 VIP (its DIPs unchecked, so counted healthy) announced over an
+/// IPv6 session.
 fn config(lab: &ClusterLab, i: usize, health_port: u16, bgp_extra: &str) -> String {
     let mut dips = String::new();
     for j in 1..=lab.backends.len() {
@@ -67,6 +89,15 @@ mode = "dsr"
   rise = 1
   fall = 2
 {dips}
+[[vip]]
+name = "web6"
+address = "{VIP6}"
+port = {VIP_PORT}
+protocol = "tcp"
+mode = "dsr"
+  [[vip.dip]]
+  address = "fd88:1::101"
+
 [bgp]
 local_as = {NODE_AS}
 router_id = "{}"
@@ -75,26 +106,46 @@ router_id = "{}"
 address = "{ROUTER_FABRIC}"
 remote_as = {ROUTER_AS}
 bfd = true
+
+[[bgp.neighbour]]
+address = "{ROUTER_FABRIC6}"
+remote_as = {ROUTER_AS}
 "#,
         node_addr(i)
     )
 }
 
-/// BIRDs the nodes started: they outlive a killed weir by design, so the
-/// test ends them itself (declared after the daemons: dropped first).
-struct Speakers(Vec<PathBuf>);
-
-impl Drop for Speakers {
-    fn drop(&mut self) {
-        for run_dir in &self.0 {
-            let pid = fs::read_to_string(run_dir.join("bgp/bird.pid"))
-                .ok()
-                .and_then(|p| p.trim().parse::<u32>().ok());
-            if let Some(pid) = pid {
-                let _ = weir_sys::process::send_signal(pid, libc::SIGKILL);
-            }
-        }
+/// Gives the router's and the nodes' fabric ports their IPv6 addresses
+/// (without duplicate detection, so that they are usable at once).
+fn add_ipv6(lab: &ClusterLab) {
+    ip_in(
+        &lab.router,
+        &[
+            "addr",
+            "add",
+            &format!("{ROUTER_FABRIC6}/64"),
+            "dev",
+            "rf0",
+            "nodad",
+        ],
+    )
+    .unwrap();
+    for (i, n) in lab.nodes.iter().enumerate() {
+        let a = format!("{}/64", node_addr6(i + 1));
+        ip_in(n, &["addr", "add", &a, "dev", "eth0", "nodad"]).unwrap();
     }
+}
+
+/// The router's BGP path for the VIP from node `i`, if it has one.
+fn path_from(frr: &Frr, i: usize) -> Option<BgpPath> {
+    frr.bgp_paths(PREFIX)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|p| p.peer == IpAddr::V4(node_addr(i)))
+}
+
+fn gracefully_drained(p: &BgpPath) -> bool {
+    p.communities.contains("graceful-shutdown") && p.local_pref == Some(0) && !p.used
 }
 
 fn bgp(d: &Daemon) -> Value {
@@ -136,6 +187,7 @@ fn vips_follow_health_drain_and_the_nodes_life() {
     let mut n1 = Daemon::new(exe(), &lab.nodes[0]).unwrap();
     let mut n2 = Daemon::new(exe(), &lab.nodes[1]).unwrap();
     let _speakers = Speakers(vec![n1.run_dir(), n2.run_dir()]);
+    add_ipv6(&lab);
 
     // Bad [bgp]: refused by check and by serve, with the line; no speaker.
     let bad = config(&lab, 1, 80, "").replace(&format!("local_as = {NODE_AS}"), "local_as = 0");
@@ -195,6 +247,10 @@ fn vips_follow_health_drain_and_the_nodes_life() {
         }),
     )
     .expect("starting FRR");
+    for i in [1, 2] {
+        frr.add_peer6(node_addr6(i), NODE_AS)
+            .expect("adding an IPv6 neighbour to FRR");
+    }
     n2.write_config(&config(&lab, 2, 80, "")).unwrap();
     n2.start().unwrap();
     let t = wait_hops(&frr, &[1, 2], "both nodes up", &[&n1, &n2]);
@@ -217,6 +273,20 @@ fn vips_follow_health_drain_and_the_nodes_life() {
         http_once(&lab.client, SocketAddr::from((VIP, VIP_PORT)))
             .unwrap_or_else(|e| panic!("connection {i} through the BGP route: {e:#}"));
     }
+    // The IPv6 VIP: a /128 over the IPv6 sessions, both nodes next hops.
+    assert!(
+        wait_for(Duration::from_secs(20), || frr
+            .next_hops6(PREFIX6)
+            .unwrap_or(0)
+            == 2),
+        "the router's IPv6 route to {PREFIX6} has {:?} next hops, not 2\n{}\n{}",
+        frr.next_hops6(PREFIX6),
+        frr.vtysh("show bgp ipv6 unicast summary")
+            .unwrap_or_default(),
+        n1.new_log()
+    );
+    assert_eq!(bgp(&n1)["vips"][1]["prefix"], PREFIX6);
+    assert_eq!(bgp(&n1)["vips"][1]["announced"], true);
 
     // Node 1's DIPs fail their checks (nothing answers on port 81): it
     // withdraws; they pass again: it announces.
@@ -229,22 +299,66 @@ fn vips_follow_health_drain_and_the_nodes_life() {
     n1.reload(&config(&lab, 1, 80, "")).unwrap();
     wait_hops(&frr, &[1, 2], "node 1's DIPs passing again", &[&n1]);
 
-    // Drain and undrain node 2 through its API.
-    let run2 = n2.run_dir();
-    let run2 = run2.to_str().unwrap();
-    let out = weir_in(&lab.nodes[1], &["node", "drain", "--run-dir", run2]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("drained"),
-        "{}",
+    // Drain node 2 through its API (graceful-shutdown, the default): the
+    // router uses node 1 only, and still has node 2's path, de-preferred.
+    let run_dirs = [n1.run_dir(), n2.run_dir()];
+    let node_cmd = |i: usize, what: &str| {
+        let run = run_dirs[i - 1].to_str().unwrap();
+        let out = weir_in(&lab.nodes[i - 1], &["node", what, "--run-dir", run]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
         text(&out.stdout)
+    };
+    let said = node_cmd(2, "drain");
+    assert!(
+        said.contains("drained") && said.contains("de-preferred"),
+        "{said}"
     );
-    let t = wait_hops(&frr, &[1], "node 2 drained", &[&n2]);
-    println!("node 2 out of the route {t:?} after weir node drain");
-    assert_eq!(bgp(&n2)["drained"], true);
-    let out = weir_in(&lab.nodes[1], &["node", "undrain", "--run-dir", run2]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = wait_hops(&frr, &[1], "node 2 drained gracefully", &[&n2]);
+    println!("node 2 out of the router's ECMP route {t:?} after weir node drain");
+    assert!(
+        wait_for(Duration::from_secs(5), || path_from(&frr, 2)
+            .is_some_and(|p| gracefully_drained(&p))),
+        "node 2's path should stay, GRACEFUL_SHUTDOWN and not used: {:?}",
+        frr.bgp_paths(PREFIX)
+    );
+    let p1 = path_from(&frr, 1).expect("node 1's path");
+    assert!(
+        p1.used && !p1.communities.contains("graceful-shutdown"),
+        "{p1:?}"
+    );
+    let b = bgp(&n2);
+    assert_eq!(b["drained"], true);
+    assert_eq!(
+        (&b["vips"][0]["announced"], &b["vips"][0]["depreferred"]),
+        (&Value::Bool(true), &Value::Bool(true)),
+        "{b}"
+    );
+    node_cmd(2, "undrain");
     wait_hops(&frr, &[1, 2], "node 2 undrained", &[&n2]);
+    assert!(
+        wait_for(Duration::from_secs(5), || path_from(&frr, 2).is_some_and(
+            |p| p.used && !p.communities.contains("graceful-shutdown")
+        )),
+        "{:?}",
+        frr.bgp_paths(PREFIX)
+    );
+
+    // drain = "withdraw" (applied by a reload): node 1's path leaves the
+    // router's table.
+    let log = n1
+        .reload(&config(&lab, 1, 80, "drain = \"withdraw\""))
+        .unwrap();
+    assert!(log.contains("reloaded"), "{log}");
+    let said = node_cmd(1, "drain");
+    assert!(said.contains("withdrawn"), "{said}");
+    wait_hops(&frr, &[2], "node 1 drained by withdrawal", &[&n1]);
+    assert!(
+        wait_for(Duration::from_secs(5), || path_from(&frr, 1).is_none()),
+        "{:?}",
+        frr.bgp_paths(PREFIX)
+    );
+    node_cmd(1, "undrain");
+    wait_hops(&frr, &[1, 2], "node 1 undrained", &[&n1]);
 
     // kill -9 of node 1: its route goes with the process.
     n1.kill().unwrap();
@@ -254,6 +368,47 @@ fn vips_follow_health_drain_and_the_nodes_life() {
         frr.bfd_state(node_addr(1)).unwrap().as_deref(),
         Some("up"),
         "the route went with weir, not with the speaker's session"
+    );
+    assert_eq!(frr.next_hops6(PREFIX6).unwrap(), 1, "IPv6 after kill -9");
+
+    // The node left is drained gracefully: it is the only path, so the
+    // router keeps using it (read every 20 ms: never a moment without the
+    // route), and connections still reach it.
+    let watching = std::sync::atomic::AtomicBool::new(true);
+    let gaps = std::thread::scope(|s| {
+        let w = s.spawn(|| {
+            let mut gaps = 0;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                if hops(&frr) != [node_addr(2)] {
+                    gaps += 1;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            gaps
+        });
+        node_cmd(2, "drain");
+        let marked = wait_for(Duration::from_secs(10), || {
+            path_from(&frr, 2).is_some_and(|p| p.communities.contains("graceful-shutdown"))
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        watching.store(false, std::sync::atomic::Ordering::Relaxed);
+        assert!(marked, "{:?}\n{}", frr.bgp_paths(PREFIX), n2.new_log());
+        w.join().unwrap()
+    });
+    assert_eq!(
+        gaps, 0,
+        "the graceful drain of the last node left the router without a route"
+    );
+    for i in 0..10 {
+        http_once(&lab.client, SocketAddr::from((VIP, VIP_PORT)))
+            .unwrap_or_else(|e| panic!("connection {i} to the drained last node: {e:#}"));
+    }
+    node_cmd(2, "undrain");
+    assert!(
+        wait_for(Duration::from_secs(5), || path_from(&frr, 2)
+            .is_some_and(|p| !p.communities.contains("graceful-shutdown"))),
+        "{:?}",
+        frr.bgp_paths(PREFIX)
     );
 
     // An upgrade (--takeover) keeps the route: the router's next hops are
@@ -297,4 +452,107 @@ fn vips_follow_health_drain_and_the_nodes_life() {
     // A clean stop withdraws too.
     n2.stop().unwrap();
     wait_hops(&frr, &[], "node 2 stopped", &[]);
+}
+
+/// Node `i` of a cluster (etcd tables, connection sync, agents) that also
+/// announces the VIP by BGP; its API on, for `weir node drain`.
+fn cluster_config(lab: &ClusterLab, i: usize) -> String {
+    let cfg = lab
+        .node_config(i, true)
+        .replace("[api]\nlisten = \"off\"\n", "");
+    assert!(!cfg.contains("listen = \"off\""), "{cfg}");
+    format!(
+        "{cfg}\n[bgp]\nlocal_as = {NODE_AS}\nrouter_id = \"{}\"\n\
+         [[bgp.neighbour]]\naddress = \"{ROUTER_FABRIC}\"\nremote_as = {ROUTER_AS}\nbfd = true\n",
+        node_addr(i)
+    )
+}
+
+#[test]
+fn a_drain_with_connection_sync_breaks_no_connection() {
+    const CONNS: usize = 24;
+    const REQUESTS: usize = 50;
+    let _serial = serial();
+    let lab = ClusterLab::build(2, 2).expect("building the lab");
+    let opts = BackendOptions {
+        agent_window: Some(Duration::from_millis(500)),
+        ..Default::default()
+    };
+    let _backends: Vec<Backend> = lab
+        .backends
+        .iter()
+        .enumerate()
+        .map(|(j, ns)| Backend::start_with(ns, &format!("backend-{}", j + 1), &opts).unwrap())
+        .collect();
+    let frr = Frr::start(
+        &lab.router,
+        &lab.dir.join("frr"),
+        ROUTER_FABRIC,
+        ROUTER_AS,
+        &[1, 2].map(|i| Peer {
+            address: node_addr(i),
+            remote_as: NODE_AS,
+            bfd: true,
+        }),
+    )
+    .expect("starting FRR");
+    let mut daemons = Vec::new();
+    for i in 1..=2 {
+        let mut d = Daemon::new(exe(), &lab.nodes[i - 1]).unwrap();
+        d.write_config(&cluster_config(&lab, i)).unwrap();
+        d.start().unwrap_or_else(|e| panic!("node {i}: {e:#}"));
+        daemons.push(d);
+    }
+    let _speakers = Speakers(daemons.iter().map(|d| d.run_dir()).collect());
+    let all: Vec<&Daemon> = daemons.iter().collect();
+    wait_hops(&frr, &[1, 2], "both cluster nodes up", &all);
+    let vip = SocketAddr::from((VIP, VIP_PORT));
+    for i in 0..10 {
+        http_once(&lab.client, vip).unwrap_or_else(|e| panic!("new connection {i}: {e:#}"));
+    }
+
+    // Long-lived connections over both nodes, established (and synced to
+    // the other node) well before the drain.
+    let live = spawn_http(
+        &lab.client,
+        vip,
+        CONNS,
+        REQUESTS,
+        Duration::from_millis(100),
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let sync = daemons[1]
+        .status_json()
+        .map(|s| s["cluster"]["this"]["sync"].clone())
+        .unwrap_or(Value::Null);
+    assert!(
+        sync["installed"].as_u64().unwrap_or(0) > 0,
+        "node 2 installed no connection of node 1's: {sync}"
+    );
+    let out = weir_in(
+        &lab.nodes[0],
+        &[
+            "node",
+            "drain",
+            "--run-dir",
+            daemons[0].run_dir().to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = wait_hops(&frr, &[2], "node 1 drained", &all);
+    println!("node 1 out of the router's ECMP route {t:?} after weir node drain");
+
+    let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
+    let broken: Vec<_> = records.iter().filter(|r| r.violated()).collect();
+    assert!(
+        broken.is_empty(),
+        "{} of {CONNS} established connections broke or moved backend through the drain: {:?}",
+        broken.len(),
+        broken.first()
+    );
+    assert!(records.iter().all(|r| r.served_by.len() == REQUESTS));
+    for i in 0..10 {
+        http_once(&lab.client, vip)
+            .unwrap_or_else(|e| panic!("new connection {i} after the drain: {e:#}"));
+    }
 }

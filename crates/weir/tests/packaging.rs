@@ -20,7 +20,7 @@ use weir_lab::netns::{enter, ip_in, veth, NamespaceSet};
 use weir_lab::topology::Lab;
 
 mod common;
-use common::{repo, start_daemon, text, weir, Interrupted, TempDir, WEIR};
+use common::{repo, start_daemon, text, weir, Interrupted, Speakers, TempDir, WEIR};
 
 #[test]
 fn every_example_configuration_loads_without_warnings() {
@@ -381,9 +381,14 @@ fn grafana_dashboard_queries_the_metrics_weir_exports() {
              protocol = \"tcp\"\nmode = \"nat\"\n\
              [vip.health]\nkind = \"tcp\"\ninterval_ms = 100\ntimeout_ms = 50\n\
              [[vip.dip]]\naddress = \"10.77.1.2\"\nport = 8080\nagent = \"10.77.1.2:{AGENT_PORT}\"\n\
-             [[vip.dip]]\naddress = \"10.77.2.2\"\nport = 8080\nagent = \"10.77.2.2:{AGENT_PORT}\"\n"
+             [[vip.dip]]\naddress = \"10.77.2.2\"\nport = 8080\nagent = \"10.77.2.2:{AGENT_PORT}\"\n\
+             [bgp]\nlocal_as = 65001\nrouter_id = \"10.77.1.1\"\n\
+             [[bgp.neighbour]]\naddress = \"10.77.1.254\"\nremote_as = 65000\nbfd = true\n"
         ),
     );
+    // BIRD tries a neighbour that is not there; its session and BFD states,
+    // and the VIP's announcement, are exported all the same.
+    let _speaker = Speakers(vec![daemon.run_dir()]);
     let vip: SocketAddr = "10.77.100.1:80".parse().unwrap();
     let serve = scrape(
         &lab.lb,
@@ -396,6 +401,8 @@ fn grafana_dashboard_queries_the_metrics_weir_exports() {
             "weir_packets_total",
             "weir_worker_utilization",
             "weir_worker_offload_total",
+            "weir_bgp_session_established",
+            "weir_bgp_bfd_up",
         ],
         &mut || {
             let _ = http_once(&lab.client, vip);
@@ -437,4 +444,38 @@ fn grafana_dashboard_queries_the_metrics_weir_exports() {
             "weir serve exports {name}, which no panel of packaging/grafana/weir.json shows"
         );
     }
+    let rules = std::fs::read_to_string(repo().join(ALERT_RULES)).unwrap();
+    let alerted = metric_names(&rules);
+    assert!(
+        alerted.contains("weir_bgp_session_established"),
+        "{alerted:?}"
+    );
+    for name in &alerted {
+        assert!(
+            serve.contains(name),
+            "{ALERT_RULES} reads {name}, which weir serve does not export (serve: {serve:?})"
+        );
+    }
+}
+
+const ALERT_RULES: &str = "packaging/prometheus/weir-alerts.yml";
+
+#[test]
+fn alert_rules_pass_promtool() {
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(repo().join(ALERT_RULES))
+        .output()
+        .expect("promtool is missing: run scripts/deps.sh (Debian's prometheus package has it)");
+    assert!(
+        out.status.success(),
+        "promtool check rules {ALERT_RULES}:\n{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("SUCCESS"),
+        "{}",
+        text(&out.stdout)
+    );
 }

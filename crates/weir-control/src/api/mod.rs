@@ -177,25 +177,33 @@ impl Api {
         })
     }
 
-    /// `weir node drain` / `undrain`: the speaker withdraws (announces)
-    /// every VIP within its next period.
+    /// `weir node drain` / `undrain`: within its next period the speaker
+    /// withdraws or de-prefers (`bgp.drain`) every VIP, or announces them
+    /// as usual again.
     fn drain(&self, on: bool) -> Reply {
-        if self.live.running().bgp.is_none() {
+        let running = self.live.running();
+        let Some(bgp) = running.bgp.as_ref() else {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "this node announces nothing to drain (no [bgp] in its configuration); drain its \
                  DIPs with `weir dip drain`, or take it out of the router's configuration",
             ));
-        }
+        };
         crate::bgp::set_drained(self.live.run_dir(), on).map_err(|e| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("recording the drain in the run directory: {e}"),
             )
         })?;
-        let message = match on {
-            true => "drained: every VIP is withdrawn from the routers (weir node undrain announces them again)",
-            false => "undrained: the VIPs that pass their checks are announced again",
+        let message = match (on, bgp.drain.get_ref()) {
+            (true, weir_config::DrainMode::Withdraw) => {
+                "drained: every VIP is withdrawn from the routers (weir node undrain announces them again)"
+            }
+            (true, weir_config::DrainMode::GracefulShutdown) => {
+                "drained: every VIP is announced de-preferred (GRACEFUL_SHUTDOWN, longer AS path), \
+                 so the routers send new flows to the other nodes (weir node undrain restores it)"
+            }
+            (false, _) => "undrained: the VIPs that pass their checks are announced as usual again",
         };
         log::info!("{message}");
         json(Changed {

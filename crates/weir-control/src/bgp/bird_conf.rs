@@ -29,8 +29,24 @@ const CONNECT_RETRY_S: u32 = 3;
 /// node out of ECMP for a minute after a router restarts).
 const ERROR_WAIT_S: (u32, u32) = (1, 30);
 
+/// GRACEFUL_SHUTDOWN (RFC 8326): routers that honour it give the route the
+/// lowest LOCAL_PREF, so they prefer any other node's.
+pub const GRACEFUL_SHUTDOWN: (u16, u16) = (65535, 0);
+/// How many times a de-preferred route's AS path carries this node's AS
+/// again: routers that ignore the community still prefer a shorter path, and
+/// a path of another length is no equal-cost path to share flows with.
+pub const DRAIN_PREPEND: usize = 3;
+
+/// What BIRD is told to announce.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Announce {
+    pub addresses: Vec<IpAddr>,
+    /// Announce them de-preferred (a drain with `drain = "graceful-shutdown"`).
+    pub depreferred: bool,
+}
+
 /// The whole configuration, announcing `announce` through `anchor`.
-pub fn render(cfg: &BgpCfg, anchor: &str, announce: &[IpAddr], log: &Path) -> String {
+pub fn render(cfg: &BgpCfg, anchor: &str, announce: &Announce, log: &Path) -> String {
     let mut out = String::new();
     let w = &mut out;
     let _ = writeln!(
@@ -55,7 +71,7 @@ pub fn render(cfg: &BgpCfg, anchor: &str, announce: &[IpAddr], log: &Path) -> St
     }
     for (name, v6) in [(STATIC_V4, false), (STATIC_V6, true)] {
         let _ = writeln!(w, "protocol static {name} {{\n  {};", family(v6));
-        for a in announce.iter().filter(|a| a.is_ipv6() == v6) {
+        for a in announce.addresses.iter().filter(|a| a.is_ipv6() == v6) {
             let len = if v6 { 128 } else { 32 };
             let _ = writeln!(w, "  route {a}/{len} via \"{anchor}\";");
         }
@@ -73,7 +89,15 @@ pub fn render(cfg: &BgpCfg, anchor: &str, announce: &[IpAddr], log: &Path) -> St
         if let Some(med) = &cfg.med {
             let _ = writeln!(w, "  bgp_med = {};", med.get_ref());
         }
-        if let Some(lp) = &cfg.local_pref {
+        if announce.depreferred {
+            let (a, b) = GRACEFUL_SHUTDOWN;
+            let _ = writeln!(w, "  bgp_community.add(({a}, {b}));");
+            for _ in 0..DRAIN_PREPEND {
+                let _ = writeln!(w, "  bgp_path.prepend({});", cfg.local_as.get_ref());
+            }
+            // Internal neighbours take LOCAL_PREF as sent (RFC 8326, 4.1).
+            let _ = writeln!(w, "  bgp_local_pref = 0;");
+        } else if let Some(lp) = &cfg.local_pref {
             let _ = writeln!(w, "  bgp_local_pref = {};", lp.get_ref());
         }
         let _ = writeln!(w, "  accept;\n}}");
@@ -124,10 +148,13 @@ mod tests {
 
     #[test]
     fn the_configuration_announces_exactly_the_given_vips() {
-        let vips: Vec<IpAddr> = vec![
-            "10.0.0.100".parse().unwrap(),
-            "2001:db8::100".parse().unwrap(),
-        ];
+        let vips = Announce {
+            addresses: vec![
+                "10.0.0.100".parse().unwrap(),
+                "2001:db8::100".parse().unwrap(),
+            ],
+            depreferred: false,
+        };
         let text = render(
             &cfg(),
             "weir-bgp",
@@ -150,7 +177,43 @@ mod tests {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
         assert!(!text.contains("bgp_local_pref"), "{text}");
-        let none = render(&cfg(), "weir-bgp", &[], Path::new("/l"));
+        assert!(!text.contains("(65535, 0)"), "{text}");
+        assert!(!text.contains("prepend"), "{text}");
+        let none = render(&cfg(), "weir-bgp", &Announce::default(), Path::new("/l"));
         assert!(!none.contains("route "), "{none}");
+    }
+
+    #[test]
+    fn a_graceful_drain_keeps_the_routes_and_marks_them_worse() {
+        let drained = Announce {
+            addresses: vec!["10.0.0.100".parse().unwrap()],
+            depreferred: true,
+        };
+        let text = render(&cfg(), "weir-bgp", &drained, Path::new("/l"));
+        assert!(
+            text.contains("route 10.0.0.100/32 via \"weir-bgp\";"),
+            "{text}"
+        );
+        for v6 in ["4", "6"] {
+            let filter = text
+                .split(&format!("filter weir_export{v6} {{"))
+                .nth(1)
+                .and_then(|f| f.split("accept;").next())
+                .unwrap_or_else(|| panic!("no export filter {v6} in\n{text}"));
+            assert!(
+                filter.contains("bgp_community.add((65535, 0));"),
+                "{filter}"
+            );
+            assert!(
+                filter.contains("bgp_community.add((65001, 7));"),
+                "{filter}"
+            );
+            assert_eq!(
+                filter.matches("bgp_path.prepend(65001);").count(),
+                DRAIN_PREPEND,
+                "{filter}"
+            );
+            assert!(filter.contains("bgp_local_pref = 0;"), "{filter}");
+        }
     }
 }

@@ -5,15 +5,18 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
-use weir_config::Config;
+use weir_config::{Config, DrainMode};
 
+use super::bird_conf::Announce;
 use crate::controller::Snapshot;
 
 /// What the gate looks at besides the configuration and the health checks.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct NodeState {
     /// `weir node drain` is in force.
     pub drained: bool,
+    /// What the drain does (`bgp.drain`).
+    pub drain: DrainMode,
     /// A configured interface where weir's XDP program is not attached.
     pub detached: Option<String>,
     pub v4_neighbour: bool,
@@ -28,6 +31,10 @@ pub struct VipAnnouncement {
     /// The route, `address/32` or `address/128`.
     pub prefix: String,
     pub announced: bool,
+    /// Announced de-preferred: the node is drained with
+    /// `drain = "graceful-shutdown"`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub depreferred: bool,
     /// DIPs with a weight above 0 whose health checks pass (or that have none).
     pub healthy_dips: u32,
     /// Why it is not announced.
@@ -45,7 +52,8 @@ pub fn decide(cfg: &Config, snap: Option<&Snapshot>, node: &NodeState) -> Vec<Vi
         .map(|v| {
             let addr = *v.address.get_ref();
             let healthy = healthy_dips(v, snap);
-            let why_not = if node.drained {
+            let withdrawn_by_drain = node.drained && node.drain == DrainMode::Withdraw;
+            let why_not = if withdrawn_by_drain {
                 Some("this node is drained (weir node undrain announces it again)".to_string())
             } else if let Some(i) = &node.detached {
                 Some(format!("weir's XDP program is not attached on {i}"))
@@ -65,6 +73,7 @@ pub fn decide(cfg: &Config, snap: Option<&Snapshot>, node: &NodeState) -> Vec<Vi
                 name: v.name.get_ref().clone(),
                 prefix: format!("{addr}/{}", if addr.is_ipv6() { 128 } else { 32 }),
                 announced: why_not.is_none(),
+                depreferred: why_not.is_none() && node.drained,
                 healthy_dips: healthy,
                 why_not,
             }
@@ -78,6 +87,7 @@ pub fn decide(cfg: &Config, snap: Option<&Snapshot>, node: &NodeState) -> Vec<Vi
     for a in out.iter_mut().filter(|a| a.announced) {
         if let Some(other) = refused.get(&a.prefix) {
             a.announced = false;
+            a.depreferred = false;
             a.why_not = Some(format!(
                 "it shares its address with VIP `{other}`, which cannot be served here"
             ));
@@ -86,8 +96,9 @@ pub fn decide(cfg: &Config, snap: Option<&Snapshot>, node: &NodeState) -> Vec<Vi
     out
 }
 
-/// The addresses to announce.
-pub fn addresses(announcements: &[VipAnnouncement]) -> Vec<IpAddr> {
+/// What to tell the speaker: the addresses to announce, and whether they
+/// go de-preferred (the drain is node-wide, so all or none do).
+pub fn to_announce(announcements: &[VipAnnouncement]) -> Announce {
     let mut a: Vec<IpAddr> = announcements
         .iter()
         .filter(|a| a.announced)
@@ -95,7 +106,10 @@ pub fn addresses(announcements: &[VipAnnouncement]) -> Vec<IpAddr> {
         .collect();
     a.sort();
     a.dedup();
-    a
+    Announce {
+        depreferred: announcements.iter().any(|a| a.depreferred),
+        addresses: a,
+    }
 }
 
 fn healthy_dips(v: &weir_config::Vip, snap: Option<&Snapshot>) -> u32 {
@@ -208,10 +222,17 @@ mode = "dsr"
 
     fn node() -> NodeState {
         NodeState {
+            drained: false,
+            drain: DrainMode::Withdraw,
+            detached: None,
             v4_neighbour: true,
+            v6_neighbour: false,
             min_healthy_dips: 1,
-            ..NodeState::default()
         }
+    }
+
+    fn addresses(a: &[VipAnnouncement]) -> Vec<IpAddr> {
+        to_announce(a).addresses
     }
 
     fn verdicts(a: &[VipAnnouncement]) -> Vec<(&str, bool)> {
@@ -273,5 +294,27 @@ mode = "dsr"
         }
         // No controller's view yet: the configured DIPs count.
         assert_eq!(addresses(&decide(&cfg, None, &node())).len(), 1);
+    }
+
+    #[test]
+    fn a_graceful_drain_keeps_announcing_what_can_be_served_de_preferred() {
+        let cfg = Config::parse("t.toml", CFG).unwrap();
+        let graceful = NodeState {
+            drained: true,
+            drain: DrainMode::GracefulShutdown,
+            ..node()
+        };
+        let a = decide(&cfg, Some(&snap(&[])), &graceful);
+        assert_eq!(verdicts(&a), [("web", true), ("tls", true), ("six", false)]);
+        assert!(a[0].depreferred && a[1].depreferred && !a[2].depreferred);
+        let told = to_announce(&a);
+        assert!(told.depreferred);
+        assert_eq!(told.addresses, ["10.0.0.100".parse::<IpAddr>().unwrap()]);
+        // The gate still withdraws what cannot be served.
+        let a = decide(&cfg, Some(&snap(&[("tls", "10.1.0.1")])), &graceful);
+        assert_eq!(to_announce(&a), Announce::default());
+        // Undrained: announced as usual.
+        let told = to_announce(&decide(&cfg, Some(&snap(&[])), &node()));
+        assert!(!told.depreferred && told.addresses.len() == 1);
     }
 }

@@ -4,7 +4,6 @@
 //! BFD's state, and publishes what it found.
 
 use std::fs;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,9 +15,9 @@ use anyhow::{bail, Context, Result};
 use weir_config::BgpCfg;
 use weir_sys::TunAnchor;
 
-use super::bird_conf::{render, session_name};
+use super::bird_conf::{render, session_name, Announce};
 use super::control::{bfd_sessions, protocols, Control};
-use super::gate::{addresses, decide, NodeState};
+use super::gate::{decide, to_announce, NodeState};
 use super::{dir, drained, BgpView, NeighbourState, ANCHOR, REPORT};
 use crate::live::Live;
 use crate::run_report::publish_json;
@@ -57,7 +56,7 @@ pub fn hold_anchor(cfg: &BgpCfg, run_dir: &Path, taking_over: bool) -> Result<Tu
     if !taking_over {
         let p = Paths::of(run_dir);
         if let Ok(mut c) = Control::connect(&p.socket) {
-            fs::write(&p.conf, render(cfg, ANCHOR, &[], &p.log))?;
+            fs::write(&p.conf, render(cfg, ANCHOR, &Announce::default(), &p.log))?;
             c.run("configure")
                 .context("withdrawing what the speaker of a previous weir announced")?;
             log::info!("bgp: adopted the speaker a previous weir left running");
@@ -115,7 +114,7 @@ struct Loop {
     paths: Paths,
     control: Option<Control>,
     /// What BIRD's configuration announces now (None: not configured yet).
-    applied: Option<Vec<IpAddr>>,
+    applied: Option<Announce>,
     next_start: Instant,
     view: BgpView,
 }
@@ -174,13 +173,14 @@ impl Loop {
                 .map(|i| i.interface),
             v4_neighbour: n.iter().any(|n| n.address.get_ref().is_ipv4()),
             v6_neighbour: n.iter().any(|n| n.address.get_ref().is_ipv6()),
-            // The one key of [bgp] a reload changes.
+            // The keys of [bgp] a reload changes.
             min_healthy_dips: running
                 .bgp
                 .as_ref()
                 .map_or(*self.cfg.min_healthy_dips.get_ref(), |b| {
                     *b.min_healthy_dips.get_ref()
                 }),
+            drain: *running.bgp.as_ref().unwrap_or(&self.cfg).drain.get_ref(),
         }
     }
 
@@ -189,7 +189,7 @@ impl Loop {
         let running = self.live.running();
         let snap = self.live.shared().snapshot();
         let vips = decide(&running, snap.as_ref(), &node);
-        let want = addresses(&vips);
+        let want = to_announce(&vips);
         self.view.drained = node.drained;
         if self.control.is_none() && Instant::now() >= self.next_start {
             match self.connect_or_start(&want) {
@@ -230,12 +230,14 @@ impl Loop {
             .map(|mut v| {
                 if v.announced
                     && !applied
+                        .addresses
                         .iter()
                         .any(|a| v.prefix.starts_with(&format!("{a}/")))
                 {
                     v.announced = false;
                     v.why_not = Some("the speaker does not run".into());
                 }
+                v.depreferred &= v.announced && applied.depreferred;
                 v
             })
             .collect();
@@ -248,7 +250,7 @@ impl Loop {
         self.next_start = Instant::now() + RESTART_AFTER;
     }
 
-    fn configure(&mut self, want: &[IpAddr]) -> Result<()> {
+    fn configure(&mut self, want: &Announce) -> Result<()> {
         fs::write(
             &self.paths.conf,
             render(&self.cfg, super::ANCHOR, want, &self.paths.log),
@@ -260,7 +262,7 @@ impl Loop {
     }
 
     /// Adopts a running BIRD on our socket, or starts one.
-    fn connect_or_start(&mut self, want: &[IpAddr]) -> Result<Control> {
+    fn connect_or_start(&mut self, want: &Announce) -> Result<Control> {
         if let Ok(c) = Control::connect(&self.paths.socket) {
             self.view.speaker_pid = read_pid(&self.paths.pid);
             // Configured by the caller: `applied` is unknown.
@@ -450,7 +452,22 @@ fn log_changes(before: &[super::VipAnnouncement], after: &[super::VipAnnouncemen
             .iter()
             .find(|b| b.name == a.name)
             .is_some_and(|b| b.announced);
+        let was_depreferred = before
+            .iter()
+            .find(|b| b.name == a.name)
+            .is_some_and(|b| b.depreferred);
         match (was, a.announced) {
+            (false, true) | (true, true) if a.depreferred && !was_depreferred => log::warn!(
+                "bgp: announcing VIP `{}` ({}) de-preferred (GRACEFUL_SHUTDOWN, longer AS \
+                 path): this node is drained",
+                a.name,
+                a.prefix
+            ),
+            (true, true) if was_depreferred && !a.depreferred => log::info!(
+                "bgp: announcing VIP `{}` ({}) as preferred as the other nodes' again",
+                a.name,
+                a.prefix
+            ),
             (false, true) => log::info!("bgp: announcing VIP `{}` ({})", a.name, a.prefix),
             (true, false) => log::warn!(
                 "bgp: withdrawing VIP `{}` ({}): {}",

@@ -1,6 +1,7 @@
 //! Starting the lab's backends and `weir serve` in it.
 
-use std::path::Path;
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use weir_lab::backend::{Backend, BackendOptions};
@@ -43,4 +44,22 @@ pub fn start_daemon(lab: &Lab, config: &str) -> Daemon {
     d.write_config(config).unwrap();
     d.start().unwrap();
     d
+}
+
+/// The BGP speakers (BIRD) the daemons with these run directories started:
+/// they outlive a killed weir by design, so a test ends them itself
+/// (declared after the daemons: dropped first).
+pub struct Speakers(pub Vec<PathBuf>);
+
+impl Drop for Speakers {
+    fn drop(&mut self) {
+        for run_dir in &self.0 {
+            let pid = fs::read_to_string(run_dir.join("bgp/bird.pid"))
+                .ok()
+                .and_then(|p| p.trim().parse::<u32>().ok());
+            if let Some(pid) = pid {
+                let _ = weir_sys::process::send_signal(pid, libc::SIGKILL);
+            }
+        }
+    }
 }

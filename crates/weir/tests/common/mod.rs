@@ -31,7 +31,7 @@ pub mod wait;
 pub use agent::{http_ok, FakeAgent};
 pub use config::{dataplane, dip, lab_services, vip};
 pub use connections::{assert_some_on, join_unbroken, new_connections};
-pub use daemon::{exe, serial, start_backends, start_backends_with, start_daemon, WEIR};
+pub use daemon::{exe, serial, start_backends, start_backends_with, start_daemon, Speakers, WEIR};
 pub use http::{call, call_with, metrics, raw};
 pub use immutable::Immutable;
 pub use leftovers::{assert_nothing_left, attached_programs};
