@@ -65,8 +65,8 @@ shipped-binary: $(filter $(RELEASE_WEIR),$(WEIR))
 # For operators: the binary (stripped; no lab, benchmark or simulator: those
 # are weir-lab's, never installed), systemd units, man pages (weir(8),
 # weir.toml(5), and one page per command generated from the CLI definition),
-# shell completions (also generated), example configurations and the Grafana
-# dashboard. clap's weir.1 is left out: `man weir` looks in section 1 before 8,
+# shell completions (also generated), example configurations, the Grafana
+# dashboard and the Prometheus alert rules. clap's weir.1 is left out: `man weir` looks in section 1 before 8,
 # and weir(8) is the overview. `make install PREFIX=/usr DESTDIR=pkgroot` stages
 # a package; the units then run $(PREFIX)/bin/weir. Installs no configuration:
 # copy one from $(DOCDIR)/examples to $(SYSCONFDIR)/weir/weir.toml (kv.toml).
@@ -99,6 +99,7 @@ install: man shipped-binary
 	$(WEIR) completions fish > $(DESTDIR)$(FISHCOMPDIR)/weir.fish
 	install -Dm644 -t $(DESTDIR)$(DOCDIR)/examples examples/*.toml
 	install -Dm644 packaging/grafana/weir.json $(DESTDIR)$(DATADIR)/weir/grafana/weir.json
+	install -Dm644 packaging/prometheus/weir-alerts.yml $(DESTDIR)$(DATADIR)/weir/prometheus/weir-alerts.yml
 
 # A Debian 12 package of what `make install` ships, built with dpkg-deb:
 # $(DEB_DIR)/weir_VERSION_ARCH.deb. See scripts/deb.sh and packaging/debian/.

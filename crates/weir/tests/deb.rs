@@ -136,6 +136,7 @@ fn deb_holds_what_make_install_ships_and_declares_its_dependencies() {
         "/usr/share/zsh/vendor-completions/_weir",
         "/usr/share/fish/vendor_completions.d/weir.fish",
         "/usr/share/weir/grafana/weir.json",
+        "/usr/share/weir/prometheus/weir-alerts.yml",
         "/usr/share/doc/weir/copyright",
         "/usr/share/doc/weir/changelog.gz",
     ]

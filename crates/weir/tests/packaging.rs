@@ -144,6 +144,7 @@ fn make_install_ships_a_built_binary_without_cargo() {
         "usr/share/man/man1/weir-serve.1",
         "usr/share/doc/weir/examples/nat.toml",
         "usr/share/weir/grafana/weir.json",
+        "usr/share/weir/prometheus/weir-alerts.yml",
         "usr/share/zsh/site-functions/_weir",
     ] {
         assert!(dir.join(path).is_file(), "make install did not ship {path}");
