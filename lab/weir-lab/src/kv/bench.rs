@@ -45,6 +45,10 @@ pub struct KvBenchArgs {
     /// GETs pipelined per connection per round trip.
     #[arg(long, default_value_t = 8)]
     pub depth: usize,
+    /// Count the proxies' system calls with `perf stat` (which slows every
+    /// system call a little, so the CPU columns are better read without it).
+    #[arg(long)]
+    pub count_syscalls: bool,
     /// Write the results here as JSON.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -71,7 +75,7 @@ pub struct Row {
     pub proxy_ns_per_req: Option<f64>,
     pub req_per_cpu_s: Option<f64>,
     /// The proxy's system calls per request (epoll included; from `perf
-    /// stat`, None without it).
+    /// stat` with `--count-syscalls`).
     pub proxy_syscalls_per_req: Option<f64>,
     /// The proxy's sleeps in epoll per request (voluntary context switches).
     pub proxy_sleeps_per_req: Option<f64>,
@@ -423,7 +427,7 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
                     "{name}, {vs} B values, {conns} connections, {} s",
                     args.seconds
                 ));
-                let counter = (t > 0)
+                let counter = (t > 0 && args.count_syscalls)
                     .then(|| SyscallCount::start(tasks(name), dir.join("perf-stat.csv")))
                     .flatten();
                 let u0 = Usage::of(tasks(name));
