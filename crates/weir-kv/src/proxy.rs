@@ -552,6 +552,7 @@ impl Worker {
                 c.paused = true;
                 return; // resumed by client_flush
             }
+            inc(&self.stats.socket_reads, 1);
             match c.sock.read(&mut self.inbuf[..]) {
                 Ok(0) => {
                     c.dead = true;
@@ -574,6 +575,7 @@ impl Worker {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    inc(&self.stats.idle_reads, 1);
                     return;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -865,6 +867,7 @@ impl Worker {
             return;
         };
         while sc.wpos < sc.wbuf.len() {
+            inc(&self.stats.socket_writes, 1);
             match sock.write(&sc.wbuf[sc.wpos..]) {
                 Ok(0) => break,
                 Ok(n) => {
@@ -896,6 +899,7 @@ impl Worker {
             let Some(sock) = sc.sock.as_mut() else {
                 return;
             };
+            inc(&self.stats.socket_reads, 1);
             match sock.read(&mut self.inbuf[..]) {
                 Ok(0) => {
                     self.fail_server(s, "Connection closed by server");
@@ -926,6 +930,7 @@ impl Worker {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    inc(&self.stats.idle_reads, 1);
                     return;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -1123,6 +1128,7 @@ impl Worker {
             }
         }
         while c.wpos < c.wbuf.len() {
+            inc(&self.stats.socket_writes, 1);
             match c.sock.write(&c.wbuf[c.wpos..]) {
                 Ok(0) => break,
                 Ok(n) => c.wpos += n,

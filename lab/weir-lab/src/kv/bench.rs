@@ -487,7 +487,10 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         );
     }
     println!("latency = batch round trip / depth (pipelined); ns/req, req/cpu-s, sysc/req (system calls, from perf stat) and sleep/req (waits in epoll) are the proxy's");
-    println!("weir over nutcracker (same run, {} rounds each in turns):", args.rounds);
+    println!(
+        "weir over nutcracker (same run, {} rounds each in turns):",
+        args.rounds
+    );
     for r in &ratios {
         println!(
             "  {:>6} B, {:>3} connections: {:.2}x requests per proxy CPU-second, p99 {:.2}x nutcracker's",
