@@ -239,6 +239,9 @@ struct Client {
     first: bool,
     /// Not read because of backpressure: `client_flush` resumes it.
     paused: bool,
+    /// In `dirty_clients` already (flushed once per turn, however many
+    /// replies came for it).
+    dirty: bool,
 }
 
 /// A request in flight on a server connection.
@@ -500,6 +503,7 @@ impl Worker {
                         dead: false,
                         first: true,
                         paused: false,
+                        dirty: false,
                     });
                     self.nclients.fetch_add(1, Ordering::Relaxed);
                     inc(&self.stats.client_connections, 1);
@@ -512,7 +516,12 @@ impl Worker {
     }
 
     fn mark_client(&mut self, idx: u32) {
-        self.dirty_clients.push(idx);
+        if let Some(c) = self.clients[idx as usize].as_mut() {
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty_clients.push(idx);
+            }
+        }
     }
 
     fn close_client(&mut self, idx: u32) {
@@ -1116,6 +1125,7 @@ impl Worker {
         let Some(c) = self.clients.get_mut(idx as usize).and_then(|c| c.as_mut()) else {
             return;
         };
+        c.dirty = false;
         // move finished slots, in order, into the write buffer
         let mut close_now = false;
         while c.slots.front().is_some_and(|s| s.done) {
