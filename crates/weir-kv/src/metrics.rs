@@ -171,6 +171,21 @@ impl Collector for Exposed {
                 "Client connections accepted.",
                 s.client_connections_total,
             ),
+            (
+                "weir_kv_socket_reads",
+                "Reads of client and server sockets (system calls).",
+                s.socket_reads,
+            ),
+            (
+                "weir_kv_socket_writes",
+                "Writes to client and server sockets (system calls).",
+                s.socket_writes,
+            ),
+            (
+                "weir_kv_idle_reads",
+                "Socket reads that found nothing to read.",
+                s.idle_reads,
+            ),
         ] {
             counter(&mut enc, name, help, v)?;
         }

@@ -390,12 +390,14 @@ pub(crate) fn is_error_line(l: &[u8]) -> bool {
 
 /// Parse `VALUE <key> <flags> <bytes> [<cas>]`: (key range, total block len).
 pub fn value_header(line: &[u8]) -> Option<((usize, usize), usize)> {
-    let t: Vec<(usize, usize)> = tokens(line).collect();
-    if t.len() < 4 || t.len() > 5 || &line[t[0].0..t[0].1] != b"VALUE" {
+    let mut t = tokens(line);
+    let (verb, key, _flags, bytes) = (t.next()?, t.next()?, t.next()?, t.next()?);
+    let _cas = t.next();
+    if t.next().is_some() || &line[verb.0..verb.1] != b"VALUE" {
         return None;
     }
-    let bytes: usize = num(&line[t[3].0..t[3].1])?;
-    Some((t[1], bytes))
+    let bytes: usize = num(&line[bytes.0..bytes.1])?;
+    Some((key, bytes))
 }
 
 /// Frame one reply of `kind` at the start of `buf`.

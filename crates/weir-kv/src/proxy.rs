@@ -237,6 +237,11 @@ struct Client {
     closing: bool,
     dead: bool,
     first: bool,
+    /// Not read because of backpressure: `client_flush` resumes it.
+    paused: bool,
+    /// In `dirty_clients` already (flushed once per turn, however many
+    /// replies came for it).
+    dirty: bool,
 }
 
 /// A request in flight on a server connection.
@@ -406,9 +411,9 @@ impl Worker {
                     Token(t) if t >= CLIENT_BASE => {
                         let idx = (t - CLIENT_BASE) as u32;
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.client_read(idx);
+                            self.client_read(idx, ev.is_read_closed() || ev.is_error());
                         }
-                        if ev.is_writable() {
+                        if ev.is_writable() && self.client_has_unsent(idx) {
                             self.mark_client(idx);
                         }
                     }
@@ -418,7 +423,7 @@ impl Worker {
                             self.server_writable(s);
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            self.server_read(s);
+                            self.server_read(s, ev.is_read_closed() || ev.is_error());
                         }
                     }
                 }
@@ -497,6 +502,8 @@ impl Worker {
                         closing: false,
                         dead: false,
                         first: true,
+                        paused: false,
+                        dirty: false,
                     });
                     self.nclients.fetch_add(1, Ordering::Relaxed);
                     inc(&self.stats.client_connections, 1);
@@ -509,7 +516,12 @@ impl Worker {
     }
 
     fn mark_client(&mut self, idx: u32) {
-        self.dirty_clients.push(idx);
+        if let Some(c) = self.clients[idx as usize].as_mut() {
+            if !c.dirty {
+                c.dirty = true;
+                self.dirty_clients.push(idx);
+            }
+        }
     }
 
     fn close_client(&mut self, idx: u32) {
@@ -523,7 +535,21 @@ impl Worker {
         }
     }
 
-    fn client_read(&mut self, idx: u32) {
+    /// Whether a client has reply bytes the socket did not take yet.
+    fn client_has_unsent(&self, idx: u32) -> bool {
+        self.clients[idx as usize]
+            .as_ref()
+            .is_some_and(|c| c.wpos < c.wbuf.len())
+    }
+
+    /// Read what a client sent and dispatch every complete request in it.
+    ///
+    /// The sockets are edge-triggered, and a read that does not fill the
+    /// buffer has taken all the socket had: more data raises a new event, so
+    /// the read that would only say `WouldBlock` is skipped. Only an event
+    /// that reported the peer's close (`drain`) is read until the end, as no
+    /// event follows it.
+    fn client_read(&mut self, idx: u32, drain: bool) {
         loop {
             let Some(c) = self.clients[idx as usize].as_mut() else {
                 return;
@@ -532,8 +558,10 @@ impl Worker {
                 return;
             }
             if c.slots.len() >= MAX_SLOTS || c.wbuf.len() - c.wpos >= MAX_WBUF {
+                c.paused = true;
                 return; // resumed by client_flush
             }
+            inc(&self.stats.socket_reads, 1);
             match c.sock.read(&mut self.inbuf[..]) {
                 Ok(0) => {
                     c.dead = true;
@@ -541,10 +569,22 @@ impl Worker {
                     return;
                 }
                 Ok(n) => {
-                    c.rbuf.extend_from_slice(&self.inbuf[..n]);
-                    self.client_parse(idx);
+                    let full = n == self.inbuf.len();
+                    if c.rbuf.is_empty() {
+                        // the common case: whole requests, parsed where they were read
+                        let inbuf = std::mem::take(&mut self.inbuf);
+                        self.client_parse_from(idx, &inbuf[..n]);
+                        self.inbuf = inbuf;
+                    } else {
+                        c.rbuf.extend_from_slice(&self.inbuf[..n]);
+                        self.client_parse(idx);
+                    }
+                    if !full && !drain {
+                        return;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    inc(&self.stats.idle_reads, 1);
                     return;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -559,27 +599,39 @@ impl Worker {
 
     /// Frame and dispatch every complete request in the client's buffer.
     fn client_parse(&mut self, idx: u32) {
+        let Some(c) = self.clients[idx as usize].as_mut() else {
+            return;
+        };
+        let rbuf = std::mem::take(&mut c.rbuf);
+        self.client_parse_from(idx, &rbuf);
+    }
+
+    /// Frame and dispatch every complete request in `buf`, as far as
+    /// backpressure allows; what is left becomes the client's (empty)
+    /// buffer.
+    fn client_parse_from(&mut self, idx: u32, buf: &[u8]) {
         let Some(mut c) = self.clients[idx as usize].take() else {
             return;
         };
         // An ejection can come between a reply and the next request it
         // prompted, within one turn of the event loop.
         self.follow_routing();
-        if c.first && !c.rbuf.is_empty() {
+        let mut pos = 0;
+        if c.first && !buf.is_empty() {
             c.first = false;
-            if c.rbuf[0] == 0x80 {
+            if buf[0] == 0x80 {
                 inc(&self.stats.binary_refused, 1);
                 c.dead = true;
-                c.rbuf.clear();
+                pos = buf.len();
             }
         }
-        let mut pos = 0;
-        while !c.closing && !c.dead && c.slots.len() < MAX_SLOTS {
-            let buf = &c.rbuf[pos..];
-            if buf.is_empty() {
+        while !c.closing && !c.dead && pos < buf.len() {
+            if c.slots.len() >= MAX_SLOTS {
+                c.paused = true;
                 break;
             }
-            match proto::parse_request(buf) {
+            let rest = &buf[pos..];
+            match proto::parse_request(rest) {
                 Parsed::Incomplete => break,
                 Parsed::Bad { skip, reply, close } => {
                     inc(&self.stats.client_errors, 1);
@@ -592,22 +644,19 @@ impl Worker {
                     }
                 }
                 Parsed::Request(r) => {
-                    let len = r.len;
-                    let rbuf = std::mem::take(&mut c.rbuf);
-                    self.dispatch(idx, &mut c, &rbuf[pos..pos + len], &r);
-                    c.rbuf = rbuf;
-                    pos += len;
+                    self.dispatch(idx, &mut c, &rest[..r.len], &r);
+                    pos += r.len;
                 }
                 Parsed::Meta(m) => {
-                    let len = m.len;
-                    let rbuf = std::mem::take(&mut c.rbuf);
-                    self.dispatch_meta(idx, &mut c, &rbuf[pos..pos + len], &m);
-                    c.rbuf = rbuf;
-                    pos += len;
+                    self.dispatch_meta(idx, &mut c, &rest[..m.len], &m);
+                    pos += m.len;
                 }
             }
         }
-        c.rbuf.drain(..pos);
+        if !c.closing && !c.dead {
+            // an incomplete request, or requests held back by backpressure
+            c.rbuf.extend_from_slice(&buf[pos..]);
+        }
         let deliver = c.slots.front().is_some_and(|s| s.done);
         self.clients[idx as usize] = Some(c);
         if deliver {
@@ -827,6 +876,7 @@ impl Worker {
             return;
         };
         while sc.wpos < sc.wbuf.len() {
+            inc(&self.stats.socket_writes, 1);
             match sock.write(&sc.wbuf[sc.wpos..]) {
                 Ok(0) => break,
                 Ok(n) => {
@@ -849,12 +899,16 @@ impl Worker {
         }
     }
 
-    fn server_read(&mut self, s: usize) {
+    /// Read a server's replies and hand each to its client; as
+    /// `client_read`, a read that does not fill the buffer ends the turn
+    /// unless the server closed (`drain`).
+    fn server_read(&mut self, s: usize, drain: bool) {
         loop {
             let sc = &mut self.servers[s];
             let Some(sock) = sc.sock.as_mut() else {
                 return;
             };
+            inc(&self.stats.socket_reads, 1);
             match sock.read(&mut self.inbuf[..]) {
                 Ok(0) => {
                     self.fail_server(s, "Connection closed by server");
@@ -863,12 +917,29 @@ impl Worker {
                 Ok(n) => {
                     sc.connected = true;
                     self.health.answered(s);
-                    sc.rbuf.extend_from_slice(&self.inbuf[..n]);
-                    if !self.server_parse(s) {
+                    let full = n == self.inbuf.len();
+                    let inbuf = std::mem::take(&mut self.inbuf);
+                    let alive = if self.servers[s].rbuf.is_empty() {
+                        // the common case: whole replies, parsed where they were read
+                        let used = self.server_parse(s, &inbuf[..n]);
+                        used.map(|u| self.servers[s].rbuf.extend_from_slice(&inbuf[u..n]))
+                    } else {
+                        let mut rbuf = std::mem::take(&mut self.servers[s].rbuf);
+                        rbuf.extend_from_slice(&inbuf[..n]);
+                        let used = self.server_parse(s, &rbuf);
+                        used.map(|u| {
+                            rbuf.drain(..u);
+                            self.servers[s].rbuf = rbuf;
+                        })
+                    }
+                    .is_some();
+                    self.inbuf = inbuf;
+                    if !alive || (!full && !drain) {
                         return;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    inc(&self.stats.idle_reads, 1);
                     return;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -881,23 +952,23 @@ impl Worker {
         }
     }
 
-    /// Match complete replies to in-flight requests; false if the connection died.
-    fn server_parse(&mut self, s: usize) -> bool {
+    /// Match the complete replies at the start of `buf` to in-flight
+    /// requests; how many bytes they took, or None if the connection died.
+    fn server_parse(&mut self, s: usize, buf: &[u8]) -> Option<usize> {
         let mut pos = 0;
-        let rbuf = std::mem::take(&mut self.servers[s].rbuf);
         let mut ok = true;
         loop {
             let Some(kind) = self.servers[s].inflight.front().map(|p| p.kind) else {
-                if pos < rbuf.len() {
+                if pos < buf.len() {
                     ok = false; // bytes nobody asked for
                 }
                 break;
             };
-            match proto::parse_response(&rbuf[pos..], kind) {
+            match proto::parse_response(&buf[pos..], kind) {
                 Ok(None) => break,
                 Ok(Some(r)) => {
                     let p = self.servers[s].inflight.pop_front().unwrap();
-                    self.deliver(p, &rbuf[pos..pos + r.len], r);
+                    self.deliver(p, &buf[pos..pos + r.len], r);
                     pos += r.len;
                 }
                 Err(proto::Garbled) => {
@@ -907,14 +978,10 @@ impl Worker {
             }
         }
         if !ok {
-            self.servers[s].rbuf = Vec::new();
             self.fail_server(s, "Invalid response from server");
-            return false;
+            return None;
         }
-        let mut rbuf = rbuf;
-        rbuf.drain(..pos);
-        self.servers[s].rbuf = rbuf;
-        true
+        Some(pos)
     }
 
     /// Hand one reply to its client slot.
@@ -1058,6 +1125,7 @@ impl Worker {
         let Some(c) = self.clients.get_mut(idx as usize).and_then(|c| c.as_mut()) else {
             return;
         };
+        c.dirty = false;
         // move finished slots, in order, into the write buffer
         let mut close_now = false;
         while c.slots.front().is_some_and(|s| s.done) {
@@ -1070,6 +1138,7 @@ impl Worker {
             }
         }
         while c.wpos < c.wbuf.len() {
+            inc(&self.stats.socket_writes, 1);
             match c.sock.write(&c.wbuf[c.wpos..]) {
                 Ok(0) => break,
                 Ok(n) => c.wpos += n,
@@ -1093,12 +1162,14 @@ impl Worker {
             self.close_client(idx);
             return;
         }
-        // resume a client paused by backpressure, and parse what it sent
-        if c.slots.len() < MAX_SLOTS && c.wbuf.len() - c.wpos < MAX_WBUF && !c.rbuf.is_empty() {
-            self.client_parse(idx);
-            self.client_read(idx);
-        } else if c.slots.len() < MAX_SLOTS / 2 {
-            self.client_read(idx);
+        // resume a client paused by backpressure: parse what it sent, and
+        // read what came meanwhile (to the end, as its events were missed)
+        if c.paused && c.slots.len() < MAX_SLOTS && c.wbuf.len() - c.wpos < MAX_WBUF {
+            c.paused = false;
+            if !c.rbuf.is_empty() {
+                self.client_parse(idx);
+            }
+            self.client_read(idx, true);
         }
     }
 }

@@ -21,6 +21,11 @@ pub struct WorkerStats {
     pub invalidations: AtomicU64,
     pub invalidation_failures: AtomicU64,
     pub binary_refused: AtomicU64,
+    /// Reads and writes of client and server sockets (system calls).
+    pub socket_reads: AtomicU64,
+    pub socket_writes: AtomicU64,
+    /// Reads that found nothing to read.
+    pub idle_reads: AtomicU64,
     /// requests (fragments) sent to each server
     pub server_requests: Vec<AtomicU64>,
 }
@@ -57,6 +62,14 @@ pub struct Snapshot {
     pub invalidations: u64,
     pub invalidation_failures: u64,
     pub binary_refused: u64,
+    /// Reads and writes of client and server sockets (system calls), and
+    /// the reads among them that found nothing: the proxy's I/O per request.
+    #[serde(default)]
+    pub socket_reads: u64,
+    #[serde(default)]
+    pub socket_writes: u64,
+    #[serde(default)]
+    pub idle_reads: u64,
     pub server_requests: Vec<u64>,
 }
 
@@ -76,6 +89,9 @@ pub fn snapshot(workers: &[Arc<WorkerStats>]) -> Snapshot {
         s.invalidations += ld(&w.invalidations);
         s.invalidation_failures += ld(&w.invalidation_failures);
         s.binary_refused += ld(&w.binary_refused);
+        s.socket_reads += ld(&w.socket_reads);
+        s.socket_writes += ld(&w.socket_writes);
+        s.idle_reads += ld(&w.idle_reads);
         if s.server_requests.len() < w.server_requests.len() {
             s.server_requests.resize(w.server_requests.len(), 0);
         }

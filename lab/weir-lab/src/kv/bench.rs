@@ -2,7 +2,10 @@
 //! memcached directly, nutcracker, and weir's TCP proxy, on loopback, side
 //! by side in one run. Reports throughput, p50/p99 latency of a pipelined
 //! batch, and the proxy's CPU time per request (from /proc: utime+stime of
-//! the nutcracker process, of weir's worker threads).
+//! the nutcracker process, of weir's worker threads), with the proxy's read
+//! and write system calls and its sleeps (voluntary context switches) per
+//! request, which say where that CPU time goes. nutcracker and weir are run
+//! in turns (`--rounds`), so that both see the same machine load.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -31,12 +34,21 @@ pub struct KvBenchArgs {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
-    /// Client connections.
-    #[arg(long, default_value_t = 8)]
-    pub conns: usize,
+    /// Client connections: one measurement per count (`--udp` uses the
+    /// first).
+    #[arg(long, value_delimiter = ',', default_value = "8,64")]
+    pub conns: Vec<usize>,
+    /// Runs of each proxy per measurement, nutcracker and weir in turns
+    /// (each run lasts `--seconds`).
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
     /// GETs pipelined per connection per round trip.
     #[arg(long, default_value_t = 8)]
     pub depth: usize,
+    /// Count the proxies' system calls with `perf stat` (which slows every
+    /// system call a little, so the CPU columns are better read without it).
+    #[arg(long)]
+    pub count_syscalls: bool,
     /// Write the results here as JSON.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -53,6 +65,7 @@ pub struct KvBenchArgs {
 pub struct Row {
     pub path: String,
     pub value_size: usize,
+    pub conns: usize,
     pub requests: u64,
     pub rps: f64,
     pub p50_us: f64,
@@ -61,6 +74,27 @@ pub struct Row {
     pub proxy_cpu_s: Option<f64>,
     pub proxy_ns_per_req: Option<f64>,
     pub req_per_cpu_s: Option<f64>,
+    /// The proxy's system calls per request (epoll included; from `perf
+    /// stat` with `--count-syscalls`).
+    pub proxy_syscalls_per_req: Option<f64>,
+    /// The proxy's sleeps in epoll per request (voluntary context switches).
+    pub proxy_sleeps_per_req: Option<f64>,
+}
+
+/// weir's requests per proxy CPU-second over nutcracker's, and p99 latency
+/// over nutcracker's, for one value size and connection count.
+#[derive(Serialize, Debug, Clone)]
+pub struct Ratio {
+    pub value_size: usize,
+    pub conns: usize,
+    pub req_per_cpu_s: f64,
+    pub p99: f64,
+}
+
+#[derive(Serialize, Debug, Clone)]
+struct Report {
+    rows: Vec<Row>,
+    weir_over_nutcracker: Vec<Ratio>,
 }
 
 /// Zipf sampler over 0..n (CDF + binary search, xorshift RNG).
@@ -104,18 +138,106 @@ pub fn proc_cpu_ticks(stat_path: &str) -> u64 {
     u + st
 }
 
-fn weir_threads_ticks() -> u64 {
-    let mut t = 0;
+/// CPU ticks and voluntary context switches (sleeps) of a process or threads.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct Usage {
+    pub ticks: u64,
+    pub sleeps: u64,
+}
+
+impl Usage {
+    /// CPU ticks and sleeps of the tasks whose /proc directories are `dirs`.
+    fn of(dirs: &[std::path::PathBuf]) -> Usage {
+        let mut u = Usage::default();
+        for dir in dirs {
+            u.ticks += proc_cpu_ticks(&dir.join("stat").display().to_string());
+            u.sleeps += std::fs::read_to_string(dir.join("status"))
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+        u
+    }
+
+    fn since(self, before: Usage) -> Usage {
+        Usage {
+            ticks: self.ticks.saturating_sub(before.ticks),
+            sleeps: self.sleeps.saturating_sub(before.sleeps),
+        }
+    }
+
+    fn add(&mut self, o: Usage) {
+        self.ticks += o.ticks;
+        self.sleeps += o.sleeps;
+    }
+}
+
+/// The /proc directories of weir's proxy worker threads in this process.
+fn weir_threads() -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
     if let Ok(rd) = std::fs::read_dir("/proc/self/task") {
         for e in rd.flatten() {
             let p = e.path();
             let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
             if comm.starts_with("weir-kv-") {
-                t += proc_cpu_ticks(&p.join("stat").display().to_string());
+                out.push(p);
             }
         }
     }
-    t
+    out
+}
+
+/// Counts the system calls of some threads with `perf stat` (every call,
+/// epoll included), when `perf` is installed and allowed to.
+struct SyscallCount {
+    perf: std::process::Child,
+    out: std::path::PathBuf,
+}
+
+impl SyscallCount {
+    /// Starts counting the threads whose /proc directories are `tasks`.
+    fn start(tasks: &[std::path::PathBuf], out: std::path::PathBuf) -> Option<SyscallCount> {
+        let tids: Vec<String> = tasks
+            .iter()
+            .filter_map(|t| t.file_name()?.to_str().map(String::from))
+            .collect();
+        let perf = std::process::Command::new("perf")
+            .args(["stat", "-x", ",", "-e", "raw_syscalls:sys_enter", "-o"])
+            .arg(&out)
+            .args(["-t", &tids.join(",")])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        // perf counts from when it has attached, not from when it started
+        std::thread::sleep(Duration::from_millis(300));
+        Some(SyscallCount { perf, out })
+    }
+
+    /// Stops counting; the count, if perf gave one.
+    fn stop(mut self) -> Option<u64> {
+        weir_sys::process::send_signal(self.perf.id(), libc::SIGINT).ok()?;
+        self.perf.wait().ok()?;
+        let text = std::fs::read_to_string(&self.out).ok()?;
+        let _ = std::fs::remove_file(&self.out);
+        text.lines()
+            .find(|l| l.contains("raw_syscalls:sys_enter"))?
+            .split(',')
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+impl Drop for SyscallCount {
+    fn drop(&mut self) {
+        let _ = self.perf.kill();
+        let _ = self.perf.wait();
+    }
 }
 
 pub fn ticks_per_s() -> f64 {
@@ -123,9 +245,14 @@ pub fn ticks_per_s() -> f64 {
 }
 
 /// Run the load: `conns` connections in one thread, `depth` GETs per batch.
-pub fn load(addr: SocketAddr, args: &KvBenchArgs, seed: u64) -> Result<(u64, Vec<f64>)> {
+pub fn load(
+    addr: SocketAddr,
+    args: &KvBenchArgs,
+    conns: usize,
+    seed: u64,
+) -> Result<(u64, Vec<f64>)> {
     let mut z = Zipf::new(args.keys, args.skew, seed);
-    let mut socks: Vec<TcpStream> = (0..args.conns)
+    let mut socks: Vec<TcpStream> = (0..conns)
         .map(|_| {
             let s = TcpStream::connect(addr)?;
             s.set_nodelay(true)?;
@@ -169,7 +296,7 @@ pub fn load(addr: SocketAddr, args: &KvBenchArgs, seed: u64) -> Result<(u64, Vec
         }
         let dt = tb.elapsed().as_secs_f64() * 1e6;
         lat.push(dt);
-        n += (args.conns * args.depth) as u64;
+        n += (conns * args.depth) as u64;
     }
     Ok((n, lat))
 }
@@ -179,12 +306,60 @@ pub fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() as f64 - 1.0) * p) as usize]
 }
 
+/// One proxy's runs at one value size and connection count, summed.
+#[derive(Default)]
+struct Runs {
+    requests: u64,
+    wall: f64,
+    lat: Vec<f64>,
+    usage: Usage,
+    /// Each run's system calls (None where perf could not count them).
+    syscalls: Vec<Option<u64>>,
+}
+
+impl Runs {
+    fn row(mut self, path: &str, vs: usize, conns: usize, depth: usize, proxy: bool) -> Row {
+        let n = self.requests.max(1) as f64;
+        let cpu = proxy.then(|| self.usage.ticks as f64 / ticks_per_s());
+        let per = depth as f64;
+        Row {
+            path: path.to_string(),
+            value_size: vs,
+            conns,
+            requests: self.requests,
+            rps: self.requests as f64 / self.wall,
+            p50_us: pct(&mut self.lat, 0.5) / per,
+            p99_us: pct(&mut self.lat, 0.99) / per,
+            proxy_cpu_s: cpu,
+            proxy_ns_per_req: cpu.map(|c| c * 1e9 / n),
+            req_per_cpu_s: cpu.map(|c| if c > 0.0 { n / c } else { f64::INFINITY }),
+            proxy_syscalls_per_req: proxy
+                .then(|| self.syscalls.iter().copied().sum::<Option<u64>>())
+                .flatten()
+                .map(|c| c as f64 / n),
+            proxy_sleeps_per_req: proxy.then(|| self.usage.sleeps as f64 / n),
+        }
+    }
+}
+
+const DIRECT: &str = "memcached direct (server 0)";
+const NUTCRACKER: &str = "nutcracker";
+const WEIR: &str = "weir tcp";
+
 pub fn run(args: &KvBenchArgs) -> Result<()> {
     if args.udp {
         return crate::kv::bench_udp::run(args);
     }
-    let progress = Progress::bar("weir-lab bench kv", 3 * args.value_sizes.len() as u64);
+    anyhow::ensure!(
+        !args.conns.is_empty() && !args.conns.contains(&0),
+        "--conns needs one or more connection counts of at least 1, e.g. --conns 8,64"
+    );
+    anyhow::ensure!(args.rounds >= 1, "--rounds must be at least 1");
+    anyhow::ensure!(args.depth >= 1, "--depth must be at least 1");
+    let steps = args.value_sizes.len() * args.conns.len() * (1 + 2 * args.rounds);
+    let progress = Progress::bar("weir-lab bench kv", steps as u64);
     let mut rows = Vec::new();
+    let mut ratios = Vec::new();
     for &vs in &args.value_sizes {
         progress.set_message(format!(
             "{vs} B values: starting memcached, nutcracker, weir"
@@ -204,6 +379,7 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         let conf = dir.join("nc.yml");
         std::fs::write(&conf, &yml)?;
         let nc = nutcracker(&conf, nc_listen, free_port())?;
+        let nc_tasks = vec![std::path::PathBuf::from(format!("/proc/{}", nc.pid()))];
         let mut cfg = parse_nutcracker(
             "bench",
             &yml.replace(&nc_listen.to_string(), "127.0.0.1:0"),
@@ -229,69 +405,104 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         for d in direct.iter_mut() {
             d.cmd("version\r\n")?;
         }
-        let tps = ticks_per_s();
-        let paths: Vec<(&str, SocketAddr)> = vec![
-            (
-                "memcached direct (server 0)",
-                format!("127.0.0.1:{}", ports[0]).parse()?,
-            ),
-            ("nutcracker", nc_listen),
-            ("weir tcp", proxy.local_addr()),
+        let weir_tasks = weir_threads();
+        let tasks = |name: &str| match name {
+            NUTCRACKER => nc_tasks.as_slice(),
+            WEIR => weir_tasks.as_slice(),
+            _ => &[],
+        };
+        let direct_addr: SocketAddr = format!("127.0.0.1:{}", ports[0]).parse()?;
+        let targets = [
+            (DIRECT, direct_addr),
+            (NUTCRACKER, nc_listen),
+            (WEIR, proxy.local_addr()),
         ];
-        for (name, addr) in paths {
-            progress.set_message(format!("{name}, {vs} B values, {} s", args.seconds));
-            let c0 = match name {
-                "nutcracker" => proc_cpu_ticks(&format!("/proc/{}/stat", nc.pid())),
-                "weir tcp" => weir_threads_ticks(),
-                _ => 0,
-            };
-            let t0 = Instant::now();
-            let (n, mut lat) = load(addr, args, 42 + vs as u64)?;
-            let wall = t0.elapsed().as_secs_f64();
-            let cpu = match name {
-                "nutcracker" => {
-                    Some((proc_cpu_ticks(&format!("/proc/{}/stat", nc.pid())) - c0) as f64 / tps)
-                }
-                "weir tcp" => Some((weir_threads_ticks() - c0) as f64 / tps),
-                _ => None,
-            };
-            let per = args.depth as f64;
-            rows.push(Row {
-                path: name.to_string(),
+        for &conns in &args.conns {
+            let mut runs: [Runs; 3] = Default::default();
+            // memcached direct once, then the proxies in turns
+            let order = std::iter::once(0).chain((0..args.rounds).flat_map(|_| [1, 2]));
+            for (round, t) in order.enumerate() {
+                let (name, addr) = targets[t];
+                progress.set_message(format!(
+                    "{name}, {vs} B values, {conns} connections, {} s",
+                    args.seconds
+                ));
+                let counter = (t > 0 && args.count_syscalls)
+                    .then(|| SyscallCount::start(tasks(name), dir.join("perf-stat.csv")))
+                    .flatten();
+                let u0 = Usage::of(tasks(name));
+                let t0 = Instant::now();
+                let (n, lat) = load(addr, args, conns, 42 + vs as u64 + round as u64)?;
+                let r = &mut runs[t];
+                r.wall += t0.elapsed().as_secs_f64();
+                r.usage.add(Usage::of(tasks(name)).since(u0));
+                r.syscalls.push(counter.and_then(SyscallCount::stop));
+                r.requests += n;
+                r.lat.extend(lat);
+                progress.inc(1);
+            }
+            let [d, n, w] = runs;
+            let d = d.row(DIRECT, vs, conns, args.depth, false);
+            let n = n.row(NUTCRACKER, vs, conns, args.depth, true);
+            let w = w.row(WEIR, vs, conns, args.depth, true);
+            ratios.push(Ratio {
                 value_size: vs,
-                requests: n,
-                rps: n as f64 / wall,
-                p50_us: pct(&mut lat, 0.5) / per,
-                p99_us: pct(&mut lat, 0.99) / per,
-                proxy_cpu_s: cpu,
-                proxy_ns_per_req: cpu.map(|c| c * 1e9 / n as f64),
-                req_per_cpu_s: cpu.map(|c| if c > 0.0 { n as f64 / c } else { f64::INFINITY }),
+                conns,
+                req_per_cpu_s: w.req_per_cpu_s.unwrap_or(0.0) / n.req_per_cpu_s.unwrap_or(1.0),
+                p99: w.p99_us / n.p99_us,
             });
-            progress.inc(1);
+            rows.extend([d, n, w]);
         }
         proxy.stop();
         let _ = std::fs::remove_dir_all(&dir);
     }
     progress.finish(format!("{} rows", rows.len()));
+    let opt = |x: Option<f64>, prec: usize| x.map_or("-".into(), |x| format!("{x:.prec$}"));
     println!(
-        "{:<28} {:>7} {:>10} {:>9} {:>9} {:>12} {:>14}",
-        "path", "value", "req/s", "p50 us", "p99 us", "proxy ns/req", "req/proxy-cpu-s"
+        "{:<28} {:>6} {:>5} {:>9} {:>8} {:>8} {:>9} {:>11} {:>9} {:>9}",
+        "path",
+        "value",
+        "conns",
+        "req/s",
+        "p50 us",
+        "p99 us",
+        "ns/req",
+        "req/cpu-s",
+        "sysc/req",
+        "sleep/req"
     );
     for r in &rows {
         println!(
-            "{:<28} {:>7} {:>10.0} {:>9.1} {:>9.1} {:>12} {:>14}",
+            "{:<28} {:>6} {:>5} {:>9.0} {:>8.1} {:>8.1} {:>9} {:>11} {:>9} {:>9}",
             r.path,
             r.value_size,
+            r.conns,
             r.rps,
             r.p50_us,
             r.p99_us,
-            r.proxy_ns_per_req.map_or("-".into(), |x| format!("{x:.0}")),
-            r.req_per_cpu_s.map_or("-".into(), |x| format!("{x:.0}"))
+            opt(r.proxy_ns_per_req, 0),
+            opt(r.req_per_cpu_s, 0),
+            opt(r.proxy_syscalls_per_req, 3),
+            opt(r.proxy_sleeps_per_req, 3),
         );
     }
-    println!("latency = batch round trip / depth (pipelined); UDP and the XDP cache are not measured here");
+    println!("latency = batch round trip / depth (pipelined); ns/req, req/cpu-s, sysc/req (system calls, from perf stat) and sleep/req (waits in epoll) are the proxy's");
+    println!(
+        "weir over nutcracker (same run, {} rounds each in turns):",
+        args.rounds
+    );
+    for r in &ratios {
+        println!(
+            "  {:>6} B, {:>3} connections: {:.2}x requests per proxy CPU-second, p99 {:.2}x nutcracker's",
+            r.value_size, r.conns, r.req_per_cpu_s, r.p99
+        );
+    }
     if let Some(p) = &args.json {
-        std::fs::write(p, serde_json::to_string_pretty(&rows)?)?;
+        let report = Report {
+            rows,
+            weir_over_nutcracker: ratios,
+        };
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
     }
     Ok(())
 }

@@ -301,7 +301,9 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         let c0 = proc_cpu_ticks(&format!("/proc/{nc_pid}/stat"));
         let a = args.clone();
         let t0 = Instant::now();
-        let (n, lat) = in_ns(&lab.client, move || tcp_load(nc_addr, &a, 42 + vs as u64))?;
+        let (n, lat) = in_ns(&lab.client, move || {
+            tcp_load(nc_addr, &a, a.conns[0], 42 + vs as u64)
+        })?;
         let wall = t0.elapsed().as_secs_f64();
         let cpu = (proc_cpu_ticks(&format!("/proc/{nc_pid}/stat")) - c0) as f64 / ticks_per_s();
         let per = args.depth as f64;
