@@ -237,8 +237,7 @@ impl Running {
 
     /// The XDP switch's status, when a pool has the UDP path.
     pub fn udp_status(&self) -> Option<crate::udp::StatusHandle> {
-        self.pools
-            .with(|p| p.iter().find_map(|p| p.udp_status()))
+        self.pools.with(|p| p.iter().find_map(|p| p.udp_status()))
     }
 
     /// Where /metrics and /status answer, if they do.

@@ -189,8 +189,7 @@ mod tests {
         let st: KvStatus = serde_json::from_str(&http_get(a, "/status").unwrap()).unwrap();
         let names: Vec<&str> = st.pools.iter().map(|p| p.pool.as_str()).collect();
         assert_eq!(names, ["alpha", "beta"]);
-        let st: KvStatus =
-            serde_json::from_str(&http_get(a, "/api/v1/status").unwrap()).unwrap();
+        let st: KvStatus = serde_json::from_str(&http_get(a, "/api/v1/status").unwrap()).unwrap();
         assert_eq!(st.pools[1].stats.requests, 4);
         let pools: Vec<PoolView> =
             serde_json::from_str(&http_get(a, "/api/v1/pools").unwrap()).unwrap();
@@ -226,7 +225,12 @@ mod tests {
     #[test]
     fn a_reload_answers_what_changed_or_why_it_was_refused() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let ok = serve(l, Arc::new(two_pools), Arc::new(|| Ok("pool gamma added".into()))).unwrap();
+        let ok = serve(
+            l,
+            Arc::new(two_pools),
+            Arc::new(|| Ok("pool gamma added".into())),
+        )
+        .unwrap();
         let r = client::Call::new(client::Method::POST, "/api/v1/reload")
             .send(ok.addr)
             .unwrap();

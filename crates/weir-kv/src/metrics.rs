@@ -130,12 +130,10 @@ fn server_health(enc: &mut DescriptorEncoder, pools: &[Status]) -> fmt::Result {
     for st in pools {
         for srv in &st.servers {
             if let Some(ms) = srv.health.since_unix_ms {
-                ConstGauge::new(ms as f64 / 1e3).encode(
-                    fam.encode_family(&[
-                        ("pool", st.pool.as_str()),
-                        ("server", srv.name.as_str()),
-                    ])?,
-                )?;
+                ConstGauge::new(ms as f64 / 1e3).encode(fam.encode_family(&[
+                    ("pool", st.pool.as_str()),
+                    ("server", srv.name.as_str()),
+                ])?)?;
             }
         }
     }
@@ -275,7 +273,8 @@ impl Collector for Exposed {
             &mut enc,
             "weir_kv_udp_hot_keys",
             "Hot keys now.",
-            udp.iter().map(|(st, u)| (pool(st), u.hot_keys.len() as i64)),
+            udp.iter()
+                .map(|(st, u)| (pool(st), u.hot_keys.len() as i64)),
         )?;
         gauges(
             &mut enc,
@@ -353,10 +352,14 @@ mod tests {
             ],
             "{t}"
         );
-        assert_eq!(t.matches("# TYPE weir_kv_requests counter").count(), 1, "{t}");
+        assert_eq!(
+            t.matches("# TYPE weir_kv_requests counter").count(),
+            1,
+            "{t}"
+        );
         assert!(
-            t.lines().any(|l| l
-                == "weir_kv_server_requests_total{pool=\"beta\",server=\"cache-a\"} 7"),
+            t.lines()
+                .any(|l| l == "weir_kv_server_requests_total{pool=\"beta\",server=\"cache-a\"} 7"),
             "{t}"
         );
     }

@@ -3,11 +3,16 @@
 //! given `--udp-interface` or `[udp]`, the XDP path), and a reload that
 //! applies a re-read file to them.
 //!
-//! A reload starts the pools the file adds before it stops the ones it
-//! removes, and leaves the unchanged ones (their listeners, client and
-//! server connections) alone. It is all or nothing: a file that does not
-//! parse, a pool that cannot start, or a change weir cannot apply to a
-//! running pool refuses the whole file, and what runs stays as it was.
+//! A reload starts the pools the file adds or changes before it stops the
+//! ones it removes, and leaves the unchanged ones (their listeners, client
+//! and server connections) alone. A changed pool (servers, weights, hash,
+//! distribution, timeouts, even its listen address) gets a new proxy, and
+//! the old one hands it every client connection once that client's replies
+//! are out ([`Proxy::hand_over`]): requests in flight finish on the old
+//! servers, the next ones go by the new pool, and no connection closes.
+//! It is all or nothing: a file that does not parse, a pool that cannot
+//! start, or a change weir cannot apply to a running pool refuses the
+//! whole file, and what runs stays as it was.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -172,48 +177,73 @@ impl Pools {
                 );
             }
             if let Some(what) = old.cfg.change_to(cfg) {
-                bail!(
-                    "{}: pool {}: {what} changes; a running pool keeps its listener, servers \
-                     and routing (their change needs a restart, or the pool under a new name \
-                     with a new listen address, then the old one removed)",
-                    cfg.file.display(),
-                    cfg.pool
-                );
+                if old.cfg.udp.is_some() || cfg.udp.is_some() {
+                    bail!(
+                        "{}: pool {}: {what} changes, and the pool has the UDP path, whose \
+                         XDP program keeps the pool it was loaded with: restart weir kv for that",
+                        cfg.file.display(),
+                        cfg.pool
+                    );
+                }
             }
         }
-        let mut added = Vec::new();
+        // New and changed pools start first, next to what runs (a changed
+        // pool's new listener joins the old one's SO_REUSEPORT group).
+        let mut started = Vec::new();
         for cfg in cfgs {
-            if !running.iter().any(|p| p.cfg.pool == cfg.pool) {
-                // On an error, `added` drops and stops what this reload started.
-                added.push(
-                    RunningPool::start(cfg)
-                        .with_context(|| format!("{}: starting a new pool", cfg.file.display()))?,
-                );
+            let old = running.iter().find(|p| p.cfg.pool == cfg.pool);
+            if old.is_none_or(|o| o.cfg.change_to(cfg).is_some()) {
+                // On an error, `started` drops and stops what this reload started.
+                started.push(RunningPool::start(cfg).with_context(|| {
+                    format!("{}: starting pool {}", cfg.file.display(), cfg.pool)
+                })?);
             }
         }
         let mut old: Vec<RunningPool> = std::mem::take(&mut *running);
-        let added_names: Vec<String> = added.iter().map(|p| p.cfg.pool.clone()).collect();
-        let mut unchanged = Vec::new();
+        let (mut added, mut changed, mut unchanged) = (Vec::new(), Vec::new(), Vec::new());
+        let mut replaced = Vec::new();
         for cfg in cfgs {
-            let pool = match old.iter().position(|p| p.cfg.pool == cfg.pool) {
-                Some(i) => {
+            let prev = old
+                .iter()
+                .position(|p| p.cfg.pool == cfg.pool)
+                .map(|i| old.remove(i));
+            let new = started
+                .iter()
+                .position(|p| p.cfg.pool == cfg.pool)
+                .map(|i| started.remove(i));
+            match (prev, new) {
+                (None, Some(new)) => {
+                    added.push(cfg.pool.clone());
+                    running.push(new);
+                }
+                (Some(prev), Some(new)) => {
+                    let what = prev.cfg.change_to(cfg).unwrap_or("nothing");
+                    changed.push(format!("{} ({what})", cfg.pool));
+                    replaced.push((prev, new.proxy.clone()));
+                    running.push(new);
+                }
+                (Some(prev), None) => {
                     unchanged.push(cfg.pool.clone());
-                    old.remove(i)
+                    running.push(prev);
                 }
-                None => {
-                    let i = added
-                        .iter()
-                        .position(|p| p.cfg.pool == cfg.pool)
-                        .expect("started above");
-                    added.remove(i)
-                }
-            };
-            running.push(pool);
+                (None, None) => unreachable!("every pool of the file runs or was started"),
+            }
         }
         let removed: Vec<String> = old.iter().map(|p| p.cfg.pool.clone()).collect();
         drop(running);
-        // The pools the file no longer has stop last, after the lock: their
-        // workers take a moment to join.
+        // Outside the lock: a changed pool's clients move to its new proxy
+        // as their replies go out, and the old proxy stops after them.
+        for (prev, to) in replaced {
+            let left = prev.proxy.hand_over(&to, HAND_OVER_WAIT);
+            if left > 0 {
+                eprintln!(
+                    "weir kv: pool {}: {left} clients still had requests in flight after {:?}; \
+                     their connections close",
+                    prev.cfg.pool, HAND_OVER_WAIT
+                );
+            }
+        }
+        // The pools the file no longer has stop last.
         drop(old);
         let list = |v: &[String]| {
             if v.is_empty() {
@@ -223,13 +253,19 @@ impl Pools {
             }
         };
         Ok(format!(
-            "pools added: {}; removed: {}; unchanged: {}",
-            list(&added_names),
+            "pools added: {}; changed: {}; removed: {}; unchanged: {}",
+            list(&added),
+            list(&changed),
             list(&removed),
             list(&unchanged)
         ))
     }
 }
+
+/// How long a changed pool's old proxy waits for its clients' replies before
+/// it closes those still waiting (a server that answers nothing and no
+/// `timeout`).
+const HAND_OVER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The XDP program owns its interfaces: one pool per switch may have the
 /// UDP path.

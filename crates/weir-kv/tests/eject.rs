@@ -10,9 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir_kv::{
-    http_get, parse_nutcracker, start, KvConfig, KvStatus, Proxy, ServerState, Status,
-};
+use weir_kv::{http_get, parse_nutcracker, start, KvConfig, KvStatus, Proxy, ServerState, Status};
 use weir_lab::kv::testbed::{free_port, memcached, nutcracker, McClient, Proc};
 
 const KEYS: usize = 300;
@@ -344,9 +342,10 @@ fn status_and_metrics_show_ejections_and_returns() {
         assert!(text.contains(line), "{line} not in\n{text}");
     }
     assert!(
-        text.lines()
-            .any(|l| l.starts_with("weir_kv_server_state{pool=\"pool\",server=\"beta\"")
-                && l.ends_with("state=\"ejected\"} 1")),
+        text.lines().any(
+            |l| l.starts_with("weir_kv_server_state{pool=\"pool\",server=\"beta\"")
+                && l.ends_with("state=\"ejected\"} 1")
+        ),
         "{text}"
     );
     // the ejected server's key is served by the next live one meanwhile

@@ -1,9 +1,10 @@
 //! Every pool of a nutcracker YAML in one `weir kv`: each pool on its own
 //! listener routes key by key as the real nutcracker running the same file
 //! does; status, the API and the metrics show each pool; `--pool` still
-//! picks one. A reload adds and removes pools while clients pipeline
-//! requests to a pool that stays (none closed, none lost), and a refused
-//! file (with its file:line) keeps what runs. Loopback only.
+//! picks one. A reload adds, changes and removes pools while clients
+//! pipeline requests (none closed, none lost; a changed pool's clients move
+//! to its new servers), and a refused file (with its file:line) keeps what
+//! runs. Loopback only.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -214,7 +215,11 @@ fn every_pool_of_a_yaml_routes_as_nutcracker_runs_it() {
         }
         // Every server of the pool got keys: the pools really differ.
         for s in &pool_servers {
-            assert!(weir.iter().any(|w| w[0] == *s), "{}: server {s} idle", def.name);
+            assert!(
+                weir.iter().any(|w| w[0] == *s),
+                "{}: server {s} idle",
+                def.name
+            );
         }
     }
     assert_eq!(checked, 3 * keys.len());
@@ -248,8 +253,15 @@ fn every_pool_of_a_yaml_routes_as_nutcracker_runs_it() {
     assert_eq!(gamma["servers"][1]["name"], "big");
     let metrics = http_get(m, "/metrics").unwrap();
     for def in defs {
-        let line = format!("weir_kv_requests_total{{pool=\"{}\"}} {}", def.name, keys.len());
-        assert!(metrics.lines().any(|l| l == line), "no `{line}` in\n{metrics}");
+        let line = format!(
+            "weir_kv_requests_total{{pool=\"{}\"}} {}",
+            def.name,
+            keys.len()
+        );
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no `{line}` in\n{metrics}"
+        );
     }
     assert!(metrics.contains("weir_kv_server_requests_total{pool=\"alpha\",server=\"beta\"}"));
     kv.stop();
@@ -269,7 +281,10 @@ fn every_pool_of_a_yaml_routes_as_nutcracker_runs_it() {
     );
     // The UDP path serves one pool: several with --udp-interface are refused.
     let e = load_config(&args(&weir_yml, &["--udp-interface", "lo"])).unwrap_err();
-    assert!(format!("{e:#}").contains("pick the pool with --pool NAME"), "{e:#}");
+    assert!(
+        format!("{e:#}").contains("pick the pool with --pool NAME"),
+        "{e:#}"
+    );
 }
 
 /// What the live clients of a reload test saw.
@@ -277,8 +292,20 @@ fn every_pool_of_a_yaml_routes_as_nutcracker_runs_it() {
 struct Seen {
     requests: u64,
     replies: u64,
+    /// Gets that found nothing: only where a reload moved the key.
+    misses: u64,
     wrong: u64,
     closed: u64,
+}
+
+impl Seen {
+    fn add(&mut self, s: &Seen) {
+        self.requests += s.requests;
+        self.replies += s.replies;
+        self.misses += s.misses;
+        self.wrong += s.wrong;
+        self.closed += s.closed;
+    }
 }
 
 /// One client connection pipelining batches of sets then gets to `pool`,
@@ -320,6 +347,10 @@ fn pipeline(pool: SocketAddr, id: usize, stop: Arc<AtomicBool>) -> Seen {
         for k in &keys {
             match c.values() {
                 Ok(Ok(v)) if v.len() == 1 && v[0].2 == k.as_bytes() => seen.replies += 1,
+                Ok(Ok(v)) if v.is_empty() => {
+                    seen.replies += 1;
+                    seen.misses += 1;
+                }
                 Ok(_) => {
                     seen.replies += 1;
                     seen.wrong += 1;
@@ -346,12 +377,13 @@ fn pool_names(m: SocketAddr) -> Vec<String> {
 }
 
 #[test]
-fn reload_adds_and_removes_pools_while_clients_pipeline() {
-    let servers = Servers::start(4);
+fn reload_adds_changes_and_removes_pools_while_clients_pipeline() {
+    let mut servers = Servers::start(4);
     let dir = Dir::new("reload");
     let yml = dir.path().join("nc.yml");
     let (pa, pb, pg) = (free_port(), free_port(), free_port());
-    let write = |pools: &[(&PoolDef, u16)]| std::fs::write(&yml, yaml(pools, &servers.ports)).unwrap();
+    let ports = servers.ports.clone();
+    let write = |pools: &[(&PoolDef, u16)]| std::fs::write(&yml, yaml(pools, &ports)).unwrap();
     write(&[(&ALPHA, pa), (&BETA, pb)]);
     let a = args(&yml, &["--metrics", "127.0.0.1:0"]);
     let kv = start_from(&load_config(&a).unwrap(), &a).unwrap();
@@ -363,24 +395,29 @@ fn reload_adds_and_removes_pools_while_clients_pipeline() {
         weir_kv::run(&args)
     };
 
+    // Half the connections on alpha (never changed), half on beta (changed,
+    // then removed at the end, after the clients stop).
     const CLIENTS: usize = 8;
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|id| {
             let stop = stop.clone();
-            std::thread::spawn(move || pipeline(addr(pa), id, stop))
+            let pool = if id % 2 == 0 { pa } else { pb };
+            std::thread::spawn(move || (pool, pipeline(addr(pool), id, stop)))
         })
         .collect();
     let pause = || std::thread::sleep(Duration::from_millis(300));
     pause();
+    let mut reloads = 0;
 
     // 1. gamma added: its listener opens, alpha and beta stay.
     write(&[(&ALPHA, pa), (&BETA, pb), (&GAMMA, pg)]);
     let r = post_reload(m);
+    reloads += 1;
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(
         r.json().unwrap()["changes"],
-        "pools added: gamma; removed: none; unchanged: alpha, beta"
+        "pools added: gamma; changed: none; removed: none; unchanged: alpha, beta"
     );
     assert_eq!(pool_names(m), ["alpha", "beta", "gamma"]);
     let mut g = McClient::connect(addr(pg)).unwrap();
@@ -393,6 +430,7 @@ fn reload_adds_and_removes_pools_while_clients_pipeline() {
     let line = bad.lines().position(|l| l.contains("md6")).unwrap() + 1;
     std::fs::write(&yml, &bad).unwrap();
     let r = post_reload(m);
+    reloads += 1;
     assert_eq!(r.status, 409, "{}", r.body);
     let why = r.json().unwrap()["error"].as_str().unwrap().to_string();
     assert!(
@@ -400,50 +438,87 @@ fn reload_adds_and_removes_pools_while_clients_pipeline() {
         "{why}"
     );
     let e = reload_cli(m).unwrap_err();
+    reloads += 1;
     assert!(format!("{e:#}").contains("refused the reload"), "{e:#}");
-    assert!(format!("{e:#}").contains(&format!(":{line}: beta.hash")), "{e:#}");
+    assert!(
+        format!("{e:#}").contains(&format!(":{line}: beta.hash")),
+        "{e:#}"
+    );
     assert_eq!(pool_names(m), ["alpha", "beta", "gamma"]);
     assert_eq!(g.get("{t}x").unwrap().as_deref(), Some(&b"1"[..]));
     pause();
 
-    // 3. A change to a running pool's servers is refused by name.
-    let moved = good.replacen(&format!(":{}:1\n", servers.ports[3]), ":11:1\n", 1);
+    // 3. beta's third server changes (port 3 to port 0) under its clients:
+    // a connection opened before the reload stays open and routes by the
+    // new server list, key by key.
+    let mut before = McClient::connect(addr(pb)).unwrap();
+    assert_eq!(before.set("warm", b"w").unwrap(), "STORED\r\n");
+    let moved = good.replacen(
+        &format!("127.0.0.1:{}:1\n", ports[3]),
+        &format!("127.0.0.1:{}:1\n", ports[0]),
+        1,
+    );
     assert_ne!(moved, good);
     std::fs::write(&yml, &moved).unwrap();
     let r = post_reload(m);
-    assert_eq!(r.status, 409, "{}", r.body);
-    assert!(r.body.contains("pool beta: servers changes"), "{}", r.body);
+    reloads += 1;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json().unwrap()["changes"],
+        "pools added: none; changed: beta (servers); removed: none; unchanged: alpha, gamma"
+    );
+    let new_beta = parse_nutcracker("nc.yml", &moved, Some("beta")).unwrap();
+    let dist = new_beta.distribution();
+    let port_of = |i: usize| new_beta.server_addrs[i].port();
+    for i in 0..60 {
+        let k = format!("after-reload:{i}");
+        assert_eq!(before.set(&k, b"v").unwrap(), "STORED\r\n", "{k}");
+        let owners: Vec<u16> = servers.owners(&k).into_iter().map(|s| ports[s]).collect();
+        assert_eq!(owners, [port_of(dist.server_for_key(k.as_bytes()))], "{k}");
+    }
     pause();
 
-    // 4. beta removed (by `weir kv reload`): its listener closes, alpha's
-    // clients go on.
-    write(&[(&ALPHA, pa), (&GAMMA, pg)]);
+    // 4. gamma removed (by `weir kv reload`): its listener closes.
+    write(&[(&ALPHA, pa), (&BETA, pb)]);
+    std::fs::write(
+        &yml,
+        std::fs::read_to_string(&yml).unwrap().replacen(
+            &format!("127.0.0.1:{}:1\n", ports[3]),
+            &format!("127.0.0.1:{}:1\n", ports[0]),
+            1,
+        ),
+    )
+    .unwrap();
     reload_cli(m).unwrap();
-    assert_eq!(pool_names(m), ["alpha", "gamma"]);
-    assert!(std::net::TcpStream::connect(addr(pb)).is_err());
-    assert_eq!(g.get("{t}x").unwrap().as_deref(), Some(&b"1"[..]));
+    reloads += 1;
+    assert_eq!(pool_names(m), ["alpha", "beta"]);
+    assert!(std::net::TcpStream::connect(addr(pg)).is_err());
     pause();
 
     stop.store(true, Ordering::Relaxed);
-    let mut total = Seen::default();
+    let (mut alpha, mut beta) = (Seen::default(), Seen::default());
     for c in clients {
-        let s = c.join().unwrap();
-        total.requests += s.requests;
-        total.replies += s.replies;
-        total.wrong += s.wrong;
-        total.closed += s.closed;
+        let (pool, s) = c.join().unwrap();
+        if pool == pa {
+            alpha.add(&s)
+        } else {
+            beta.add(&s)
+        }
     }
     eprintln!(
-        "{CLIENTS} connections pipelining through 4 reloads (2 applied, 2 refused): \
-         {} requests, {} replies, {} wrong, {} connections closed",
-        total.requests, total.replies, total.wrong, total.closed
+        "{CLIENTS} connections pipelining through {reloads} reloads (3 applied, 2 refused): \
+         alpha (unchanged) {alpha:?}; beta (servers changed) {beta:?}"
     );
-    assert!(total.requests > 0);
-    assert_eq!(
-        (total.closed, total.wrong, total.replies),
-        (0, 0, total.requests),
-        "{total:?}"
-    );
+    for (name, s) in [("alpha", &alpha), ("beta", &beta)] {
+        assert!(s.requests > 0, "{name}");
+        assert_eq!(
+            (s.closed, s.wrong, s.replies),
+            (0, 0, s.requests),
+            "{name}: {s:?}"
+        );
+    }
+    // Only the changed pool's keys moved.
+    assert_eq!(alpha.misses, 0, "{alpha:?}");
     kv.stop();
 }
 
