@@ -1028,6 +1028,57 @@ alpha:
         assert_eq!(c.server_addrs[1], "127.0.0.1:11212".parse().unwrap());
     }
 
+    #[test]
+    fn every_pool_of_a_file_in_order_unique_by_name_and_listen() {
+        let two = format!(
+            "{NC}beta:\n  listen: 127.0.0.1:22122\n  hash: md5\n  distribution: modula\n  servers:\n   - 127.0.0.1:11213:1\n"
+        );
+        let pools = parse_nutcracker_pools("nc.yml", &two, None).unwrap();
+        let names: Vec<&str> = pools.iter().map(|c| c.pool.as_str()).collect();
+        assert_eq!(names, ["alpha", "beta"]);
+        assert_eq!(pools[1].distribution, DistKind::Modula);
+        let one = parse_nutcracker_pools("nc.yml", &two, Some("beta")).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].pool, "beta");
+        let e = parse_nutcracker_pools("nc.yml", &two, Some("gamma")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "nc.yml: (pool): no pool named `gamma` (the file has alpha, beta)"
+        );
+        let same_listen = two.replace("22122", "22121");
+        let e = parse_nutcracker_pools("nc.yml", &same_listen, None).unwrap_err();
+        let line = same_listen
+            .lines()
+            .rposition(|l| l.contains("22121"))
+            .unwrap()
+            + 1;
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "nc.yml:{line}: beta.listen: 127.0.0.1:22121 is pool `alpha`'s listen address \
+                 too; give each pool its own"
+            )
+        );
+        let same_name = two.replace("beta:", "alpha:");
+        let e = parse_nutcracker_pools("nc.yml", &same_name, None).unwrap_err();
+        let line = same_name.lines().rposition(|l| l == "alpha:").unwrap() + 1;
+        assert_eq!(
+            e.to_string(),
+            format!("nc.yml:{line}: alpha: is a duplicate pool name (first at line 2)")
+        );
+    }
+
+    #[test]
+    fn a_reread_pool_names_what_changed() {
+        let a = parse_nutcracker("nc.yml", NC, None).unwrap();
+        assert_eq!(a.change_to(&a.clone()), None);
+        let b = parse_nutcracker("nc.yml", &NC.replace(":11212:2", ":11214:2"), None).unwrap();
+        assert_eq!(a.change_to(&b), Some("servers"));
+        let c =
+            parse_nutcracker("nc.yml", &NC.replace("timeout: 400", "timeout: 500"), None).unwrap();
+        assert_eq!(a.change_to(&c), Some("timeout"));
+    }
+
     fn nc_err(src: &str) -> ConfigError {
         parse_nutcracker("nc.yml", src, None).unwrap_err()
     }

@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -21,6 +21,13 @@ use weir_lab::kv::testbed::{free_port, memcached, nutcracker, McClient, Proc};
 struct Cli {
     #[command(flatten)]
     kv: KvArgs,
+}
+
+/// The tests of this file one at a time: they pick free ports and load the
+/// CPU with pipelining clients.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn have(bin: &str) -> bool {
@@ -176,6 +183,7 @@ fn placement(servers: &mut Servers, via: SocketAddr, keys: &[String]) -> Vec<Vec
 
 #[test]
 fn every_pool_of_a_yaml_routes_as_nutcracker_runs_it() {
+    let _serial = serial();
     let mut servers = Servers::start(4);
     let dir = Dir::new("agree");
     let defs = [&ALPHA, &BETA, &GAMMA];
@@ -378,6 +386,7 @@ fn pool_names(m: SocketAddr) -> Vec<String> {
 
 #[test]
 fn reload_adds_changes_and_removes_pools_while_clients_pipeline() {
+    let _serial = serial();
     let mut servers = Servers::start(4);
     let dir = Dir::new("reload");
     let yml = dir.path().join("nc.yml");
