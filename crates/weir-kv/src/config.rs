@@ -1028,6 +1028,12 @@ alpha:
         assert_eq!(c.server_addrs[1], "127.0.0.1:11212".parse().unwrap());
     }
 
+    /// The 1-based number of the last line of `src` containing `what`.
+    fn last_line_with(src: &str, what: &str) -> usize {
+        let lines: Vec<&str> = src.lines().collect();
+        lines.iter().rposition(|l| l.contains(what)).unwrap() + 1
+    }
+
     #[test]
     fn every_pool_of_a_file_in_order_unique_by_name_and_listen() {
         let two = format!(
@@ -1047,11 +1053,7 @@ alpha:
         );
         let same_listen = two.replace("22122", "22121");
         let e = parse_nutcracker_pools("nc.yml", &same_listen, None).unwrap_err();
-        let line = same_listen
-            .lines()
-            .rposition(|l| l.contains("22121"))
-            .unwrap()
-            + 1;
+        let line = last_line_with(&same_listen, "22121");
         assert_eq!(
             e.to_string(),
             format!(
@@ -1061,7 +1063,7 @@ alpha:
         );
         let same_name = two.replace("beta:", "alpha:");
         let e = parse_nutcracker_pools("nc.yml", &same_name, None).unwrap_err();
-        let line = same_name.lines().rposition(|l| l == "alpha:").unwrap() + 1;
+        let line = last_line_with(&same_name, "alpha:");
         assert_eq!(
             e.to_string(),
             format!("nc.yml:{line}: alpha: is a duplicate pool name (first at line 2)")

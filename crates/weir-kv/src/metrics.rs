@@ -1,7 +1,8 @@
-//! `weir kv`'s Prometheus metrics: the proxy's counters and, with the UDP
-//! path, the XDP switch's and its cache's, encoded by prometheus-client
-//! from one [`Status`] read per scrape (OpenMetrics text; counter samples
-//! carry `_total`).
+//! `weir kv`'s Prometheus metrics: each pool's proxy counters and, for the
+//! pool with the UDP path, the XDP switch's and its cache's, every sample
+//! labelled with its `pool`, encoded by prometheus-client from one
+//! [`KvStatus`] read per scrape (OpenMetrics text; counter samples carry
+//! `_total`).
 
 use std::fmt;
 

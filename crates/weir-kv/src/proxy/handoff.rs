@@ -111,7 +111,7 @@ impl Worker {
     }
 
     /// While handing over: closes the listener, passes on every client with
-    /// nothing outstanding. True once no client is left.
+    /// nothing outstanding. True once no client and no request is left.
     pub(super) fn hand_over_idle(&mut self) -> bool {
         let target = self.handoff.target.clone();
         let Some(target) = target.get().filter(|t| !t.is_empty()) else {
@@ -152,6 +152,12 @@ impl Worker {
                 let _ = to.waker.wake();
             }
         }
+        // Requests without a reply owed (noreply) may still be on their way
+        // to a server: the worker ends once they are written and answered.
         !left
+            && self
+                .servers
+                .iter()
+                .all(|s| s.inflight.is_empty() && s.wpos == s.wbuf.len())
     }
 }
