@@ -484,6 +484,24 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_human_status_shows_every_pool_in_order() {
+        let mut beta = sample(false);
+        beta.pool = "beta".into();
+        beta.listen = "127.0.0.1:22122".into();
+        let text = render_all(&KvStatus::of(vec![sample(false), beta]));
+        let heads: Vec<&str> = text.lines().filter(|l| l.starts_with("pool ")).collect();
+        assert_eq!(heads.len(), 2, "{text}");
+        assert!(
+            heads[0].starts_with("pool alpha on 127.0.0.1:22121"),
+            "{text}"
+        );
+        assert!(
+            heads[1].starts_with("pool beta on 127.0.0.1:22122"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn views_derive_ratios_and_per_server_requests() {
         let p = sample(true).pool_view();
         assert_eq!(p.hit_ratio, Some(0.75));
