@@ -1,5 +1,6 @@
-//! `weir kv`: run the memcached switch (TCP proxy, metrics), check a
-//! configuration, or show a running switch's statistics.
+//! `weir kv`: run the memcached switch (every pool of the file, metrics),
+//! check a configuration, show a running switch's statistics, or ask it to
+//! re-read its file (`weir kv reload`, or SIGHUP).
 
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
@@ -12,15 +13,13 @@ use weir_sys::SignalSet;
 
 use crate::config::{parse_metrics, KvConfig, UdpConfig};
 use crate::health::EjectMode;
-use crate::invalidate::Invalidation;
-use crate::proxy::Proxy;
-use crate::status::{render, status_of};
-use crate::udp::{UdpSwitch, XdpInvalidator};
+use crate::pools::{Loader, Pools};
+use crate::status::render_all;
 
 pub use crate::endpoint::http_get;
-pub use crate::status::Status;
+pub use crate::status::{KvStatus, Status};
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct KvArgs {
     #[command(subcommand)]
@@ -31,7 +30,7 @@ pub struct KvArgs {
     /// weir's own TOML configuration.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
-    /// The pool to run, when the YAML file has several.
+    /// Run only this pool of the YAML file (default: every pool).
     #[arg(long)]
     pub pool: Option<String>,
     /// Validate the configuration and exit.
@@ -70,7 +69,7 @@ fn metrics_flag(v: &str) -> Result<MetricsFlag, String> {
     parse_metrics(v).map(MetricsFlag)
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand, Debug, Clone)]
 pub enum KvCmd {
     /// Statistics of a running `weir kv` (read from its metrics endpoint).
     Status {
@@ -80,16 +79,35 @@ pub enum KvCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Ask a running `weir kv` to re-read its configuration file and wait
+    /// for its answer: what changed, or (exit 1) why it refused the file.
+    Reload {
+        /// The metrics address of the running switch.
+        #[arg(long, default_value = "127.0.0.1:9122")]
+        metrics: SocketAddr,
+        /// How long to wait for the answer, in seconds.
+        #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+        timeout: f64,
+    },
 }
 
-/// The configuration `args` name, with the command line's overrides.
-pub fn load(args: &KvArgs) -> Result<KvConfig> {
-    let mut cfg = match (&args.nutcracker, &args.config) {
-        (Some(p), _) => KvConfig::load_nutcracker(p, args.pool.as_deref())?,
-        (None, Some(p)) => KvConfig::load_toml(p)?,
+/// The pools `args` name (every pool of a YAML file, or `--pool`'s), with
+/// the command line's overrides.
+pub fn load(args: &KvArgs) -> Result<Vec<KvConfig>> {
+    let mut cfgs = match (&args.nutcracker, &args.config) {
+        (Some(p), _) => KvConfig::load_nutcracker_pools(p, args.pool.as_deref())?,
+        (None, Some(p)) => vec![KvConfig::load_toml(p)?],
         (None, None) => bail!("give --nutcracker FILE.yml or --config FILE.toml"),
     };
     if !args.udp_interface.is_empty() {
+        let [cfg] = &mut cfgs[..] else {
+            let names: Vec<&str> = cfgs.iter().map(|c| c.pool.as_str()).collect();
+            bail!(
+                "--udp-interface: the file has {} pools ({}) and one XDP program serves one;                  pick the pool with --pool NAME (and run the others in another weir kv)",
+                cfgs.len(),
+                names.join(", ")
+            );
+        };
         if cfg.udp.is_some() {
             bail!(
                 "{}: [udp] is in the file; give the UDP path there or with --udp-interface, not both",
@@ -119,79 +137,107 @@ pub fn load(args: &KvArgs) -> Result<KvConfig> {
         }
     }
     if let Some(MetricsFlag(m)) = args.metrics {
-        cfg.metrics = m;
+        for cfg in &mut cfgs {
+            cfg.metrics = m;
+        }
     }
-    Ok(cfg)
+    Ok(cfgs)
+}
+
+/// What `--check` prints for one pool.
+fn summary(cfg: &KvConfig) -> String {
+    let udp = match &cfg.udp {
+        Some(u) => format!(
+            "; udp {} port {} {}, cache {}",
+            u.interfaces.join(","),
+            u.port,
+            u.forward,
+            if cfg.cache.enabled { "on" } else { "off" }
+        ),
+        None => String::new(),
+    };
+    let metrics = cfg.metrics.map_or("off".into(), |m| m.to_string());
+    let eject = match cfg.eject.mode {
+        EjectMode::Off => String::new(),
+        mode => format!(
+            ", ejection {} after {} failures for {} ms",
+            mode.as_str(),
+            cfg.eject.failure_limit,
+            cfg.eject.retry.as_millis()
+        ),
+    };
+    format!(
+        "{}: ok (pool {} on {}, {} servers, {} / {}{eject}{udp}; metrics {metrics})",
+        cfg.file.display(),
+        cfg.pool,
+        cfg.listen,
+        cfg.servers.len(),
+        cfg.hash,
+        cfg.distribution
+    )
 }
 
 pub fn run(args: &KvArgs) -> Result<()> {
-    if let Some(KvCmd::Status { metrics, json }) = &args.cmd {
-        let body = http_get(*metrics, "/status")?;
-        if *json {
-            println!("{body}");
-        } else {
-            let st: Status = serde_json::from_str(&body).context("decoding status")?;
-            print!("{}", render(&st));
+    match &args.cmd {
+        Some(KvCmd::Status { metrics, json }) => {
+            let body = http_get(*metrics, "/status")?;
+            if *json {
+                println!("{body}");
+            } else {
+                let st: KvStatus = serde_json::from_str(&body).context("decoding status")?;
+                print!("{}", render_all(&st));
+            }
+            return Ok(());
+        }
+        Some(KvCmd::Reload { metrics, timeout }) => {
+            println!("{}", crate::reload::request(*metrics, *timeout)?);
+            return Ok(());
+        }
+        None => {}
+    }
+    let cfgs = load(args)?;
+    if args.check {
+        for cfg in &cfgs {
+            println!("{}", summary(cfg));
         }
         return Ok(());
     }
-    let cfg = load(args)?;
-    if args.check {
-        let udp = match &cfg.udp {
-            Some(u) => format!(
-                "; udp {} port {} {}, cache {}",
-                u.interfaces.join(","),
-                u.port,
-                u.forward,
-                if cfg.cache.enabled { "on" } else { "off" }
-            ),
-            None => String::new(),
-        };
-        let metrics = cfg.metrics.map_or("off".into(), |m| m.to_string());
-        let eject = match cfg.eject.mode {
-            EjectMode::Off => String::new(),
-            mode => format!(
-                ", ejection {} after {} failures for {} ms",
-                mode.as_str(),
-                cfg.eject.failure_limit,
-                cfg.eject.retry.as_millis()
-            ),
-        };
-        println!(
-            "{}: ok (pool {}, {} servers, {} / {}{eject}{udp}; metrics {metrics})",
-            cfg.file.display(),
-            cfg.pool,
-            cfg.servers.len(),
-            cfg.hash,
-            cfg.distribution
-        );
-        return Ok(());
-    }
     // Blocked before any thread starts, so that only the wait below takes them.
-    let signals = SignalSet::block(&[libc::SIGINT, libc::SIGTERM]);
-    let running = start(&cfg)?;
-    signals.wait();
+    let signals = SignalSet::block(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP]);
+    let running = start_from(&cfgs, args)?;
+    while signals.wait() == libc::SIGHUP {
+        match running.reload() {
+            Ok(changes) => eprintln!("weir kv: reloaded: {changes}"),
+            Err(e) => eprintln!("weir kv: reload refused, the running pools stay: {e:#}"),
+        }
+    }
     eprintln!("weir kv: stopping");
     running.stop();
     Ok(())
 }
 
-/// A started switch: the TCP proxy, its metrics endpoint and, with `[udp]`,
-/// the XDP path.
+/// A started switch: its pools, and their metrics endpoint.
 pub struct Running {
-    proxy: Arc<Proxy>,
+    pools: Arc<Pools>,
     metrics: Option<Server>,
-    switch: Option<UdpSwitch>,
 }
 
 impl Running {
+    /// The first pool's listener.
     pub fn proxy_addr(&self) -> SocketAddr {
-        self.proxy.local_addr()
+        self.pools
+            .with(|p| p.first().expect("a switch runs a pool").proxy_addr())
     }
 
-    /// The XDP switch's status, when the UDP path runs.
+    /// The listener of the pool named `name`, if it runs.
+    pub fn pool_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.pools
+            .with(|p| p.iter().find(|p| p.name() == name).map(|p| p.proxy_addr()))
+    }
+
+    /// The XDP switch's status, when a pool has the UDP path.
     pub fn udp_status(&self) -> Option<crate::udp::StatusHandle> {
-        self.switch.as_ref().map(|s| s.status_handle())
+        self.pools.with(|p| p.iter().find_map(|p| p.udp_status()))
     }
 
     /// Where /metrics and /status answer, if they do.
@@ -199,20 +245,41 @@ impl Running {
         self.metrics.as_ref().map(|m| m.addr)
     }
 
-    /// Stops the metrics endpoint, detaches the XDP path and stops the proxy.
+    /// Re-reads the configuration and applies it (SIGHUP, `weir kv reload`).
+    pub fn reload(&self) -> Result<String> {
+        self.pools.reload()
+    }
+
+    /// Stops the metrics endpoint, then every pool (XDP path, then proxy).
     pub fn stop(self) {
         drop(self.metrics);
-        if let Some(sw) = self.switch {
-            sw.stop();
-        }
-        drop(self.proxy);
+        drop(self.pools);
     }
 }
 
-/// Starts what `cfg` describes; an error leaves nothing running or attached.
-pub fn start(cfg: &KvConfig) -> Result<Running> {
+/// Starts the pools of `cfgs`; a reload re-reads their file as `args` says.
+pub fn start_from(cfgs: &[KvConfig], args: &KvArgs) -> Result<Running> {
+    let args = args.clone();
+    start_with(cfgs, Box::new(move || load(&args)))
+}
+
+/// Starts the pools of `cfgs`, which came from no file a reload could
+/// re-read (a reload is refused).
+pub fn start(cfgs: &[KvConfig]) -> Result<Running> {
+    start_with(
+        cfgs,
+        Box::new(|| bail!("this switch was started without a configuration file to re-read")),
+    )
+}
+
+/// Starts every pool of `cfgs` and the metrics endpoint; an error leaves
+/// nothing running or attached.
+fn start_with(cfgs: &[KvConfig], load: Loader) -> Result<Running> {
+    let Some(first) = cfgs.first() else {
+        bail!("no pool to run");
+    };
     // Bound first, so that a taken address fails before anything is attached.
-    let listener = match cfg.metrics {
+    let listener = match first.metrics {
         Some(m) => Some(TcpListener::bind(m).with_context(|| {
             format!(
                 "metrics on {m}: is another weir kv running there? give this one its own \
@@ -221,54 +288,19 @@ pub fn start(cfg: &KvConfig) -> Result<Running> {
         })?),
         None => None,
     };
-    // The XDP switch first: the TCP proxy's writes must invalidate its cache
-    // from the first one on.
-    let switch = match &cfg.udp {
-        Some(u) => {
-            let sw = UdpSwitch::start(cfg)?;
-            eprintln!(
-                "weir kv: XDP switch on {} (udp port {}, {}, cache {})",
-                u.interfaces.join(","),
-                u.port,
-                u.forward,
-                if cfg.cache.enabled { "on" } else { "off" }
-            );
-            Some(sw)
-        }
-        None => None,
-    };
-    let inval = switch
-        .as_ref()
-        .filter(|_| cfg.cache.enabled)
-        .map(|sw| Invalidation::new(Arc::new(XdpInvalidator(sw.cache()))));
-    let udp_status = switch.as_ref().map(|s| s.status_handle());
-    let dist = Arc::new(cfg.distribution());
-    let proxy = Arc::new(Proxy::start(cfg, dist, inval)?);
-    if let Some(sw) = &switch {
-        sw.follow(proxy.routing().clone());
-    }
-    eprintln!(
-        "weir kv: pool {} on {} ({} servers, {}/{}, {} workers)",
-        cfg.pool,
-        proxy.local_addr(),
-        cfg.servers.len(),
-        cfg.hash,
-        cfg.distribution,
-        cfg.workers
-    );
+    let pools = Arc::new(Pools::start(cfgs, load)?);
     let metrics = match listener {
         Some(l) => {
-            let (proxy, cfg) = (proxy.clone(), cfg.clone());
-            let status = Arc::new(move || status_of(&proxy, &cfg, udp_status.as_ref()));
-            let srv = crate::endpoint::serve(l, status)?;
+            let (st, rl) = (pools.clone(), pools.clone());
+            let srv = crate::endpoint::serve(
+                l,
+                Arc::new(move || st.status()),
+                Arc::new(move || rl.reload()),
+            )?;
             eprintln!("weir kv: metrics on http://{}/metrics", srv.addr);
             Some(srv)
         }
         None => None,
     };
-    Ok(Running {
-        proxy,
-        metrics,
-        switch,
-    })
+    Ok(Running { pools, metrics })
 }

@@ -167,6 +167,34 @@ impl KvConfig {
             .with_hash_tag(self.hash_tag)
     }
 
+    /// The first setting of this pool that `new` (the same pool, re-read)
+    /// gives another value, by its configuration name; None if none does.
+    pub fn change_to(&self, new: &KvConfig) -> Option<&'static str> {
+        let changed = [
+            ("listen", self.listen != new.listen),
+            ("hash", self.hash != new.hash),
+            ("distribution", self.distribution != new.distribution),
+            ("hash_tag", self.hash_tag != new.hash_tag),
+            ("timeout", self.timeout != new.timeout),
+            ("backlog", self.backlog != new.backlog),
+            (
+                "client_connections",
+                self.client_connections != new.client_connections,
+            ),
+            ("preconnect", self.preconnect != new.preconnect),
+            ("tcpkeepalive", self.tcpkeepalive != new.tcpkeepalive),
+            ("auto_eject_hosts", self.eject != new.eject),
+            (
+                "servers",
+                self.servers != new.servers || self.server_addrs != new.server_addrs,
+            ),
+            ("workers", self.workers != new.workers),
+            ("udp", self.udp != new.udp),
+            ("cache", self.cache != new.cache),
+        ];
+        changed.into_iter().find(|(_, c)| *c).map(|(name, _)| name)
+    }
+
     /// A nutcracker YAML file; `pool` picks one of several pools.
     pub fn load_nutcracker(path: &Path, pool: Option<&str>) -> Result<KvConfig, ConfigError> {
         let src = read(path)?;
@@ -174,6 +202,19 @@ impl KvConfig {
             c.file = path.to_path_buf();
             c
         })
+    }
+
+    /// Every pool of a nutcracker YAML file, or only `pool`.
+    pub fn load_nutcracker_pools(
+        path: &Path,
+        pool: Option<&str>,
+    ) -> Result<Vec<KvConfig>, ConfigError> {
+        let src = read(path)?;
+        let mut cfgs = parse_nutcracker_pools(&path.display().to_string(), &src, pool)?;
+        for c in &mut cfgs {
+            c.file = path.to_path_buf();
+        }
+        Ok(cfgs)
     }
 
     /// weir's TOML.
@@ -434,7 +475,63 @@ fn parse_yaml_pools(e: &Err_, src: &str) -> Result<Vec<YamlPool>, ConfigError> {
     Ok(pools)
 }
 
-/// Parse a nutcracker YAML configuration.
+/// Parse every pool of a nutcracker YAML configuration, in the file's
+/// order, or only `pick`. Pool names and listen addresses are unique.
+pub fn parse_nutcracker_pools(
+    file: &str,
+    src: &str,
+    pick: Option<&str>,
+) -> Result<Vec<KvConfig>, ConfigError> {
+    let e = Err_ { file };
+    let pools = parse_yaml_pools(&e, src)?;
+    if pools.is_empty() {
+        return Err(e.at(0, "(pool)", "the file defines no pool"));
+    }
+    for (i, p) in pools.iter().enumerate() {
+        if let Some(first) = pools[..i].iter().find(|q| q.name == p.name) {
+            return Err(e.at(
+                p.line,
+                &p.name,
+                format!("is a duplicate pool name (first at line {})", first.line),
+            ));
+        }
+    }
+    let chosen: Vec<&YamlPool> = match pick {
+        None => pools.iter().collect(),
+        Some(n) => vec![pools.iter().find(|p| p.name == n).ok_or_else(|| {
+            let names: Vec<&str> = pools.iter().map(|p| p.name.as_str()).collect();
+            e.at(
+                0,
+                "(pool)",
+                format!("no pool named `{n}` (the file has {})", names.join(", ")),
+            )
+        })?],
+    };
+    let mut cfgs: Vec<KvConfig> = Vec::with_capacity(chosen.len());
+    for pool in chosen {
+        let cfg = pool_config(&e, pool)?;
+        if let Some(other) = cfgs.iter().find(|c| c.listen == cfg.listen) {
+            let line = pool
+                .keys
+                .iter()
+                .find(|(_, k, _)| k == "listen")
+                .map_or(pool.line, |(l, _, _)| *l);
+            return Err(e.at(
+                line,
+                &format!("{}.listen", cfg.pool),
+                format!(
+                    "{} is pool `{}`'s listen address too; give each pool its own",
+                    cfg.listen, other.pool
+                ),
+            ));
+        }
+        cfgs.push(cfg);
+    }
+    Ok(cfgs)
+}
+
+/// Parse one pool of a nutcracker YAML configuration: the only one, or
+/// `pick`.
 pub fn parse_nutcracker(
     file: &str,
     src: &str,
@@ -462,6 +559,12 @@ pub fn parse_nutcracker(
             .find(|p| p.name == n)
             .ok_or_else(|| e.at(0, "(pool)", format!("no pool named `{n}`")))?,
     };
+    pool_config(&e, pool)
+}
+
+/// One pool of a YAML file, validated.
+fn pool_config(e: &Err_, pool: &YamlPool) -> Result<KvConfig, ConfigError> {
+    let file = e.file;
     let p = &pool.name;
     let mut cfg = defaults(file, p, SocketAddr::from(([127, 0, 0, 1], 22121)));
     let mut have_listen = false;
@@ -524,7 +627,7 @@ pub fn parse_nutcracker(
     if !have_listen {
         return Err(e.at(pool.line, &format!("{p}.listen"), "is required"));
     }
-    cfg.eject.mode = eject_mode_of(&e, auto_eject, eject_mode, &format!("{p}.eject_mode"))?;
+    cfg.eject.mode = eject_mode_of(e, auto_eject, eject_mode, &format!("{p}.eject_mode"))?;
     if pool.servers.is_empty() {
         return Err(e.at(
             pool.servers_line.max(pool.line),
@@ -538,7 +641,7 @@ pub fn parse_nutcracker(
         cfg.servers.push(server);
         cfg.server_addrs.push(addr);
     }
-    finish(&e, cfg, pool.servers_line)
+    finish(e, cfg, pool.servers_line)
 }
 
 /// The ejection mode of `auto_eject_hosts` and weir's `eject_mode` (which
@@ -923,6 +1026,59 @@ alpha:
         assert_eq!(c.servers[1].weight, 2);
         assert_eq!(c.servers[1].ketama_name(), "server2");
         assert_eq!(c.server_addrs[1], "127.0.0.1:11212".parse().unwrap());
+    }
+
+    /// The 1-based number of the last line of `src` containing `what`.
+    fn last_line_with(src: &str, what: &str) -> usize {
+        let lines: Vec<&str> = src.lines().collect();
+        lines.iter().rposition(|l| l.contains(what)).unwrap() + 1
+    }
+
+    #[test]
+    fn every_pool_of_a_file_in_order_unique_by_name_and_listen() {
+        let two = format!(
+            "{NC}beta:\n  listen: 127.0.0.1:22122\n  hash: md5\n  distribution: modula\n  servers:\n   - 127.0.0.1:11213:1\n"
+        );
+        let pools = parse_nutcracker_pools("nc.yml", &two, None).unwrap();
+        let names: Vec<&str> = pools.iter().map(|c| c.pool.as_str()).collect();
+        assert_eq!(names, ["alpha", "beta"]);
+        assert_eq!(pools[1].distribution, DistKind::Modula);
+        let one = parse_nutcracker_pools("nc.yml", &two, Some("beta")).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].pool, "beta");
+        let e = parse_nutcracker_pools("nc.yml", &two, Some("gamma")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "nc.yml: (pool): no pool named `gamma` (the file has alpha, beta)"
+        );
+        let same_listen = two.replace("22122", "22121");
+        let e = parse_nutcracker_pools("nc.yml", &same_listen, None).unwrap_err();
+        let line = last_line_with(&same_listen, "22121");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "nc.yml:{line}: beta.listen: 127.0.0.1:22121 is pool `alpha`'s listen address \
+                 too; give each pool its own"
+            )
+        );
+        let same_name = two.replace("beta:", "alpha:");
+        let e = parse_nutcracker_pools("nc.yml", &same_name, None).unwrap_err();
+        let line = last_line_with(&same_name, "alpha:");
+        assert_eq!(
+            e.to_string(),
+            format!("nc.yml:{line}: alpha: is a duplicate pool name (first at line 2)")
+        );
+    }
+
+    #[test]
+    fn a_reread_pool_names_what_changed() {
+        let a = parse_nutcracker("nc.yml", NC, None).unwrap();
+        assert_eq!(a.change_to(&a.clone()), None);
+        let b = parse_nutcracker("nc.yml", &NC.replace(":11212:2", ":11214:2"), None).unwrap();
+        assert_eq!(a.change_to(&b), Some("servers"));
+        let c =
+            parse_nutcracker("nc.yml", &NC.replace("timeout: 400", "timeout: 500"), None).unwrap();
+        assert_eq!(a.change_to(&c), Some("timeout"));
     }
 
     fn nc_err(src: &str) -> ConfigError {

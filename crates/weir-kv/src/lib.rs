@@ -23,6 +23,9 @@
 //!   nutcracker's `auto_eject_hosts` bookkeeping; `routing`: the
 //!   distribution in force with the ejected servers taken out (nutcracker's
 //!   rehash, or weir's failover), shared by the workers and the XDP path.
+//! - `pools`: the pools one switch runs, each on its own listener, and
+//!   the reload that applies a re-read file to them; `reload`: the
+//!   `weir kv reload` client.
 //! - `status`: what a running switch reports (`/status`, `weir kv status`,
 //!   the read-only management API's views); `metrics`: the same as
 //!   Prometheus metrics; `endpoint`: the HTTP routes that serve them.
@@ -41,8 +44,10 @@ mod health;
 mod invalidate;
 mod meta;
 mod metrics;
+mod pools;
 mod proto;
 mod proxy;
+mod reload;
 pub mod route;
 mod routing;
 mod stats;
@@ -56,8 +61,10 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/weir_kv.skel.rs"));
 }
 
-pub use cli::{http_get, load as load_config, run, start, KvArgs, Running, Status};
-pub use config::{parse_nutcracker, parse_toml, ConfigError, KvConfig};
+pub use cli::{
+    http_get, load as load_config, run, start, start_from, KvArgs, KvStatus, Running, Status,
+};
+pub use config::{parse_nutcracker, parse_nutcracker_pools, parse_toml, ConfigError, KvConfig};
 pub use health::{EjectMode, EjectPolicy, HealthReport, ServerState};
 pub use invalidate::{Invalidated, Invalidation, Invalidator, Recorder};
 pub use proxy::Proxy;

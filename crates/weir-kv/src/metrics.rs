@@ -1,7 +1,8 @@
-//! `weir kv`'s Prometheus metrics: the proxy's counters and, with the UDP
-//! path, the XDP switch's and its cache's, encoded by prometheus-client
-//! from one [`Status`] read per scrape (OpenMetrics text; counter samples
-//! carry `_total`).
+//! `weir kv`'s Prometheus metrics: each pool's proxy counters and, for the
+//! pool with the UDP path, the XDP switch's and its cache's, every sample
+//! labelled with its `pool`, encoded by prometheus-client from one
+//! [`KvStatus`] read per scrape (OpenMetrics text; counter samples carry
+//! `_total`).
 
 use std::fmt;
 
@@ -13,10 +14,12 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::health::ServerState;
-use crate::status::{ServerStatus, Status};
+use crate::stats::Snapshot;
+use crate::status::{KvStatus, ServerStatus, Status};
+use crate::udp::UdpStatus;
 
-/// The exposition text of `st`.
-pub fn render(st: Status) -> String {
+/// The exposition text of `st`: every sample carries its `pool` label.
+pub fn render(st: KvStatus) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Exposed(st)));
     let mut out = String::new();
@@ -26,17 +29,7 @@ pub fn render(st: Status) -> String {
 }
 
 #[derive(Debug)]
-struct Exposed(Status);
-
-fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> fmt::Result {
-    let c = ConstCounter::new(v);
-    c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)
-}
-
-fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: i64) -> fmt::Result {
-    let g = ConstGauge::new(v);
-    g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)
-}
+struct Exposed(KvStatus);
 
 fn family<L: EncodeLabelSet>(
     enc: &mut DescriptorEncoder,
@@ -51,42 +44,82 @@ fn family<L: EncodeLabelSet>(
     Ok(())
 }
 
-/// `(server label, count)` for each server, in the configuration's order.
+fn gauges<L: EncodeLabelSet>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, i64)>,
+) -> fmt::Result {
+    let mut fam = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in samples {
+        ConstGauge::new(v).encode(fam.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// The `pool` label of one pool.
+fn pool(st: &Status) -> [(&'static str, &str); 1] {
+    [("pool", st.pool.as_str())]
+}
+
+/// `(pool and server labels, count)` for each server of each pool, in the
+/// configuration's order.
 fn per_server<'a>(
-    servers: &'a [ServerStatus],
-    counts: &'a [u64],
-) -> impl Iterator<Item = ([(&'static str, &'a str); 1], u64)> + 'a {
-    servers.iter().enumerate().map(|(i, srv)| {
-        (
-            [("server", srv.name.as_str())],
-            counts.get(i).copied().unwrap_or(0),
-        )
+    pools: impl Iterator<Item = &'a Status> + 'a,
+    counts: impl Fn(&'a Status) -> &'a [u64] + 'a,
+) -> impl Iterator<Item = ([(&'static str, &'a str); 2], u64)> + 'a {
+    pools.flat_map(move |st| {
+        let counts = counts(st);
+        st.servers.iter().enumerate().map(move |(i, srv)| {
+            (
+                [("pool", st.pool.as_str()), ("server", srv.name.as_str())],
+                counts.get(i).copied().unwrap_or(0),
+            )
+        })
+    })
+}
+
+/// `(pool and server labels, value)` for each server of each pool.
+fn each_server<'a>(
+    pools: &'a [Status],
+    value: fn(&ServerStatus) -> u64,
+) -> impl Iterator<Item = ([(&'static str, &'a str); 2], u64)> + 'a {
+    pools.iter().flat_map(move |st| {
+        st.servers.iter().map(move |srv| {
+            (
+                [("pool", st.pool.as_str()), ("server", srv.name.as_str())],
+                value(srv),
+            )
+        })
     })
 }
 
 /// The servers' health: a state set (1 on the current state), the time the
 /// state began, and failures.
-fn server_health(enc: &mut DescriptorEncoder, servers: &[ServerStatus]) -> fmt::Result {
+fn server_health(enc: &mut DescriptorEncoder, pools: &[Status]) -> fmt::Result {
     let mut fam = enc.encode_descriptor(
         "weir_kv_server_state",
         "Each server's state, 1 on the current one (unknown: nothing sent yet).",
         None,
         MetricType::Gauge,
     )?;
-    for srv in servers {
-        for state in [
-            ServerState::Unknown,
-            ServerState::Up,
-            ServerState::Down,
-            ServerState::Ejected,
-        ] {
-            let labels = [
-                ("server", srv.name.as_str()),
-                ("address", srv.address.as_str()),
-                ("state", state.as_str()),
-            ];
-            ConstGauge::new(i64::from(srv.health.state == state))
-                .encode(fam.encode_family(&labels)?)?;
+    for st in pools {
+        for srv in &st.servers {
+            for state in [
+                ServerState::Unknown,
+                ServerState::Up,
+                ServerState::Down,
+                ServerState::Ejected,
+            ] {
+                let labels = [
+                    ("pool", st.pool.as_str()),
+                    ("server", srv.name.as_str()),
+                    ("address", srv.address.as_str()),
+                    ("state", state.as_str()),
+                ];
+                ConstGauge::new(i64::from(srv.health.state == state))
+                    .encode(fam.encode_family(&labels)?)?;
+            }
         }
     }
     let mut fam = enc.encode_descriptor(
@@ -95,177 +128,195 @@ fn server_health(enc: &mut DescriptorEncoder, servers: &[ServerStatus]) -> fmt::
         None,
         MetricType::Gauge,
     )?;
-    for srv in servers {
-        if let Some(ms) = srv.health.since_unix_ms {
-            ConstGauge::new(ms as f64 / 1e3)
-                .encode(fam.encode_family(&[("server", srv.name.as_str())])?)?;
+    for st in pools {
+        for srv in &st.servers {
+            if let Some(ms) = srv.health.since_unix_ms {
+                ConstGauge::new(ms as f64 / 1e3).encode(fam.encode_family(&[
+                    ("pool", st.pool.as_str()),
+                    ("server", srv.name.as_str()),
+                ])?)?;
+            }
         }
     }
     family(
         enc,
         "weir_kv_server_failures",
         "Connections or requests to each server that failed.",
-        servers
-            .iter()
-            .map(|srv| ([("server", srv.name.as_str())], srv.health.failures)),
+        each_server(pools, |srv| srv.health.failures),
     )?;
     family(
         enc,
         "weir_kv_server_ejections",
         "Times each server was ejected (auto_eject_hosts).",
-        servers
-            .iter()
-            .map(|srv| ([("server", srv.name.as_str())], srv.health.ejections)),
+        each_server(pools, |srv| srv.health.ejections),
     )?;
     family(
         enc,
         "weir_kv_server_returns",
         "Times each ejected server returned to the ring after server_retry_timeout.",
-        servers
-            .iter()
-            .map(|srv| ([("server", srv.name.as_str())], srv.health.returns)),
+        each_server(pools, |srv| srv.health.returns),
     )
 }
 
+type Field<T> = fn(&T) -> u64;
+
 impl Collector for Exposed {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
-        let st = &self.0;
-        let s = &st.stats;
-        for (name, help, v) in [
-            (
-                "weir_kv_requests",
-                "Requests received from clients.",
-                s.requests,
-            ),
-            ("weir_kv_writes", "Mutating requests.", s.writes),
-            (
-                "weir_kv_get_keys",
-                "Keys asked for by get/gets.",
-                s.get_keys,
-            ),
-            ("weir_kv_get_hits", "Keys found.", s.get_hits),
-            ("weir_kv_get_misses", "Keys not found.", s.get_misses),
+        let pools = &self.0.pools;
+        let proxy: [(&str, &str, Field<Snapshot>); 14] = [
+            ("weir_kv_requests", "Requests received from clients.", |s| {
+                s.requests
+            }),
+            ("weir_kv_writes", "Mutating requests.", |s| s.writes),
+            ("weir_kv_get_keys", "Keys asked for by get/gets.", |s| {
+                s.get_keys
+            }),
+            ("weir_kv_get_hits", "Keys found.", |s| s.get_hits),
+            ("weir_kv_get_misses", "Keys not found.", |s| s.get_misses),
             (
                 "weir_kv_client_errors",
                 "Bad requests answered with an error.",
-                s.client_errors,
+                |s| s.client_errors,
             ),
-            (
-                "weir_kv_server_errors",
-                "SERVER_ERROR replies.",
-                s.server_errors,
-            ),
-            ("weir_kv_timeouts", "Requests timed out.", s.timeouts),
-            (
-                "weir_kv_invalidations",
-                "Cache invalidations.",
-                s.invalidations,
-            ),
+            ("weir_kv_server_errors", "SERVER_ERROR replies.", |s| {
+                s.server_errors
+            }),
+            ("weir_kv_timeouts", "Requests timed out.", |s| s.timeouts),
+            ("weir_kv_invalidations", "Cache invalidations.", |s| {
+                s.invalidations
+            }),
             (
                 "weir_kv_invalidation_failures",
                 "Failed invalidations (write refused).",
-                s.invalidation_failures,
+                |s| s.invalidation_failures,
             ),
             (
                 "weir_kv_client_connections",
                 "Client connections accepted.",
-                s.client_connections_total,
+                |s| s.client_connections_total,
             ),
             (
                 "weir_kv_socket_reads",
                 "Reads of client and server sockets (system calls).",
-                s.socket_reads,
+                |s| s.socket_reads,
             ),
             (
                 "weir_kv_socket_writes",
                 "Writes to client and server sockets (system calls).",
-                s.socket_writes,
+                |s| s.socket_writes,
             ),
             (
                 "weir_kv_idle_reads",
                 "Socket reads that found nothing to read.",
-                s.idle_reads,
+                |s| s.idle_reads,
             ),
-        ] {
-            counter(&mut enc, name, help, v)?;
+        ];
+        for (name, help, field) in proxy {
+            family(
+                &mut enc,
+                name,
+                help,
+                pools.iter().map(|st| (pool(st), field(&st.stats))),
+            )?;
         }
-        gauge(
+        gauges(
             &mut enc,
             "weir_kv_client_connections_open",
             "Open client connections.",
-            s.client_connections as i64,
+            pools
+                .iter()
+                .map(|st| (pool(st), st.stats.client_connections as i64)),
         )?;
         family(
             &mut enc,
             "weir_kv_server_requests",
             "Requests sent to each server.",
-            per_server(&st.servers, &s.server_requests),
+            per_server(pools.iter(), |st| &st.stats.server_requests),
         )?;
-        server_health(&mut enc, &st.servers)?;
-        let Some(u) = &st.udp else { return Ok(()) };
-        for (name, help, v) in [
+        server_health(&mut enc, pools)?;
+        let udp: Vec<(&Status, &UdpStatus)> = pools
+            .iter()
+            .filter_map(|st| st.udp.as_ref().map(|u| (st, u)))
+            .collect();
+        if udp.is_empty() {
+            return Ok(());
+        }
+        let xdp: [(&str, &str, Field<UdpStatus>); 8] = [
             (
                 "weir_kv_udp_cache_hits",
                 "GETs answered by XDP from the in-switch cache.",
-                u.cache_hits,
+                |u| u.cache_hits,
             ),
             (
                 "weir_kv_udp_cache_misses",
                 "Single-key GETs the cache could not answer.",
-                u.cache_misses,
+                |u| u.cache_misses,
             ),
-            (
-                "weir_kv_udp_cache_installs",
-                "Hot values installed.",
-                u.installs,
-            ),
+            ("weir_kv_udp_cache_installs", "Hot values installed.", |u| {
+                u.installs
+            }),
             (
                 "weir_kv_udp_cache_install_races",
                 "Installs refused because a write came after the ticket.",
-                u.install_races,
+                |u| u.install_races,
             ),
             (
                 "weir_kv_udp_cache_evictions",
                 "Keys evicted as no longer hot.",
-                u.evictions,
+                |u| u.evictions,
             ),
             (
                 "weir_kv_udp_hotkey_fetch_errors",
                 "Failed fetches of hot values.",
-                u.fetch_errors,
+                |u| u.fetch_errors,
             ),
-            ("weir_kv_udp_samples", "Keys sampled by XDP.", u.samples),
+            ("weir_kv_udp_samples", "Keys sampled by XDP.", |u| u.samples),
             (
                 "weir_kv_bpf_run_time_ns",
                 "BPF run time of weir_kv (kernel.bpf_stats_enabled=1).",
-                u.bpf_run_time_ns,
+                |u| u.bpf_run_time_ns,
             ),
-        ] {
-            counter(&mut enc, name, help, v)?;
+        ];
+        for (name, help, field) in xdp {
+            family(
+                &mut enc,
+                name,
+                help,
+                udp.iter().map(|(st, u)| (pool(st), field(u))),
+            )?;
         }
-        gauge(
+        gauges(
             &mut enc,
             "weir_kv_udp_hot_keys",
             "Hot keys now.",
-            u.hot_keys.len() as i64,
+            udp.iter()
+                .map(|(st, u)| (pool(st), u.hot_keys.len() as i64)),
         )?;
-        gauge(
+        gauges(
             &mut enc,
             "weir_kv_udp_cached_keys",
             "Keys in the cache map.",
-            u.cached_keys as i64,
+            udp.iter().map(|(st, u)| (pool(st), u.cached_keys as i64)),
         )?;
         family(
             &mut enc,
             "weir_kv_xdp",
             "XDP counters of weir_kv by name.",
-            u.xdp.iter().map(|(k, v)| ([("counter", k.as_str())], *v)),
+            udp.iter().flat_map(|(st, u)| {
+                u.xdp
+                    .iter()
+                    .map(|(k, v)| ([("pool", st.pool.as_str()), ("counter", k.as_str())], *v))
+            }),
         )?;
         family(
             &mut enc,
             "weir_kv_udp_server_requests",
             "Requests XDP forwarded to each server.",
-            per_server(&st.servers, &u.server_requests),
+            per_server(udp.iter().map(|(st, _)| *st), |st| {
+                st.udp
+                    .as_ref()
+                    .map_or(&[][..], |u| u.server_requests.as_slice())
+            }),
         )
     }
 }
@@ -277,25 +328,55 @@ mod tests {
 
     #[test]
     fn every_counter_is_exposed_under_its_name() {
-        let t = render(sample(true));
+        let t = render(KvStatus::of(vec![sample(true)]));
         for line in [
-            "weir_kv_requests_total 10",
-            "weir_kv_get_misses_total 2",
-            "weir_kv_client_connections_open 2",
-            "weir_kv_server_requests_total{server=\"cache-a\"} 7",
-            "weir_kv_server_state{server=\"10.0.0.2:11211\",address=\"10.0.0.2:11211\",state=\"down\"} 1",
-            "weir_kv_server_state{server=\"cache-a\",address=\"10.0.0.1:11211\",state=\"down\"} 0",
-            "weir_kv_server_state_since_seconds{server=\"10.0.0.2:11211\"} 50.0",
-            "weir_kv_server_failures_total{server=\"10.0.0.2:11211\"} 3",
-            "weir_kv_udp_cache_hits_total 3",
-            "weir_kv_udp_cached_keys 1",
-            "weir_kv_xdp_total{counter=\"rx\"} 9",
-            "weir_kv_udp_server_requests_total{server=\"10.0.0.2:11211\"} 0",
+            "weir_kv_requests_total{pool=\"alpha\"} 10",
+            "weir_kv_get_misses_total{pool=\"alpha\"} 2",
+            "weir_kv_client_connections_open{pool=\"alpha\"} 2",
+            "weir_kv_server_requests_total{pool=\"alpha\",server=\"cache-a\"} 7",
+            "weir_kv_server_state{pool=\"alpha\",server=\"10.0.0.2:11211\",address=\"10.0.0.2:11211\",state=\"down\"} 1",
+            "weir_kv_server_state{pool=\"alpha\",server=\"cache-a\",address=\"10.0.0.1:11211\",state=\"down\"} 0",
+            "weir_kv_server_state_since_seconds{pool=\"alpha\",server=\"10.0.0.2:11211\"} 50.0",
+            "weir_kv_server_failures_total{pool=\"alpha\",server=\"10.0.0.2:11211\"} 3",
+            "weir_kv_udp_cache_hits_total{pool=\"alpha\"} 3",
+            "weir_kv_udp_cached_keys{pool=\"alpha\"} 1",
+            "weir_kv_xdp_total{pool=\"alpha\",counter=\"rx\"} 9",
+            "weir_kv_udp_server_requests_total{pool=\"alpha\",server=\"10.0.0.2:11211\"} 0",
         ] {
             assert!(t.lines().any(|l| l == line), "no `{line}` in\n{t}");
         }
-        let plain = render(sample(false));
+        let plain = render(KvStatus::of(vec![sample(false)]));
         assert!(!plain.contains("weir_kv_udp"), "{plain}");
         assert!(plain.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn each_pool_has_its_own_samples_under_one_name() {
+        let mut beta = sample(false);
+        beta.pool = "beta".into();
+        beta.stats.requests = 4;
+        let t = render(KvStatus::of(vec![sample(false), beta]));
+        let requests: Vec<&str> = t
+            .lines()
+            .filter(|l| l.starts_with("weir_kv_requests_total"))
+            .collect();
+        assert_eq!(
+            requests,
+            [
+                "weir_kv_requests_total{pool=\"alpha\"} 10",
+                "weir_kv_requests_total{pool=\"beta\"} 4"
+            ],
+            "{t}"
+        );
+        assert_eq!(
+            t.matches("# TYPE weir_kv_requests counter").count(),
+            1,
+            "{t}"
+        );
+        assert!(
+            t.lines()
+                .any(|l| l == "weir_kv_server_requests_total{pool=\"beta\",server=\"cache-a\"} 7"),
+            "{t}"
+        );
     }
 }

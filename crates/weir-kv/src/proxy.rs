@@ -41,6 +41,7 @@ use crate::proto::{self, Cmd, Parsed, RespKind};
 use crate::routing::Routing;
 use crate::stats::{inc, snapshot, Snapshot, WorkerStats};
 
+mod handoff;
 mod meta_dispatch;
 
 const LISTENER: Token = Token(0);
@@ -62,6 +63,10 @@ pub struct Proxy {
     stats: Vec<Arc<WorkerStats>>,
     routing: Arc<Routing>,
     local: SocketAddr,
+    /// Where another proxy hands this one its clients (one per worker).
+    inboxes: Vec<handoff::Inbox>,
+    /// Where this proxy's workers hand their clients, once set.
+    target: handoff::Target,
 }
 
 impl Proxy {
@@ -95,9 +100,16 @@ impl Proxy {
             .collect();
         let health = Arc::new(Health::ejecting(&cfg.pool, names, cfg.eject));
         let routing = Arc::new(Routing::new(cfg, dist, health.clone()));
+        let target = handoff::Target::default();
+        let mut inboxes = Vec::new();
         for (i, l) in listeners.into_iter().enumerate() {
             let poll = Poll::new()?;
             let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+            let (tx, inbox) = std::sync::mpsc::channel();
+            inboxes.push(handoff::Inbox {
+                tx,
+                waker: waker.clone(),
+            });
             let st = Arc::new(WorkerStats::new(cfg.servers.len()));
             let mut w = Worker::new(
                 poll,
@@ -109,6 +121,11 @@ impl Proxy {
                 health.clone(),
                 stop.clone(),
                 nclients.clone(),
+                handoff::Handoff {
+                    inbox,
+                    target: target.clone(),
+                    next: i,
+                },
             )?;
             wakers.push(waker);
             stats.push(st);
@@ -129,7 +146,27 @@ impl Proxy {
             stats,
             routing,
             local,
+            inboxes,
+            target,
         })
+    }
+
+    /// Hands every client connection to `to` (the proxy replacing this one
+    /// on a reload) as soon as it has nothing outstanding, and waits up to
+    /// `wait` for that; the number of clients still here then (closed when
+    /// this proxy drops).
+    pub fn hand_over(&self, to: &Proxy, wait: Duration) -> usize {
+        if self.target.set(to.inboxes.clone()).is_err() {
+            return 0;
+        }
+        for w in &self.wakers {
+            let _ = w.wake();
+        }
+        let deadline = Instant::now() + wait;
+        while !self.threads.iter().all(|t| t.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.stats().client_connections as usize
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -300,7 +337,8 @@ struct ServerConn {
 
 struct Worker {
     poll: Poll,
-    listener: TcpListener,
+    /// None once the worker hands its clients over.
+    listener: Option<TcpListener>,
     clients: Vec<Option<Client>>,
     free: Vec<u32>,
     next_gen: u32,
@@ -322,6 +360,7 @@ struct Worker {
     scratch: Vec<u8>,
     /// Every read lands here first (zeroed once, not per read).
     inbuf: Box<[u8]>,
+    handoff: handoff::Handoff,
 }
 
 fn errmsg(e: &io::Error) -> String {
@@ -344,6 +383,7 @@ impl Worker {
         health: Arc<Health>,
         stop: Arc<AtomicBool>,
         nclients: Arc<AtomicUsize>,
+        handoff: handoff::Handoff,
     ) -> Result<Worker> {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)?;
@@ -363,7 +403,7 @@ impl Worker {
         let (dist_generation, dist) = routing.current();
         let mut w = Worker {
             poll,
-            listener,
+            listener: Some(listener),
             clients: Vec::new(),
             free: Vec::new(),
             next_gen: 1,
@@ -383,6 +423,7 @@ impl Worker {
             dirty_clients: Vec::new(),
             scratch: Vec::new(),
             inbuf: vec![0u8; READ_CHUNK].into_boxed_slice(),
+            handoff,
         };
         if cfg.preconnect {
             for i in 0..w.servers.len() {
@@ -434,6 +475,10 @@ impl Worker {
             }
             self.health.tick();
             self.follow_routing();
+            self.adopt();
+            if self.hand_over_idle() {
+                break;
+            }
         }
         Ok(())
     }
@@ -458,8 +503,11 @@ impl Worker {
 
     fn accept(&mut self) {
         loop {
-            match self.listener.accept() {
-                Ok((mut sock, _)) => {
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
+            match listener.accept() {
+                Ok((sock, _)) => {
                     if self.max_clients > 0
                         && self.nclients.load(Ordering::Relaxed) >= self.max_clients
                     {
@@ -470,44 +518,9 @@ impl Worker {
                     if self.keepalive {
                         let _ = socket2::SockRef::from(&sock).set_keepalive(true);
                     }
-                    let idx = match self.free.pop() {
-                        Some(i) => i,
-                        None => {
-                            self.clients.push(None);
-                            (self.clients.len() - 1) as u32
-                        }
-                    };
-                    if self
-                        .poll
-                        .registry()
-                        .register(
-                            &mut sock,
-                            Token(CLIENT_BASE + idx as usize),
-                            Interest::READABLE | Interest::WRITABLE,
-                        )
-                        .is_err()
-                    {
-                        self.free.push(idx);
-                        continue;
+                    if self.add_client(sock, Vec::new(), true).is_some() {
+                        inc(&self.stats.client_connections_total, 1);
                     }
-                    self.next_gen = self.next_gen.wrapping_add(1).max(1);
-                    self.clients[idx as usize] = Some(Client {
-                        sock,
-                        gen: self.next_gen,
-                        rbuf: Vec::new(),
-                        wbuf: Vec::new(),
-                        wpos: 0,
-                        slots: VecDeque::new(),
-                        head_seq: 0,
-                        closing: false,
-                        dead: false,
-                        first: true,
-                        paused: false,
-                        dirty: false,
-                    });
-                    self.nclients.fetch_add(1, Ordering::Relaxed);
-                    inc(&self.stats.client_connections, 1);
-                    inc(&self.stats.client_connections_total, 1);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(_) => return,
@@ -556,6 +569,9 @@ impl Worker {
             };
             if c.closing || c.dead {
                 return;
+            }
+            if self.handoff.target.get().is_some() {
+                return; // the client goes to another proxy once its replies are out
             }
             if c.slots.len() >= MAX_SLOTS || c.wbuf.len() - c.wpos >= MAX_WBUF {
                 c.paused = true;

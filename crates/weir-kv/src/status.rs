@@ -1,6 +1,7 @@
-//! What a running `weir kv` reports: the whole [`Status`] (`/status`, read by
-//! `weir kv status`), its human rendering, and the management API's views
-//! of it (pools with per-server requests and health, hit ratios, hot keys).
+//! What a running `weir kv` reports: the whole [`KvStatus`] (`/status`,
+//! read by `weir kv status`), one [`Status`] per pool, their human
+//! rendering, and the management API's views of them (pools with per-server
+//! requests and health, hit ratios, hot keys).
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -12,7 +13,41 @@ use crate::proxy::Proxy;
 use crate::stats::Snapshot;
 use crate::udp::{StatusHandle, UdpStatus};
 
-/// What `/status` returns.
+/// What `/status` returns: every pool the switch runs, in the
+/// configuration's order.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct KvStatus {
+    pub pools: Vec<Status>,
+}
+
+impl KvStatus {
+    pub fn of(pools: Vec<Status>) -> KvStatus {
+        KvStatus { pools }
+    }
+
+    /// The pool named `name`.
+    pub fn pool(&self, name: &str) -> Option<&Status> {
+        self.pools.iter().find(|p| p.pool == name)
+    }
+
+    /// The hot keys of the pool that runs the UDP path (there is at most
+    /// one), or an empty view.
+    pub fn hot_keys_view(&self) -> HotKeysView {
+        match self.pools.iter().find(|p| p.udp.is_some()) {
+            Some(p) => p.hot_keys_view(),
+            None => HotKeysView {
+                hot_keys: Vec::new(),
+                cache_enabled: false,
+                cached_keys: 0,
+                cache_hits: 0,
+                cache_misses: 0,
+                cache_hit_ratio: None,
+            },
+        }
+    }
+}
+
+/// One pool of a running switch.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct Status {
     pub pool: String,
@@ -166,7 +201,12 @@ impl Status {
     }
 }
 
-/// The human rendering of `weir kv status`.
+/// The human rendering of `weir kv status`: each pool, a blank line between.
+pub fn render_all(st: &KvStatus) -> String {
+    st.pools.iter().map(render).collect::<Vec<_>>().join("\n")
+}
+
+/// The human rendering of one pool.
 pub fn render(st: &Status) -> String {
     let s = &st.stats;
     let mut out = format!(
@@ -370,9 +410,11 @@ pub(crate) mod tests {
         let json: serde_json::Value = serde_json::to_value(&st).unwrap();
         assert_eq!(json["stats"]["get_misses"], 21);
         assert!(render(&st).contains("misses 21"), "{}", render(&st));
-        let metrics = crate::metrics::render(st);
+        let metrics = crate::metrics::render(KvStatus::of(vec![st]));
         assert!(
-            metrics.lines().any(|l| l == "weir_kv_get_misses_total 21"),
+            metrics
+                .lines()
+                .any(|l| l == "weir_kv_get_misses_total{pool=\"alpha\"} 21"),
             "{metrics}"
         );
     }
@@ -439,6 +481,24 @@ pub(crate) mod tests {
             )
         );
         assert_eq!(json["eject"], "rehash");
+    }
+
+    #[test]
+    fn the_human_status_shows_every_pool_in_order() {
+        let mut beta = sample(false);
+        beta.pool = "beta".into();
+        beta.listen = "127.0.0.1:22122".into();
+        let text = render_all(&KvStatus::of(vec![sample(false), beta]));
+        let heads: Vec<&str> = text.lines().filter(|l| l.starts_with("pool ")).collect();
+        assert_eq!(heads.len(), 2, "{text}");
+        assert!(
+            heads[0].starts_with("pool alpha on 127.0.0.1:22121"),
+            "{text}"
+        );
+        assert!(
+            heads[1].starts_with("pool beta on 127.0.0.1:22122"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir_kv::{http_get, parse_nutcracker, start, KvConfig, Proxy, ServerState, Status};
+use weir_kv::{http_get, parse_nutcracker, start, KvConfig, KvStatus, Proxy, ServerState, Status};
 use weir_lab::kv::testbed::{free_port, memcached, nutcracker, McClient, Proc};
 
 const KEYS: usize = 300;
@@ -310,9 +310,11 @@ fn status_and_metrics_show_ejections_and_returns() {
     .unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     cfg.metrics = Some(metrics);
-    let running = start(&cfg).unwrap();
-    let status =
-        || -> Status { serde_json::from_str(&http_get(metrics, "/status").unwrap()).unwrap() };
+    let running = start(std::slice::from_ref(&cfg)).unwrap();
+    let status = || -> Status {
+        let st: KvStatus = serde_json::from_str(&http_get(metrics, "/status").unwrap()).unwrap();
+        st.pools[0].clone()
+    };
     assert_eq!(status().eject, "failover");
     servers.stop(1);
     let mut c = McClient::connect(running.proxy_addr()).unwrap();
@@ -333,16 +335,17 @@ fn status_and_metrics_show_ejections_and_returns() {
     assert!(beta.health.retry_unix_ms.is_some(), "{beta:?}");
     let text = http_get(metrics, "/metrics").unwrap();
     for line in [
-        "weir_kv_server_state{server=\"beta\",address=\"127.0.0.1:",
-        "weir_kv_server_ejections_total{server=\"beta\"} 1",
-        "weir_kv_server_returns_total{server=\"beta\"} 0",
+        "weir_kv_server_state{pool=\"pool\",server=\"beta\",address=\"127.0.0.1:",
+        "weir_kv_server_ejections_total{pool=\"pool\",server=\"beta\"} 1",
+        "weir_kv_server_returns_total{pool=\"pool\",server=\"beta\"} 0",
     ] {
         assert!(text.contains(line), "{line} not in\n{text}");
     }
     assert!(
-        text.lines()
-            .any(|l| l.starts_with("weir_kv_server_state{server=\"beta\"")
-                && l.ends_with("state=\"ejected\"} 1")),
+        text.lines().any(
+            |l| l.starts_with("weir_kv_server_state{pool=\"pool\",server=\"beta\"")
+                && l.ends_with("state=\"ejected\"} 1")
+        ),
         "{text}"
     );
     // the ejected server's key is served by the next live one meanwhile
@@ -365,7 +368,7 @@ fn status_and_metrics_show_ejections_and_returns() {
     );
     assert!(http_get(metrics, "/metrics")
         .unwrap()
-        .contains("weir_kv_server_returns_total{server=\"beta\"} 1"));
+        .contains("weir_kv_server_returns_total{pool=\"pool\",server=\"beta\"} 1"));
     running.stop();
 }
 
@@ -383,7 +386,7 @@ fn the_udp_path_follows_an_ejection() {
     let cfg = weir_kv::parse_toml("lab.toml", &toml).unwrap();
     let full = cfg.distribution();
     let c2 = cfg.clone();
-    let running = in_ns(&lab.switch, move || start(&c2)).unwrap();
+    let running = in_ns(&lab.switch, move || start(&[c2])).unwrap();
     let probe = key_of(&cfg, 1);
     // server 1 leaves the network: the proxy's next request to it fails
     let down = std::process::Command::new("ip")

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use weir_kv::{http_get, load_config, start, KvArgs, Running, Status};
+use weir_kv::{http_get, load_config, start, KvArgs, KvStatus, Running, Status};
 use weir_lab::kv::testbed::free_port;
 
 #[derive(Parser)]
@@ -58,8 +58,11 @@ impl Drop for Pool {
     }
 }
 
+/// The status of the switch's only pool.
 fn status(addr: SocketAddr) -> Status {
-    serde_json::from_str(&http_get(addr, "/status").unwrap()).unwrap()
+    let mut st: KvStatus = serde_json::from_str(&http_get(addr, "/status").unwrap()).unwrap();
+    assert_eq!(st.pools.len(), 1, "{st:?}");
+    st.pools.remove(0)
 }
 
 /// A GET written in pieces (request line, header, blank line), each its own
@@ -88,7 +91,7 @@ fn status_answers_every_time() {
         // An HTTP/1.0 request is answered in HTTP/1.0 (hyper's rule).
         assert!(raw.starts_with("HTTP/1.0 200 OK\r\n"), "request {i}: {raw}");
         let body = raw.split_once("\r\n\r\n").unwrap().1;
-        serde_json::from_str::<Status>(body).unwrap_or_else(|e| panic!("request {i}: {e}"));
+        serde_json::from_str::<KvStatus>(body).unwrap_or_else(|e| panic!("request {i}: {e}"));
     }
     kv.stop();
 }
@@ -127,7 +130,7 @@ fn two_instances_side_by_side_each_with_its_metrics() {
         assert_eq!(c.metrics_addr(), None, "{off}");
         c.stop();
     }
-    let default = load_config(&p3.args(&[])).unwrap().metrics;
+    let default = load_config(&p3.args(&[])).unwrap()[0].metrics;
     assert_eq!(default, Some(SocketAddr::from(([127, 0, 0, 1], 9122))));
     assert!(Cli::try_parse_from(["weir-kv", "--metrics", "9122"]).is_err());
     a.stop();
@@ -163,7 +166,7 @@ fn a_server_that_refuses_is_down_with_its_error_in_every_output() {
     assert_eq!(srv.name, srv.address);
     let metrics = http_get(addr, "/metrics").unwrap();
     let line = format!(
-        "weir_kv_server_state{{server=\"{0}\",address=\"{0}\",state=\"down\"}} 1",
+        "weir_kv_server_state{{pool=\"down\",server=\"{0}\",address=\"{0}\",state=\"down\"}} 1",
         srv.address
     );
     assert!(

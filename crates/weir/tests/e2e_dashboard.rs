@@ -86,6 +86,13 @@ fn status(ns: &str, addr: &str) -> Value {
     r.json().unwrap()
 }
 
+/// The status of weir kv's only pool, from its `/api/v1/status`.
+fn kv_pool(ns: &str, addr: &str) -> Value {
+    let st = status(ns, addr);
+    assert_eq!(st["pools"].as_array().map(Vec::len), Some(1), "{st}");
+    st["pools"][0].clone()
+}
+
 /// Opens the dashboard at `http://{addr}/` inside `ns`.
 fn open(ns: &str, addr: &str) -> Browser {
     Browser::open(Some(ns), &format!("http://{addr}/"), 1280, 1000)
@@ -553,12 +560,17 @@ fn the_dashboard_of_weir_kv_draws_the_pool_of_its_status() {
         })
         .unwrap();
         match up {
-            Some(r) if r.status == 200 && r.json().unwrap()["udp"].is_object() => break r,
+            Some(r) if r.status == 200 && r.json().unwrap()["pools"][0]["udp"].is_object() => {
+                break r
+            }
             _ if Instant::now() > deadline => panic!("weir kv did not serve its status in 10 s"),
             _ => std::thread::sleep(Duration::from_millis(100)),
         }
     };
-    let pool = first.json().unwrap()["pool"].as_str().unwrap().to_string();
+    let pool = first.json().unwrap()["pools"][0]["pool"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
     // TCP: 20 sets, then 40 gets (half of them misses); UDP: gets of one key
     // until the switch calls it hot (bounded).
@@ -591,7 +603,7 @@ fn the_dashboard_of_weir_kv_draws_the_pool_of_its_status() {
         })
     };
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !status(&lab.switch, KV_METRICS)["hot_keys"]
+    while !kv_pool(&lab.switch, KV_METRICS)["hot_keys"]
         .as_array()
         .unwrap()
         .iter()
@@ -607,7 +619,7 @@ fn the_dashboard_of_weir_kv_draws_the_pool_of_its_status() {
         Duration::from_secs(10),
     )
     .unwrap_or_else(|e| panic!("the page never drew weir kv's status: {e:#}"));
-    let before = status(&lab.switch, KV_METRICS);
+    let before = kv_pool(&lab.switch, KV_METRICS);
     // Wait for a poll after `before`: the browser's clock stamps kv samples.
     let p = polls(&mut b);
     b.wait_for(
@@ -616,7 +628,7 @@ fn the_dashboard_of_weir_kv_draws_the_pool_of_its_status() {
     )
     .unwrap();
     let page = b.eval(READ_KV).unwrap();
-    let after = status(&lab.switch, KV_METRICS);
+    let after = kv_pool(&lab.switch, KV_METRICS);
     hot.store(false, Ordering::Relaxed);
     udp_traffic.join().unwrap().unwrap();
 

@@ -1,8 +1,8 @@
 // weir dashboard: the view of a memcached switch (weir kv's
-// /api/v1/status): the pool, its hit ratios over time (gets through the
-// TCP proxy; the XDP cache's GETs with the UDP path), requests per server
-// over time and in a table with each server's state, the hot keys, errors
-// and the XDP counters.
+// /api/v1/status): for each pool it runs, the pool, its hit ratios over time
+// (gets through the TCP proxy; the XDP cache's GETs with the UDP path),
+// requests per server over time and in a table with each server's state,
+// the hot keys, errors and the XDP counters.
 
 import { h, count, num, pct, rate, table, cell, stat, rates, clock } from "./dom.js";
 import { timeChart, color } from "./chart.js";
@@ -10,16 +10,21 @@ import { timeChart, color } from "./chart.js";
 export const kind = "kv";
 
 export function fits(data) {
-  return typeof data?.pool === "string" && typeof data?.stats === "object";
+  return (
+    Array.isArray(data?.pools) &&
+    data.pools.length > 0 &&
+    data.pools.every((p) => typeof p?.pool === "string" && typeof p?.stats === "object")
+  );
 }
 
 export function title(data) {
-  return `pool ${data.pool}`;
+  const names = data.pools.map((p) => p.pool);
+  return names.length === 1 ? `pool ${names[0]}` : `pools ${names.join(", ")}`;
 }
 
 /** What the footer says about changing the pool: weir kv has no write API. */
 export function writes() {
-  return ["change servers and weights in the configuration file of ", h("code", {}, "weir kv"), ", then restart it."];
+  return ["add or remove pools in the configuration file of ", h("code", {}, "weir kv"), ", then run ", h("code", {}, "weir kv reload"), "; change a running pool's servers with a restart."];
 }
 
 export function reset() {}
@@ -198,7 +203,19 @@ function counters(d) {
   );
 }
 
+/** The history of the pool named `name`: the samples that have it. */
+function poolHistory(hist, name) {
+  return hist
+    .map((x) => ({ t: x.t, data: x.data.pools?.find((p) => p.pool === name) }))
+    .filter((x) => x.data);
+}
+
 export function render(hist, span) {
+  const pools = hist[hist.length - 1].data.pools;
+  return pools.flatMap((p) => renderPool(poolHistory(hist, p.pool), span));
+}
+
+function renderPool(hist, span) {
   const d = hist[hist.length - 1].data;
   return [
     overview(hist),
