@@ -1,8 +1,9 @@
 //! QUIC VIPs end to end with a real QUIC stack, in namespaces the test
 //! builds and always removes (a client, weir and three backends): aioquic
-//! backends (lab/scripts/quic/backend.py) issue connection IDs that carry
-//! their QUIC-LB server IDs, and aioquic clients (client.py) make requests
-//! on long-lived connections, each request answered with the backend's name.
+//! HTTP/3 backends (lab/scripts/quic/backend.py) issue connection IDs that
+//! carry their QUIC-LB server IDs, and aioquic HTTP/3 clients (client.py)
+//! make GET requests on long-lived connections, each answered with status
+//! 200 and the backend's name (an `x-backend` header and the body).
 //!
 //! - A nat and a dsr QUIC VIP: every request of a connection is answered by
 //!   one backend while each client moves to a new source port and the next

@@ -1,5 +1,5 @@
-//! The QUIC lab's aioquic backends and client (lab/scripts/quic/), run in
-//! the lab's namespaces from the venv that scripts/deps.sh installs.
+//! The QUIC lab's aioquic HTTP/3 backends and client (lab/scripts/quic/),
+//! run in the lab's namespaces from the venv that scripts/deps.sh installs.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
