@@ -348,11 +348,7 @@ impl Ngtcp2Run {
         };
         let after = |line: &str, mark: &str| -> Option<String> {
             let (_, rest) = line.split_once(mark)?;
-            Some(
-                rest.split(|c: char| c == ']' || c == ' ')
-                    .next()?
-                    .to_string(),
-            )
+            Some(rest.split([']', ' ']).next()?.to_string())
         };
         for line in text.lines() {
             if let Some(s) = after(line, "[:status: ") {
