@@ -106,19 +106,14 @@ def http3_backend(name: str):
             if not isinstance(event, HeadersReceived):
                 return
             method = dict(event.headers).get(b":method")
+            headers = [(b"x-backend", name.encode()), (b"content-type", b"text/plain")]
             if method == b"GET":
                 status, payload = b"200", body
             else:
                 status, payload = b"405", b"only GET is served\n"
-            self._http.send_headers(
-                event.stream_id,
-                [
-                    (b":status", status),
-                    (b"x-backend", name.encode()),
-                    (b"content-type", b"text/plain"),
-                    (b"content-length", str(len(payload)).encode()),
-                ],
-            )
+                headers.append((b"allow", b"GET"))
+            headers.append((b"content-length", str(len(payload)).encode()))
+            self._http.send_headers(event.stream_id, [(b":status", status)] + headers)
             self._http.send_data(event.stream_id, payload, end_stream=True)
             # The answer leaves with this datagram's own transmit.
 
