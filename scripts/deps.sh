@@ -8,6 +8,7 @@ set -euo pipefail
 PACKAGES=(clang llvm m4 libclang-dev libelf-dev zlib1g-dev pkg-config make iproute2 bpftool ethtool procps linux-libc-dev memcached nutcracker libmemcached-tools systemd man-db etcd-server etcd-client chromium nftables iperf3 haproxy go-md2man dpkg-dev debootstrap lintian)
 PACKAGES+=(frr bird2)  # the BGP speaker weir drives ([bgp]) and the router of the BGP e2e test and lab
 PACKAGES+=(prometheus)  # promtool, which checks packaging/prometheus/weir-alerts.yml
+PACKAGES+=(ngtcp2-client)  # a second QUIC stack's HTTP/3 client (gtlsclient) in the QUIC e2e test
 # The Rust toolchain the workspace needs (rust-version in Cargo.toml).
 MIN_RUST=1.85
 

@@ -1,8 +1,9 @@
 //! QUIC VIPs end to end with a real QUIC stack, in namespaces the test
 //! builds and always removes (a client, weir and three backends): aioquic
-//! backends (lab/scripts/quic/backend.py) issue connection IDs that carry
-//! their QUIC-LB server IDs, and aioquic clients (client.py) make requests
-//! on long-lived connections, each request answered with the backend's name.
+//! HTTP/3 backends (lab/scripts/quic/backend.py) issue connection IDs that
+//! carry their QUIC-LB server IDs, and aioquic HTTP/3 clients (client.py)
+//! make GET requests on long-lived connections, each answered with status
+//! 200 and the backend's name (an `x-backend` header and the body).
 //!
 //! - A nat and a dsr QUIC VIP: every request of a connection is answered by
 //!   one backend while each client moves to a new source port and the next
@@ -17,6 +18,10 @@
 //!   clients also move to new source ports on the second node, so a
 //!   5-tuple dispatch would scatter them.
 //!
+//! - A second QUIC stack: Debian's ngtcp2 HTTP/3 client against the
+//!   aioquic backends, through both VIPs, each client moving to a new
+//!   source port and connection ID before its requests are answered.
+//!
 //! The target is 0 broken connections.
 
 use std::net::SocketAddr;
@@ -27,7 +32,8 @@ use weir_lab::daemon::Daemon;
 use weir_lab::topology::Lab;
 
 mod common;
-use common::quic::{backends_of, QuicBackends, QuicClient, QuicConn, QuicLoad};
+use common::quic::{backends_of, ngtcp2_get, QuicBackends, QuicClient, QuicConn, QuicLoad};
+use common::temp::TempDir;
 use common::{dataplane, dip, serial, start_daemon, vip, weir_in};
 
 const PORT: u16 = 4433;
@@ -260,5 +266,47 @@ fn a_second_node_without_connection_sync_routes_quic_connections_to_the_same_bac
     assert!(count(&q, "cid_routed") > 0, "{q}");
     for (b, dq) in (1..).zip(&dips) {
         assert!(count(dq, "cid_routed") > 0, "backend-{b}: {dq}");
+    }
+}
+
+#[test]
+fn an_ngtcp2_http3_client_is_served_through_quic_vips_by_one_backend_across_its_move() {
+    let _serial = serial();
+    let lab = Lab::build(3).expect("building the lab");
+    let _backends = QuicBackends::start(&lab, &SERVER_IDS, CONFIG_ID, PORT);
+    let d = start_daemon(&lab, &config());
+    let dumps = TempDir::new("weir-e2e-quic-ngtcp2");
+    const REQUESTS: usize = 4;
+    for (name, v) in [("quic", NAT_VIP), ("quic-dsr", DSR_VIP)] {
+        let vip: SocketAddr = v.parse().unwrap();
+        for i in 0..6 {
+            let run = ngtcp2_get(
+                &lab,
+                vip,
+                REQUESTS,
+                &dumps.path().join(format!("{name}-{i}")),
+            );
+            assert_eq!(run.exit, Some(0), "gtlsclient to {vip}: {run:?}");
+            assert_eq!(run.statuses, vec!["200"; REQUESTS], "{vip}: {run:?}");
+            assert_eq!(run.backends.len(), REQUESTS, "{vip}: {run:?}");
+            assert!(
+                run.backends.iter().all(|b| *b == run.backends[0]),
+                "{vip}: the requests of one connection were served by several backends: {run:?}"
+            );
+            assert!(
+                run.ports.len() >= 2 && run.cids.len() >= 2,
+                "{vip}: the client did not move to a new port and connection ID: {run:?}"
+            );
+            for cid in &run.cids {
+                let sid = server_id_of(cid).unwrap_or_else(|| panic!("{vip}: CID {cid}: {run:?}"));
+                assert_eq!(
+                    run.backends[0],
+                    backend_of_server_id(sid),
+                    "{vip}: a connection ID names another backend than the one serving: {run:?}"
+                );
+            }
+        }
+        let (q, _) = quic_status(&d, name);
+        assert!(count(&q, "cid_routed") > 0, "{name}: {q}");
     }
 }

@@ -1,8 +1,8 @@
-"""A QUIC backend for weir's lab, on aioquic.
+"""An HTTP/3 backend for weir's lab, on aioquic.
 
-Serves a request/response protocol over QUIC streams (ALPN "weir-lab"):
-every bidirectional stream the client opens and ends is answered with the
-backend's name and the stream is ended. Every connection ID it issues (the
+Serves HTTP/3 (ALPN "h3"): a GET of any path is answered with status 200,
+the backend's name in an `x-backend` header and as the body; any other
+method gets 405. Every connection ID it issues (the
 handshake's source connection ID and each NEW_CONNECTION_ID) carries its
 QUIC-LB server ID, so a load balancer can route the connection by it
 whatever the client's address.
@@ -29,12 +29,14 @@ from cryptography.x509.oid import NameOID
 
 import aioquic.asyncio.server as quic_server
 from aioquic.asyncio import serve
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import H3Event, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection, QuicConnectionId
+from aioquic.quic.events import ProtocolNegotiated, QuicEvent
 
 import quic_lb_cid
-
-ALPN = "weir-lab"
 
 
 def self_signed(name: str):
@@ -82,6 +84,42 @@ def server_id_connection(config_id: int, server_id: bytes):
     return ServerIdConnection
 
 
+def http3_backend(name: str):
+    """A QuicConnectionProtocol answering every HTTP/3 request as this
+    backend."""
+    body = (name + "\n").encode()
+
+    class Http3Backend(QuicConnectionProtocol):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._http: H3Connection | None = None
+
+        def quic_event_received(self, event: QuicEvent) -> None:
+            # HTTP/3 starts once the handshake agreed on "h3".
+            if isinstance(event, ProtocolNegotiated) and event.alpn_protocol in H3_ALPN:
+                self._http = H3Connection(self._quic)
+            if self._http is not None:
+                for h3_event in self._http.handle_event(event):
+                    self.answer(h3_event)
+
+        def answer(self, event: H3Event) -> None:
+            if not isinstance(event, HeadersReceived):
+                return
+            method = dict(event.headers).get(b":method")
+            headers = [(b"x-backend", name.encode()), (b"content-type", b"text/plain")]
+            if method == b"GET":
+                status, payload = b"200", body
+            else:
+                status, payload = b"405", b"only GET is served\n"
+                headers.append((b"allow", b"GET"))
+            headers.append((b"content-length", str(len(payload)).encode()))
+            self._http.send_headers(event.stream_id, [(b":status", status)] + headers)
+            self._http.send_data(event.stream_id, payload, end_stream=True)
+            # The answer leaves with this datagram's own transmit.
+
+    return Http3Backend
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
@@ -91,7 +129,7 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 async def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--name", required=True, help="the name every reply carries")
+    p.add_argument("--name", required=True, help="the name every response carries")
     p.add_argument("--server-id", required=True, help="the QUIC-LB server ID, hex")
     p.add_argument("--config-id", type=int, default=0, help="config rotation codepoint, 0-6")
     p.add_argument("--listen", type=parse_listen, action="append", required=True)
@@ -105,22 +143,14 @@ async def main() -> None:
     # The server builds its connections by this module-level name.
     quic_server.QuicConnection = server_id_connection(args.config_id, server_id)
     config = QuicConfiguration(
-        is_client=False, alpn_protocols=[ALPN], connection_id_length=quic_lb_cid.CID_LEN
+        is_client=False, alpn_protocols=H3_ALPN, connection_id_length=quic_lb_cid.CID_LEN
     )
     cert, key = self_signed(args.name)
     config.certificate, config.private_key = cert, key
-    reply = (args.name + "\n").encode()
 
-    def on_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        async def answer() -> None:
-            await reader.read()
-            writer.write(reply)
-            writer.write_eof()
-
-        asyncio.ensure_future(answer())
-
+    protocol = http3_backend(args.name)
     servers = [
-        await serve(host, port, configuration=config, stream_handler=on_stream)
+        await serve(host, port, configuration=config, create_protocol=protocol)
         for host, port in args.listen
     ]
     print("ready", flush=True)

@@ -1,8 +1,9 @@
-"""A QUIC client for weir's lab, on aioquic.
+"""An HTTP/3 client for weir's lab, on aioquic.
 
 Opens --connections connections to the VIP at once; each makes --requests
-requests --interval-ms apart (a request is a bidirectional stream, answered
-with the name of the backend that served it; see backend.py). With
+HTTP/3 GET requests --interval-ms apart, and reads the backend that served
+each from the response (status 200, the `x-backend` header, the same name
+as the body; see backend.py). With
 --migrate-after K, each connection moves after its K-th request to a new
 local UDP port and to the next connection ID the server issued, as a client
 does when its NAT rebinds or it changes networks.
@@ -13,9 +14,9 @@ JSON object a line per connection when it ends:
    "cids": ["1f0b02...", "1f0b02..."], "error": null}
 "ports" and "cids" are the local port and the connection ID the client
 addressed the server by, before and (when it migrated) after the move.
-"error" says why a connection ended early: a request that timed out, or a
-connection that could not be made. Exits 0 when every connection made all
-its requests, 1 otherwise.
+"error" says why a connection ended early: a request that timed out or was
+not answered as above, or a connection that could not be made. Exits 0 when
+every connection made all its requests, 1 otherwise.
 """
 
 import argparse
@@ -29,9 +30,67 @@ import sys
 
 from aioquic.asyncio import connect
 from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.events import ConnectionTerminated, QuicEvent
 
-ALPN = "weir-lab"
+
+class BadResponse(Exception):
+    """A response that does not name one backend the way backend.py does."""
+
+
+class Http3Client(QuicConnectionProtocol):
+    """Sends HTTP/3 GET requests on one QUIC connection."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._http = H3Connection(self._quic)
+        # Per request stream: (headers, body, future of the whole response).
+        self._responses: dict[int, tuple[list, bytearray, asyncio.Future]] = {}
+
+    async def get(self, authority: str, path: str) -> tuple[dict, bytes]:
+        """GETs `path`: the response's headers and body."""
+        stream_id = self._quic.get_next_available_stream_id()
+        self._http.send_headers(
+            stream_id,
+            [
+                (b":method", b"GET"),
+                (b":scheme", b"https"),
+                (b":authority", authority.encode()),
+                (b":path", path.encode()),
+            ],
+            end_stream=True,
+        )
+        done = self._loop.create_future()
+        self._responses[stream_id] = ([], bytearray(), done)
+        self.transmit()
+        try:
+            return await done
+        finally:
+            self._responses.pop(stream_id, None)
+
+    def quic_event_received(self, event: QuicEvent) -> None:
+        if isinstance(event, ConnectionTerminated):
+            for _, _, done in self._responses.values():
+                if not done.done():
+                    done.set_exception(ConnectionError(f"connection closed: {event.reason_phrase}"))
+        for h3_event in self._http.handle_event(event):
+            self.received(h3_event)
+
+    def received(self, event: H3Event) -> None:
+        if not isinstance(event, (HeadersReceived, DataReceived)):
+            return
+        response = self._responses.get(event.stream_id)
+        if response is None:
+            return
+        headers, body, done = response
+        if isinstance(event, HeadersReceived):
+            headers.extend(event.headers)
+        else:
+            body.extend(event.data)
+        if event.stream_ended and not done.done():
+            done.set_result((dict(headers), bytes(body)))
 
 
 def local_port(protocol: QuicConnectionProtocol) -> int:
@@ -57,24 +116,27 @@ async def migrate(protocol: QuicConnectionProtocol) -> None:
     old.close()
 
 
-async def request(protocol: QuicConnectionProtocol, timeout: float) -> str:
-    reader, writer = await protocol.create_stream()
-    writer.write(b"which\n")
-    writer.write_eof()
-    reply = await asyncio.wait_for(reader.read(), timeout)
-    return reply.decode().strip()
+async def request(protocol: Http3Client, authority: str, timeout: float) -> str:
+    """One GET: the backend that answered it."""
+    headers, body = await asyncio.wait_for(protocol.get(authority, "/which"), timeout)
+    status = headers.get(b":status", b"").decode()
+    backend = headers.get(b"x-backend", b"").decode()
+    if status != "200" or not backend or body.decode().strip() != backend:
+        raise BadResponse(f"status {status!r}, x-backend {backend!r}, body {body[:80]!r}")
+    return backend
 
 
 async def one_connection(i, args, established, all_established) -> dict:
     record = {"conn": i, "served_by": [], "ports": [], "cids": [], "error": None}
-    config = QuicConfiguration(is_client=True, alpn_protocols=[ALPN])
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
     config.idle_timeout = args.timeout_s * 4
     host, port = args.vip
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     try:
         async with asyncio.timeout(args.timeout_s):
-            cm = connect(host, port, configuration=config)
+            cm = connect(host, port, configuration=config, create_protocol=Http3Client)
             protocol = await cm.__aenter__()
     except (Exception, asyncio.TimeoutError) as e:
         record["error"] = f"handshake: {type(e).__name__} {e}".strip()
@@ -98,7 +160,7 @@ async def one_connection(i, args, established, all_established) -> dict:
                 record["ports"].append(local_port(protocol))
                 record["cids"].append(peer_cid(protocol))
             try:
-                record["served_by"].append(await request(protocol, args.timeout_s))
+                record["served_by"].append(await request(protocol, authority, args.timeout_s))
             except asyncio.TimeoutError:
                 record["error"] = f"request {k + 1} timed out after {args.timeout_s} s"
                 break

@@ -8,9 +8,9 @@
 //! processes (`process`), raw frames (`packet_socket`), an immutable
 //! directory (`immutable`), what a refused start must not leave
 //! (`leftovers`), temporary directories (`temp`), bounded
-//! waits (`wait`) and the QUIC lab's aioquic backends and client
-//! (`quic`). The topology, daemon, backends and clients themselves are
-//! weir_lab's.
+//! waits (`wait`) and the QUIC lab's aioquic backends and its aioquic and
+//! ngtcp2 clients (`quic`). The topology, daemon, backends and clients
+//! themselves are weir_lab's.
 // Each test binary uses its own part of the harness.
 #![allow(dead_code, unused_imports)]
 

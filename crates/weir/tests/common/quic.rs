@@ -1,5 +1,5 @@
-//! The QUIC lab's aioquic backends and client (lab/scripts/quic/), run in
-//! the lab's namespaces from the venv that scripts/deps.sh installs.
+//! The QUIC lab's aioquic HTTP/3 backends and client (lab/scripts/quic/),
+//! run in the lab's namespaces from the venv that scripts/deps.sh installs.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -265,4 +265,110 @@ pub fn backends_of(conns: &[QuicConn]) -> BTreeSet<String> {
         .iter()
         .filter_map(|c| c.backend().map(str::to_string))
         .collect()
+}
+
+/// Debian's ngtcp2 example HTTP/3 client (ngtcp2-client, scripts/deps.sh):
+/// a second QUIC stack against the aioquic backends.
+pub const NGTCP2_CLIENT: &str = "/usr/bin/gtlsclient";
+
+/// What one ngtcp2 client run saw, read from its HTTP and packet dumps.
+#[derive(Debug)]
+pub struct Ngtcp2Run {
+    /// Each response's `:status`, in order.
+    pub statuses: Vec<String>,
+    /// Each response's `x-backend`, in order.
+    pub backends: Vec<String>,
+    /// The local ports it sent from, each once, in order.
+    pub ports: Vec<u16>,
+    /// The connection IDs its 1-RTT packets were sent to, each once, in
+    /// order (hex, no 0x).
+    pub cids: Vec<String>,
+    pub exit: Option<i32>,
+}
+
+/// `gtlsclient` in the lab's client namespace: GETs `/which` `requests`
+/// times on one connection to `vip`, the requests held back until 800 ms
+/// after the handshake and the client moving to a new local port (with
+/// path validation, so to the next connection ID) at 300 ms: every response
+/// comes after the move. Bounded by a 10 s idle timeout and a 20 s limit.
+pub fn ngtcp2_get(lab: &Lab, vip: SocketAddr, requests: usize, out: &std::path::Path) -> Ngtcp2Run {
+    assert!(
+        std::path::Path::new(NGTCP2_CLIENT).exists(),
+        "{NGTCP2_CLIENT} is missing: the QUIC interoperability test needs Debian's \
+         ngtcp2-client; run scripts/deps.sh as root to install it"
+    );
+    let netns = std::fs::File::open(format!("/run/netns/{}", lab.client))
+        .unwrap_or_else(|e| panic!("namespace {}: {e}", lab.client));
+    let dump = std::fs::File::create(out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+    let uri = format!("https://{vip}/which");
+    let mut cmd = Command::new(NGTCP2_CLIENT);
+    cmd.args([
+        "--no-quic-dump",
+        "--timeout=10s",
+        "--change-local-addr=300ms",
+        "--delay-stream=800ms",
+        "--exit-on-all-streams-close",
+    ])
+    .arg(vip.ip().to_string())
+    .arg(vip.port().to_string())
+    .args(std::iter::repeat_n(&uri, requests))
+    .stdout(dump.try_clone().unwrap())
+    .stderr(dump);
+    ChildSetup {
+        netns: Some(netns),
+        die_with_parent: true,
+        ..ChildSetup::default()
+    }
+    .apply_to(&mut cmd)
+    .expect("a child setup with a namespace");
+    let mut child = Interrupted(cmd.spawn().expect("starting gtlsclient"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let exit = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gtlsclient to {vip}: still running after 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(out).unwrap();
+    Ngtcp2Run::parse(&text, exit)
+}
+
+impl Ngtcp2Run {
+    fn parse(text: &str, exit: Option<i32>) -> Ngtcp2Run {
+        let mut run = Ngtcp2Run {
+            statuses: Vec::new(),
+            backends: Vec::new(),
+            ports: Vec::new(),
+            cids: Vec::new(),
+            exit,
+        };
+        let after = |line: &str, mark: &str| -> Option<String> {
+            let (_, rest) = line.split_once(mark)?;
+            Some(rest.split([']', ' ']).next()?.to_string())
+        };
+        for line in text.lines() {
+            if let Some(s) = after(line, "[:status: ") {
+                run.statuses.push(s);
+            } else if let Some(b) = after(line, "[x-backend: ") {
+                run.backends.push(b);
+            } else if let Some(p) = line
+                .strip_prefix("Sent packet: local=")
+                .and_then(|l| l.split_once("]:"))
+                .and_then(|(_, rest)| rest.split(' ').next()?.parse::<u16>().ok())
+            {
+                if !run.ports.contains(&p) {
+                    run.ports.push(p);
+                }
+            } else if line.contains("pkt tx") && line.contains("type=1RTT") {
+                if let Some(cid) = after(line, "dcid=0x").filter(|c| !run.cids.contains(c)) {
+                    run.cids.push(cid);
+                }
+            }
+        }
+        run
+    }
 }
