@@ -325,7 +325,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     let mut member = match (&plan, agent) {
         (Some(p), Some(agent)) => {
             let joined = sync_maps(p)
-                .and_then(|m| crate::cluster::Member::start(p, agent, m, &shared, &cfg, true));
+                .and_then(|m| crate::cluster::Member::start(p, agent, m, &shared, &cfg, false));
             Some(joined.context("joining the cluster")?)
         }
         _ => None,
@@ -370,13 +370,6 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         );
     }
     prime_neighbours(&cfg);
-    let adopted = matches!(
-        &takeover,
-        Some(Takeover {
-            predecessor: Predecessor::Orphan(_),
-            ..
-        })
-    );
     match takeover.map(|t| (t.predecessor, t.held[0].prog_id)) {
         Some((Predecessor::Live(p), _)) => {
             retire_predecessor(p.pid);
@@ -393,12 +386,14 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         None => {}
     }
     if let (Some(p), None) = (&plan, &member) {
-        // A takeover: the predecessor has left the cluster. A live one's
-        // connection table is ours already; an orphan's missed what its
-        // peers installed since it died, so ask them.
-        member = match p.join().and_then(|a| {
-            crate::cluster::Member::start(p, a, sync_maps(p)?, &shared, &cfg, adopted)
-        }) {
+        // A takeover: the predecessor has left the cluster. Its table is
+        // ours, but it missed what peers sent while nobody held the sync
+        // port (all since an orphan's daemon died), and peers missed what
+        // the data plane installed while nobody drained its ring.
+        member = match p
+            .join()
+            .and_then(|a| crate::cluster::Member::start(p, a, sync_maps(p)?, &shared, &cfg, true))
+        {
             Ok(m) => Some(m),
             Err(e) => {
                 log::warn!(
