@@ -72,10 +72,13 @@ pub fn unix_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// Other nodes by name, with their sync addresses.
+type PeerList = Vec<(String, SocketAddr)>;
+
 /// The other nodes' sync addresses, kept by the cluster agent; unknown
 /// until the agent first sets them.
 #[derive(Debug, Clone, Default)]
-pub struct Peers(Arc<RwLock<Option<Vec<(String, SocketAddr)>>>>);
+pub struct Peers(Arc<RwLock<Option<PeerList>>>);
 
 impl Peers {
     pub fn set(&self, mut peers: Vec<(String, SocketAddr)>) {
