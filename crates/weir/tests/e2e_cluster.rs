@@ -318,6 +318,13 @@ fn connections_opened_during_a_takeover_reach_every_node() {
     }
     let (upgraded, done) = handover.join().expect("the takeover's thread");
     done.unwrap_or_else(|e| panic!("node {}'s takeover: {e:#}", taken + 1));
+    // The lab reaps the predecessor only once its successor is up: the
+    // successor must see it exit all the same, not wait it out.
+    let log = upgraded.new_log();
+    assert!(
+        !log.contains("did not exit"),
+        "the successor waited for its exited predecessor:\n{log}"
+    );
     daemons.insert(taken, upgraded);
     // The last connections are established and announced.
     std::thread::sleep(Duration::from_millis(1500));
