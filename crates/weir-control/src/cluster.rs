@@ -11,7 +11,11 @@
 //!
 //! With `--takeover` the predecessor holds the node's name and sync port
 //! until it retires, and its table is inherited: the node joins after the
-//! predecessor is gone, without a bulk.
+//! predecessor is gone. While no process of this node held the sync port,
+//! peers' announcements to it were lost, and what the new program installed
+//! waited in a ring nobody drained yet: so the node asks a peer for the
+//! join's bulk as a fresh node does (installs never replace an entry it
+//! has), and sends its own table to its peers once.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -100,15 +104,17 @@ pub struct Member {
 }
 
 impl Member {
-    /// Puts the cluster's tables in force and starts connection sync; with
-    /// `bulk`, first asks a peer for every established connection.
+    /// Puts the cluster's tables in force and starts connection sync, then
+    /// asks a peer for every established connection; with `inherited` (a
+    /// takeover: the data plane ran before this process joined), also
+    /// sends this node's table to every peer.
     pub fn start(
         plan: &Plan,
         agent: Agent,
         sync_maps: Option<SyncMaps>,
         shared: &Arc<Shared>,
         cfg: &Config,
-        bulk: bool,
+        inherited: bool,
     ) -> Result<Member> {
         let pin_dir = &cfg.dataplane.pin_dir;
         let cluster = agent.cluster().clone();
@@ -142,7 +148,7 @@ impl Member {
             }
         };
         let mut joined = None;
-        if let Some(s) = sync.as_ref().filter(|_| bulk) {
+        if let Some(s) = &sync {
             let timeout = Duration::from_millis(*plan.cfg.join_timeout_ms.get_ref());
             let r = s.join(timeout);
             match &r.from {
@@ -161,6 +167,17 @@ impl Member {
                 ),
             }
             joined = Some(r);
+            if inherited {
+                match s.announce_table() {
+                    Ok(n) => log::info!(
+                        "cluster: sent this node's {n} established connections to its peers"
+                    ),
+                    Err(e) => log::warn!(
+                        "cluster: this node's connections not sent to its peers ({e:#}); \
+                         those installed during the takeover move if ECMP moves them"
+                    ),
+                }
+            }
         }
         cluster.ready(joined.as_ref());
         Ok(Member {

@@ -325,7 +325,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     let mut member = match (&plan, agent) {
         (Some(p), Some(agent)) => {
             let joined = sync_maps(p)
-                .and_then(|m| crate::cluster::Member::start(p, agent, m, &shared, &cfg, true));
+                .and_then(|m| crate::cluster::Member::start(p, agent, m, &shared, &cfg, false));
             Some(joined.context("joining the cluster")?)
         }
         _ => None,
@@ -370,13 +370,6 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         );
     }
     prime_neighbours(&cfg);
-    let adopted = matches!(
-        &takeover,
-        Some(Takeover {
-            predecessor: Predecessor::Orphan(_),
-            ..
-        })
-    );
     match takeover.map(|t| (t.predecessor, t.held[0].prog_id)) {
         Some((Predecessor::Live(p), _)) => {
             retire_predecessor(p.pid);
@@ -393,12 +386,14 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         None => {}
     }
     if let (Some(p), None) = (&plan, &member) {
-        // A takeover: the predecessor has left the cluster. A live one's
-        // connection table is ours already; an orphan's missed what its
-        // peers installed since it died, so ask them.
-        member = match p.join().and_then(|a| {
-            crate::cluster::Member::start(p, a, sync_maps(p)?, &shared, &cfg, adopted)
-        }) {
+        // A takeover: the predecessor has left the cluster. Its table is
+        // ours, but it missed what peers sent while nobody held the sync
+        // port (all since an orphan's daemon died), and peers missed what
+        // the data plane installed while nobody drained its ring.
+        member = match p
+            .join()
+            .and_then(|a| crate::cluster::Member::start(p, a, sync_maps(p)?, &shared, &cfg, true))
+        {
             Ok(m) => Some(m),
             Err(e) => {
                 log::warn!(
@@ -566,10 +561,55 @@ fn retire_predecessor(pid: u32) {
         return;
     }
     for _ in 0..200 {
-        if !weir_sys::process::alive(pid) {
+        if !running(pid) {
             return;
         }
         std::thread::sleep(Duration::from_millis(25));
     }
     log::warn!("predecessor pid {pid} did not exit within 5 s");
+}
+
+/// Whether process `pid` still runs: a zombie has exited, whenever its
+/// parent reaps it (a supervisor that waits for this start to complete
+/// first would otherwise hold the takeover, and the node's connection sync
+/// with it, for the full wait).
+fn running(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and
+        // may itself hold any character.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| !matches!(state, 'Z' | 'X')),
+        Err(_) => weir_sys::process::alive(pid),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exited_child_not_yet_reaped_does_not_run() {
+        assert!(running(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let zombie = || {
+            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            })
+        };
+        for _ in 0..500 {
+            if zombie() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(zombie(), "the child never exited");
+        assert!(weir_sys::process::alive(pid), "a zombie still exists");
+        assert!(!running(pid));
+        child.wait().unwrap();
+        assert!(!running(pid));
+    }
 }

@@ -12,13 +12,18 @@
 //!   because the survivors learnt them from their peers. Another node leads.
 //! - Long-lived connections run while a survivor is drained: the router
 //!   drops it from the route, and none breaks; new connections succeed.
+//! - Connections opened while a node is taken over (`weir serve
+//!   --takeover`) reach every node's table: those its peers install reach
+//!   the new process, those its own data plane installs reach its peers.
 //! - Bad input: a node name in use, a missing sync key, an unreachable etcd:
 //!   each a clear error, with nothing attached or pinned.
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use weir_dataplane::maps::Maps;
 use weir_lab::backend::{Backend, BackendOptions};
 use weir_lab::client::{http_once, spawn_http};
 use weir_lab::daemon::Daemon;
@@ -34,6 +39,9 @@ const BACKENDS: usize = 3;
 /// the kill, the route change and the election.
 const CONNS: usize = 60;
 const REQUESTS: usize = 70;
+/// Requests (100 ms apart) of the connections opened during a takeover:
+/// they stay open until every node's table has been read.
+const TAKEOVER_REQUESTS: usize = 100;
 
 fn vip() -> SocketAddr {
     SocketAddr::from((VIP, VIP_PORT))
@@ -67,6 +75,63 @@ fn versions(daemons: &[&Daemon]) -> Vec<Option<u64>> {
         .collect()
 }
 
+/// One backend per backend namespace, each answering with its name.
+fn start_backends(lab: &ClusterLab) -> Vec<Backend> {
+    lab.backends
+        .iter()
+        .enumerate()
+        .map(|(j, ns)| {
+            let opts = BackendOptions {
+                agent_window: Some(Duration::from_millis(500)),
+                ..Default::default()
+            };
+            Backend::start_with(ns, &format!("backend-{}", j + 1), &opts).unwrap()
+        })
+        .collect()
+}
+
+/// The daemons of nodes 1..=NODES, started one after the other.
+fn start_nodes(lab: &ClusterLab) -> Vec<Daemon> {
+    (1..=NODES)
+        .map(|i| {
+            let mut d = Daemon::new(exe(), &lab.nodes[i - 1]).unwrap();
+            d.write_config(&lab.node_config(i, true)).unwrap();
+            d.start().unwrap_or_else(|e| panic!("node {i}: {e:#}"));
+            d
+        })
+        .collect()
+}
+
+/// Waits until every daemon applies the same version of VIP `web`.
+fn wait_agreed(daemons: &[&Daemon]) {
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            let v = versions(daemons);
+            v[0].is_some() && v.iter().all(|x| *x == v[0])
+        }),
+        "the nodes never agreed on a version: {:?}",
+        versions(daemons)
+    );
+}
+
+/// The client tuples of the VIP's connections in the table pinned in
+/// `d`'s pin directory.
+fn vip_connections(d: &Daemon) -> BTreeSet<(u32, u16)> {
+    let maps = Maps::pinned(&d.pin_dir).expect("opening a node's pinned maps");
+    maps.conns()
+        .expect("reading a node's connection table")
+        .into_iter()
+        .map(|(k, _)| k)
+        .filter(|k| {
+            u32::from(k.family) == weir_abi::WEIR_AF_INET
+                && k.proto == libc::IPPROTO_TCP as u8
+                && k.dst[0].to_ne_bytes() == VIP.octets()
+                && u16::from_be(k.dport) == VIP_PORT
+        })
+        .map(|k| (u32::from_be(k.src[0]), u16::from_be(k.sport)))
+        .collect()
+}
+
 /// A node's daemon that must fail to start with `config`: the error names
 /// the problem, and nothing is attached to its interface or pinned.
 fn refused(lab: &ClusterLab, node: usize, config: &str, expect: &str) {
@@ -91,39 +156,15 @@ fn a_killed_node_leaves_established_connections_intact_and_the_leader_moves() {
     let _serial = serial();
     let lab = ClusterLab::build(NODES + 1, BACKENDS).expect("building the cluster lab");
     let frr = lab.start_router().expect("starting FRR");
-    let _backends: Vec<Backend> = lab
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(j, ns)| {
-            let opts = BackendOptions {
-                agent_window: Some(Duration::from_millis(500)),
-                ..Default::default()
-            };
-            Backend::start_with(ns, &format!("backend-{}", j + 1), &opts).unwrap()
-        })
-        .collect();
-    let mut daemons: Vec<Daemon> = Vec::new();
-    for i in 1..=NODES {
-        let mut d = Daemon::new(exe(), &lab.nodes[i - 1]).unwrap();
-        d.write_config(&lab.node_config(i, true)).unwrap();
-        d.start().unwrap_or_else(|e| panic!("node {i}: {e:#}"));
-        daemons.push(d);
-    }
+    let _backends = start_backends(&lab);
+    let mut daemons = start_nodes(&lab);
     // Declared after the daemons: their speakers end first, on every path.
     let _speakers = Speakers(daemons.iter().map(Daemon::run_dir).collect());
     wait_route(&lab, &frr, &[1, 2, 3], "three nodes announcing");
 
     // One leader; every node applies the leader's versions.
     let all: Vec<&Daemon> = daemons.iter().collect();
-    assert!(
-        wait_for(Duration::from_secs(10), || {
-            let v = versions(&all);
-            v[0].is_some() && v.iter().all(|x| *x == v[0])
-        }),
-        "the nodes never agreed on a version: {:?}",
-        versions(&all)
-    );
+    wait_agreed(&all);
     let leaders: Vec<usize> = (0..NODES)
         .filter(|&i| cluster(&daemons[i])["is_leader"] == true)
         .collect();
@@ -239,4 +280,83 @@ fn a_killed_node_leaves_established_connections_intact_and_the_leader_moves() {
         .node_config(spare, true)
         .replace("http://10.88.1.1:2379", "http://10.88.1.250:2379");
     refused(&lab, spare, &no_etcd, "does not answer");
+}
+
+#[test]
+fn connections_opened_during_a_takeover_reach_every_node() {
+    let _serial = serial();
+    let lab = ClusterLab::build(NODES, BACKENDS).expect("building the cluster lab");
+    let frr = lab.start_router().expect("starting FRR");
+    let _backends = start_backends(&lab);
+    let mut daemons = start_nodes(&lab);
+    let _speakers = Speakers(daemons.iter().map(Daemon::run_dir).collect());
+    wait_route(&lab, &frr, &[1, 2, 3], "three nodes announcing");
+    wait_agreed(&daemons.iter().collect::<Vec<_>>());
+
+    // A node that does not lead is upgraded in place (`--takeover`) while
+    // the client opens long-lived connections, two every 20 ms: ECMP
+    // spreads them over all three nodes throughout the handover.
+    let taken = (0..NODES)
+        .find(|&i| cluster(&daemons[i])["is_leader"] != true)
+        .expect("a node that does not lead");
+    let mut upgraded = daemons.remove(taken);
+    let handover = std::thread::spawn(move || {
+        let done = upgraded.restart();
+        (upgraded, done)
+    });
+    let started = Instant::now();
+    let mut live = Vec::new();
+    while !handover.is_finished() && started.elapsed() < Duration::from_secs(30) {
+        live.extend(spawn_http(
+            &lab.client,
+            vip(),
+            2,
+            TAKEOVER_REQUESTS,
+            Duration::from_millis(100),
+        ));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (upgraded, done) = handover.join().expect("the takeover's thread");
+    done.unwrap_or_else(|e| panic!("node {}'s takeover: {e:#}", taken + 1));
+    // The lab reaps the predecessor only once its successor is up: the
+    // successor must see it exit all the same, not wait it out.
+    let log = upgraded.new_log();
+    assert!(
+        !log.contains("did not exit"),
+        "the successor waited for its exited predecessor:\n{log}"
+    );
+    daemons.insert(taken, upgraded);
+    // The last connections are established and announced.
+    std::thread::sleep(Duration::from_millis(1500));
+
+    let tables: Vec<BTreeSet<(u32, u16)>> = daemons.iter().map(vip_connections).collect();
+    let every: BTreeSet<(u32, u16)> = tables.iter().flatten().copied().collect();
+    assert!(
+        every.len() >= live.len(),
+        "{} connections opened, {} in the nodes' tables",
+        live.len(),
+        every.len()
+    );
+    let missing: Vec<(usize, usize)> = tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i + 1, every.difference(t).count()))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "of {} connections opened while node {} was taken over, (node, how many) are missing \
+         from these nodes' tables: {missing:?}",
+        every.len(),
+        taken + 1
+    );
+    let opened = live.len();
+    let records: Vec<_> = live.into_iter().map(|h| h.join().unwrap()).collect();
+    let broken: Vec<_> = records.iter().filter(|r| r.violated()).collect();
+    assert!(
+        broken.is_empty(),
+        "{} of {opened} connections opened during the takeover broke or moved: {:?}",
+        broken.len(),
+        broken.first()
+    );
 }

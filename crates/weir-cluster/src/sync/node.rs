@@ -18,6 +18,13 @@
 //! the agent registered it: peers refuse a node they do not know): it asks
 //! one peer after the other for a bulk, answers the peer's challenge, and
 //! stops when a bulk's end marker arrives.
+//!
+//! A node that took over a running data plane (`weir serve --takeover`)
+//! inherits its table but not what passed while no process of this node
+//! held the sync port: it joins with a bulk all the same (installs never
+//! replace an entry, so what it has stays), and sends its own table to
+//! every peer once ([`SyncNode::announce_table`]), for the connections its
+//! data plane installed while no sender drained the ring.
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
@@ -65,18 +72,31 @@ pub fn unix_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// The other nodes' sync addresses, kept by the cluster agent.
+/// Other nodes by name, with their sync addresses.
+type PeerList = Vec<(String, SocketAddr)>;
+
+/// The other nodes' sync addresses, kept by the cluster agent; unknown
+/// until the agent first sets them.
 #[derive(Debug, Clone, Default)]
-pub struct Peers(Arc<RwLock<Vec<(String, SocketAddr)>>>);
+pub struct Peers(Arc<RwLock<Option<PeerList>>>);
 
 impl Peers {
     pub fn set(&self, mut peers: Vec<(String, SocketAddr)>) {
         peers.sort();
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = peers;
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(peers);
     }
 
     pub fn get(&self) -> Vec<(String, SocketAddr)> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default()
+    }
+
+    /// Whether the agent has said who the peers are (possibly nobody).
+    pub fn known(&self) -> bool {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 }
 
@@ -133,6 +153,9 @@ pub struct SyncNode {
     encoder: Arc<Mutex<Encoder>>,
     join_events: Mutex<Receiver<JoinEvent>>,
     announce: Option<Arc<SyncMaps>>,
+    /// Reads this node's table and sends it paced (bulks, and the table
+    /// announced after a takeover).
+    table: BulkServer,
     peer_entries: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
@@ -195,6 +218,13 @@ impl SyncNode {
         let (events_tx, events_rx) = mpsc::sync_channel(16);
         let mut threads = Vec::new();
         let realtime = opts.realtime;
+        let table = BulkServer {
+            socket: socket.clone(),
+            stats: stats.clone(),
+            encoder: encoder.clone(),
+            pin_dir: opts.pin_dir.clone(),
+            timeouts: opts.timeouts,
+        };
         let receiver = Receive {
             socket: socket.clone(),
             key: opts.key.clone(),
@@ -207,13 +237,7 @@ impl SyncNode {
             encoder: encoder.clone(),
             join_events: events_tx,
             bulk_busy: Arc::new(AtomicBool::new(false)),
-            bulk: BulkServer {
-                socket: socket.clone(),
-                stats: stats.clone(),
-                encoder: encoder.clone(),
-                pin_dir: opts.pin_dir.clone(),
-                timeouts: opts.timeouts,
-            },
+            bulk: table.clone(),
             peer_entries: peer_entries.clone(),
             stop: stop.clone(),
         };
@@ -256,6 +280,7 @@ impl SyncNode {
             encoder,
             join_events: Mutex::new(events_rx),
             announce,
+            table,
             peer_entries,
             stop,
             threads,
@@ -340,6 +365,22 @@ impl SyncNode {
         report.took = start.elapsed();
         report
     }
+
+    /// Sends every live connection of this node's table to every peer, as
+    /// bulk records (peers install what they lack and keep what they have);
+    /// returns how many records went to each. After a takeover this covers
+    /// what the data plane installed before this node's sender started.
+    pub fn announce_table(&self) -> Result<u64> {
+        let peers = self.peers.get();
+        if peers.is_empty() {
+            return Ok(0);
+        }
+        let records = self.table.records()?;
+        for (_, addr) in &peers {
+            self.table.send(*addr, &records);
+        }
+        Ok(records.len() as u64)
+    }
 }
 
 impl Drop for SyncNode {
@@ -371,6 +412,12 @@ impl Sender {
             }
         };
         while !self.stop.load(Ordering::Relaxed) {
+            // What the ring holds waits for the agent's first word on the
+            // peers: drained before it, it would be sent to nobody.
+            if !self.peers.known() {
+                std::thread::sleep(TICK / 10);
+                continue;
+            }
             let events = match ring.poll(TICK) {
                 Ok(ev) => ev,
                 Err(e) => {
@@ -417,18 +464,28 @@ struct BulkServer {
 }
 
 impl BulkServer {
-    fn serve(&self, to: SocketAddr) -> Result<()> {
+    /// Every live connection of this node's table.
+    fn records(&self) -> Result<Vec<ConnRecord>> {
         let maps = Maps::pinned(&self.pin_dir)?;
-        let records = table_records(&maps, &self.timeouts)?;
+        table_records(&maps, &self.timeouts)
+    }
+
+    /// `records` to `to` as bulk datagrams, paced.
+    fn send(&self, to: SocketAddr, records: &[ConnRecord]) {
         let grams = self
             .encoder
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .bulk(&records, unix_ns());
+            .bulk(records, unix_ns());
         for burst in grams.chunks(BULK_BURST) {
             send_all(&self.socket, &self.stats, to, burst, 0);
             std::thread::sleep(BULK_PAUSE);
         }
+    }
+
+    fn serve(&self, to: SocketAddr) -> Result<()> {
+        let records = self.records()?;
+        self.send(to, &records);
         let done = self
             .encoder
             .lock()
