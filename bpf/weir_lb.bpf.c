@@ -200,22 +200,24 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	int nat = vip->mode == WEIR_MODE_NAT;
 	__u32 now = now_ticks(), dip_id = 0;
 	struct weir_conn *conn, entry = {};
+	__u32 quic = QUIC_NOT_QUIC, event = STAT_NO_EVENT;
 	struct weir_dip *dip = NULL;
 	int new_conn = 0, stale = 0;
-	__u32 quic = QUIC_NOT_QUIC;
 
 	/* A QUIC connection ID that names a DIP wins over the 5-tuple (quic.h);
-	 * nat re-checks the reverse entry of what may be a new client address. */
+	 * nat keeps the 5-tuple entry of what may be a new client address, with
+	 * the one lookup a UDP hit makes. */
 	if (vip->quic_sid_len && !tcp) {
 		quic = quic_route(ctx, pkt, vip, &dip, &dip_id);
-		if (quic == QUIC_ROUTED) {
-			if (nat)
-				ensure_reverse(ctx, pkt, dip, vip->vip_id);
-			return to_dip(ctx, pkt, vip, dip, dip_id, 0, STAT_NO_EVENT);
-		}
+		if (quic == QUIC_ROUTED && !nat)
+			goto send;
 	}
 
 	conn = conn_lookup(&pkt->key);
+	if (quic == QUIC_ROUTED) {
+		quic_nat_track(ctx, pkt, dip, dip_id, vip->vip_id, now, conn, &entry);
+		goto send;
+	}
 	if (conn) {
 		dip = conn_dip(conn);
 		if (syn) {
@@ -277,8 +279,11 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	}
 	if (quic)
 		quic_count(&dip_quic, dip_id, quic);
-	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn,
-		      conn && !stale ? WEIR_STAT_CONN_HIT : STAT_NO_EVENT);
+	if (conn && !stale)
+		event = WEIR_STAT_CONN_HIT;
+	/* One call site: to_dip() is inlined once. */
+send:
+	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn, event);
 }
 
 /* The hybrid tier. A packet whose connection the fast table holds is

@@ -165,20 +165,6 @@ static __noinline void install_reverse(struct xdp_md *ctx, const struct packet *
 	rev_update(&rkey, &rev);
 }
 
-/* Writes a nat reverse entry that is missing. For packets routed without a
- * connection entry (QUIC by connection ID): a migrated client's new address
- * has no entry that a reply could restore it from. Not inlined: its key
- * would otherwise sit on the caller's stack, past BPF's 512 bytes. */
-static __noinline void ensure_reverse(struct xdp_md *ctx, const struct packet *pkt,
-					   const struct weir_dip *dip, __u32 vip_id)
-{
-	struct weir_flow_key rkey = {};
-
-	reverse_key(pkt, dip, &rkey);
-	if (!rev_lookup(&rkey))
-		install_reverse(ctx, pkt, dip, vip_id);
-}
-
 /* install_half_open()'s vip_id for a connection with no reverse entry. */
 #define NO_REVERSE ((__u32)-1)
 
