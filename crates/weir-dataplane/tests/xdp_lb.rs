@@ -759,6 +759,35 @@ fn removed_dip_redispatches_and_pcc_holds() {
     run_cases(&h, cases);
 }
 
+/// A retransmitted SYN keeps the DIP its first one got even when the VIP's
+/// table gives new connections none any more (every DIP drained): a SYN is
+/// dispatched and inserted before the half-open table is looked at, and a
+/// dispatch that finds no DIP must not drop a retransmission. A new SYN is
+/// dropped.
+#[test]
+fn a_retransmitted_syn_keeps_its_dip_when_the_table_has_none_left() {
+    let h = Harness::new(&test_options());
+    let syn = tcp("192.0.2.93", 41093, "10.0.0.100", 80, TcpFlags::SYN);
+    let d = h.fx.predict(0, &syn.tuple()).unwrap().clone();
+    let fresh = tcp("192.0.2.94", 41094, "10.0.0.100", 80, TcpFlags::SYN);
+    let drain_all = |h: &Harness| {
+        let none = AwfdTable::from_weights(&[(1, 0), (2, 0), (3, 0)]).unwrap();
+        h.maps.publish_table(0, 2, &none).unwrap();
+    };
+    let cases = vec![
+        new_flow(&h, "SYN under v1", &syn, 0),
+        syn_again("retransmitted SYN, every DIP drained", &syn, &d, NAT).before(drain_all),
+        drop(
+            "new SYN, every DIP drained",
+            fresh.bytes(),
+            WEIR_STAT_DROP_NO_BACKEND,
+        )
+        .events(&[WEIR_STAT_CONN_MISS])
+        .after(no_conn(fresh.tuple())),
+    ];
+    run_cases(&h, cases);
+}
+
 /// A nat SYN case with a given DIP and table version.
 fn new_flow_v(h: &Harness, name: &str, f: &Frame, dip: &Dip, version: u32) -> Case {
     let _ = h;
