@@ -390,8 +390,7 @@ static __always_inline struct weir_nat_endpoint *nat_endpoint_of(const struct pa
  * tier it is dropped. Anything else goes to the kernel: replies addressed
  * to this host (health checks, the operator's own connections to the DIP),
  * and packets the kernel will not forward anyway. Not inlined: its FIB
- * query would count against the main frame's stack; it counts inline, as
- * its frame leaves no room for a call under it. */
+ * query would count against the main frame's stack. */
 static __noinline int reply_without_state(struct xdp_md *ctx, const struct packet *pkt)
 {
 	struct bpf_fib_lookup fib = {};
@@ -407,10 +406,10 @@ static __noinline int reply_without_state(struct xdp_md *ctx, const struct packe
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
 		if (cfg_tier != WEIR_TIER_XDP)
 			return to_software(ctx, pkt, cfg_hash_seed);
-		stat_inc_inline(WEIR_STAT_DROP_REPLY_NO_STATE);
+		stat_inc(WEIR_STAT_DROP_REPLY_NO_STATE);
 		return XDP_DROP;
 	}
-	stat_inc_inline(WEIR_STAT_PASS_NOT_VIP);
+	stat_inc(WEIR_STAT_PASS_NOT_VIP);
 	return XDP_PASS;
 }
 

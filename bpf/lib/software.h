@@ -164,7 +164,7 @@ static __always_inline int to_software(struct xdp_md *ctx, const struct packet *
 		key = key * cfg_workers + r.worker;
 	}
 	if (bpf_redirect_map(&xsks, key, XDP_DROP) == XDP_REDIRECT) {
-		stat_inc_inline(WEIR_STAT_TO_SOFTWARE);
+		stat_inc(WEIR_STAT_TO_SOFTWARE);
 		return XDP_REDIRECT;
 	}
 	/* Nobody will see this number: give it back, so the reorder stage
@@ -172,7 +172,7 @@ static __always_inline int to_software(struct xdp_md *ctx, const struct packet *
 	if (give_back)
 		*give_back -= 1;
 no_worker:
-	stat_inc_inline(WEIR_STAT_DROP_NO_WORKER);
+	stat_inc(WEIR_STAT_DROP_NO_WORKER);
 	return XDP_DROP;
 }
 

@@ -11,23 +11,12 @@
 
 #include "maps.h"
 
-/* Counts one in `stats`, inlined: for the outcome every packet counts
- * (stat_outcome), and in subprograms whose frames leave no room for a call
- * under them. */
-static __always_inline void stat_inc_inline(__u32 idx)
+static __always_inline void stat_inc(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
 
 	if (v)
 		*v += 1;
-}
-
-/* Counts one in `stats`. Not inlined: the program counts at more than a
- * hundred places, mostly off the hot path, and a call is two instructions
- * where an inlined per-CPU lookup is about fourteen. */
-static __noinline void stat_inc(__u32 idx)
-{
-	stat_inc_inline(idx);
 }
 
 /* No event on the path to an outcome (stat_outcome). */
@@ -49,12 +38,12 @@ static __always_inline void stat_outcome(__u32 event, __u32 outcome)
 	else if (event == WEIR_STAT_REV_NAT && outcome == WEIR_STAT_REDIRECT)
 		combined = WEIR_STAT_REV_REDIRECT;
 	if (combined != STAT_NO_EVENT) {
-		stat_inc_inline(combined);
+		stat_inc(combined);
 		return;
 	}
 	if (event != STAT_NO_EVENT)
-		stat_inc_inline(event);
-	stat_inc_inline(outcome);
+		stat_inc(event);
+	stat_inc(outcome);
 }
 
 static __always_inline void traffic_add(void *map, __u32 idx, __u64 bytes, int new_conn)
