@@ -476,7 +476,10 @@ fn a_routed_nat_client_address_keeps_a_5_tuple_entry_that_ages_its_reverse_entry
         c.atime = ticks_ago(udp_timeout + 5);
         q.h.maps.put_conn(&key, &c).unwrap();
         weir_dataplane::conntrack::sweep(&q.h.maps, &t).unwrap();
-        assert!(q.h.maps.conn(&key).unwrap().is_none(), "v{vip}: swept entry");
+        assert!(
+            q.h.maps.conn(&key).unwrap().is_none(),
+            "v{vip}: swept entry"
+        );
         assert!(
             q.h.maps.rev_nat(&gkey).unwrap().is_none(),
             "v{vip}: the reverse entry outlived its swept 5-tuple entry"
