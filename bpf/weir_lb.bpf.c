@@ -104,16 +104,26 @@ struct handshake {
  * set. `entry` is the caller's zeroed scratch entry: one on the stack, not
  * two, keeps the frame within BPF's 512 bytes with dispatch()'s on top.
  * A nat SYN's half-open entry carries its reverse entry, so the SYN costs
- * one insert; the client's ACK writes the reverse entry to rev_nat. */
+ * one insert; the client's ACK writes the reverse entry to rev_nat.
+ * A SYN inserts before it looks: a new connection's SYN (the common case,
+ * and every SYN of a flood) makes no lookup in the half-open table, only a
+ * retransmission (the insert finds its entry) does. */
 static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const struct packet *pkt,
 					     const struct weir_vip *vip, struct handshake *hs,
 					     struct weir_conn *entry)
 {
-	int nat = vip->mode == WEIR_MODE_NAT;
+	__u32 rev_vip = vip->mode == WEIR_MODE_NAT ? vip->vip_id : NO_REVERSE;
+	struct weir_dip *fresh = NULL, *dip = NULL;
 	struct weir_half_open *half;
-	struct weir_dip *dip = NULL;
 	__u32 now = hs->now;
 
+	if (hs->syn) {
+		fresh = dispatch(pkt, vip, entry, now);
+		if (fresh && install_half_open(ctx, pkt, entry, rev_vip, BPF_NOEXIST) != -EEXIST) {
+			hs->dip_id = entry->dip_id;
+			return fresh;
+		}
+	}
 	half = bpf_map_lookup_elem(&half_open, &pkt->key);
 	if (half && !half_open_expired(&half->conn, now))
 		dip = conn_dip(&half->conn);
@@ -126,7 +136,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 		*entry = half->conn;
 		entry->atime = now;
 		conn_note_close(entry, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
-		if (passive_telemetry_on && nat)
+		if (passive_telemetry_on && rev_vip != NO_REVERSE)
 			telemetry_request(entry, pkt, entry->dip_id);
 		if (conn_update(&pkt->key, entry) == 0) {
 			stat_inc(WEIR_STAT_CONN_NEW);
@@ -135,8 +145,8 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 			stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
 		}
 		sync_announce(pkt, dip, entry);
-		if (nat)
-			install_reverse(ctx, pkt, dip, vip->vip_id);
+		if (rev_vip != NO_REVERSE)
+			install_reverse(ctx, pkt, dip, rev_vip);
 		bpf_map_delete_elem(&half_open, &pkt->key);
 		hs->dip_id = entry->dip_id;
 		return dip;
@@ -148,15 +158,17 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 			hs->drop_stat = WEIR_STAT_DROP_NONSYN_MISS;
 			return NULL;
 		}
+		fresh = dispatch(pkt, vip, entry, now);
 	}
-	dip = dispatch(pkt, vip, entry, now);
-	if (!dip) {
+	/* A SYN here found a stale entry (expired, or its DIP removed) to
+	 * replace, or had no DIP to go to. */
+	if (!fresh) {
 		hs->drop_stat = WEIR_STAT_DROP_NO_BACKEND;
 		return NULL;
 	}
-	install_half_open(ctx, pkt, entry, nat ? vip->vip_id : NO_REVERSE);
+	install_half_open(ctx, pkt, entry, rev_vip, BPF_ANY);
 	hs->dip_id = entry->dip_id;
-	return dip;
+	return fresh;
 }
 
 /* Counts a client packet of a connection to `dip`, rewrites it (nat) or
@@ -171,6 +183,7 @@ static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	__u64 bytes = data_end - data;
+	__u32 len = pkt->l3_len;
 
 	traffic_add(&vip_traffic, vip->vip_id, bytes, new_conn);
 	traffic_add(&dip_traffic, dip_id, bytes, new_conn);
@@ -181,15 +194,14 @@ static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 			return XDP_DROP;
 		}
 	} else if (is_encap_mode(vip->mode)) {
-		__u32 len = encapsulate(ctx, pkt, dip, vip->mode);
-
+		len = encapsulate(ctx, pkt, dip, vip->mode);
 		if (!len) {
 			stat_outcome(event, WEIR_STAT_DROP_TOO_BIG);
 			return XDP_DROP;
 		}
-		return forward_to_dip(ctx, dip, len, event);
 	}
-	return forward_to_dip(ctx, dip, pkt->l3_len, event);
+	/* One call site: forward_to_dip() is inlined once. */
+	return forward_to_dip(ctx, dip, len, event);
 }
 
 static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
@@ -200,22 +212,24 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	int nat = vip->mode == WEIR_MODE_NAT;
 	__u32 now = now_ticks(), dip_id = 0;
 	struct weir_conn *conn, entry = {};
+	__u32 quic = QUIC_NOT_QUIC, event = STAT_NO_EVENT;
 	struct weir_dip *dip = NULL;
 	int new_conn = 0, stale = 0;
-	__u32 quic = QUIC_NOT_QUIC;
 
 	/* A QUIC connection ID that names a DIP wins over the 5-tuple (quic.h);
-	 * nat re-checks the reverse entry of what may be a new client address. */
+	 * nat keeps the 5-tuple entry of what may be a new client address, with
+	 * the one lookup a UDP hit makes. */
 	if (vip->quic_sid_len && !tcp) {
 		quic = quic_route(ctx, pkt, vip, &dip, &dip_id);
-		if (quic == QUIC_ROUTED) {
-			if (nat)
-				ensure_reverse(ctx, pkt, dip, vip->vip_id);
-			return to_dip(ctx, pkt, vip, dip, dip_id, 0, STAT_NO_EVENT);
-		}
+		if (quic == QUIC_ROUTED && !nat)
+			goto send;
 	}
 
 	conn = conn_lookup(&pkt->key);
+	if (quic == QUIC_ROUTED) {
+		quic_nat_track(ctx, pkt, dip, dip_id, vip->vip_id, now, conn, &entry);
+		goto send;
+	}
 	if (conn) {
 		dip = conn_dip(conn);
 		if (syn) {
@@ -277,8 +291,11 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	}
 	if (quic)
 		quic_count(&dip_quic, dip_id, quic);
-	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn,
-		      conn && !stale ? WEIR_STAT_CONN_HIT : STAT_NO_EVENT);
+	if (conn && !stale)
+		event = WEIR_STAT_CONN_HIT;
+	/* One call site: to_dip() is inlined once. */
+send:
+	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn, event);
 }
 
 /* The hybrid tier. A packet whose connection the fast table holds is

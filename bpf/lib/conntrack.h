@@ -13,6 +13,7 @@
 #ifndef WEIR_CONNTRACK_H
 #define WEIR_CONNTRACK_H
 
+#include <linux/errno.h>
 #include "flow_table.h"
 #include "maps.h"
 #include "parse.h"
@@ -165,39 +166,29 @@ static __noinline void install_reverse(struct xdp_md *ctx, const struct packet *
 	rev_update(&rkey, &rev);
 }
 
-/* Writes a nat reverse entry that is missing. For packets routed without a
- * connection entry (QUIC by connection ID): a migrated client's new address
- * has no entry that a reply could restore it from. Not inlined: its key
- * would otherwise sit on the caller's stack, past BPF's 512 bytes. */
-static __noinline void ensure_reverse(struct xdp_md *ctx, const struct packet *pkt,
-					   const struct weir_dip *dip, __u32 vip_id)
-{
-	struct weir_flow_key rkey = {};
-
-	reverse_key(pkt, dip, &rkey);
-	if (!rev_lookup(&rkey))
-		install_reverse(ctx, pkt, dip, vip_id);
-}
-
 /* install_half_open()'s vip_id for a connection with no reverse entry. */
 #define NO_REVERSE ((__u32)-1)
 
 /* Inserts a half-open connection: `entry`, and with a `vip_id` (nat mode)
  * the reverse entry its DIP's replies use until the handshake is done, in
- * one entry. Not inlined: the 80-byte value gets a frame of its own rather
- * than a place on the caller's. */
-static __noinline void install_half_open(struct xdp_md *ctx, const struct packet *pkt,
-					 const struct weir_conn *entry, __u32 vip_id)
+ * one entry. With BPF_NOEXIST in `flags` an entry already there stays and
+ * the result is -EEXIST (not counted). Not inlined: the 80-byte value gets
+ * a frame of its own rather than a place on the caller's. */
+static __noinline long install_half_open(struct xdp_md *ctx, const struct packet *pkt,
+					 const struct weir_conn *entry, __u32 vip_id, __u64 flags)
 {
 	struct weir_half_open half = {};
+	long rc;
 
 	half.conn = *entry;
 	if (vip_id != NO_REVERSE)
 		fill_reverse(ctx, pkt, vip_id, &half.rev);
-	if (bpf_map_update_elem(&half_open, &pkt->key, &half, BPF_ANY) == 0)
+	rc = bpf_map_update_elem(&half_open, &pkt->key, &half, flags);
+	if (rc == 0)
 		stat_inc(WEIR_STAT_HALF_OPEN_NEW);
-	else
+	else if (rc != -EEXIST)
 		stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
+	return rc;
 }
 
 /* The half-open nat connection a reply with no reverse entry belongs to

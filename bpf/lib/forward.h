@@ -54,17 +54,23 @@ static __always_inline int send_out(struct xdp_md *ctx, __u32 ifindex, const __u
 }
 
 /* Send to `dip` (already rewritten). `l3_len` is the IP datagram length;
- * `event` the path's event for the outcome counter (stat_outcome). */
+ * `event` the path's event for the outcome counter (stat_outcome). Every
+ * way ends in one send_out() call site, inlined once. */
 static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_dip *dip,
 					  __u32 l3_len, __u32 event)
 {
 	struct bpf_fib_lookup fib = {};
+	const __u8 *dmac, *smac;
 	struct weir_iface *iface;
 	__u32 ifindex = ctx->ingress_ifindex;
 	long rc;
 
-	if (dip->nh.ifindex)
-		return send_out(ctx, dip->nh.ifindex, dip->nh.dmac, dip->nh.smac, event);
+	if (dip->nh.ifindex) {
+		ifindex = dip->nh.ifindex;
+		dmac = dip->nh.dmac;
+		smac = dip->nh.smac;
+		goto send;
+	}
 	if (cfg_fib_lookup) {
 		fib.family = dip->family == WEIR_AF_INET6 ? AF_INET6 : AF_INET;
 		fib.ifindex = ctx->ingress_ifindex;
@@ -74,8 +80,12 @@ static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_
 		else
 			fib.ipv4_dst = dip->addr[0];
 		rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_DIRECT);
-		if (rc == BPF_FIB_LKUP_RET_SUCCESS)
-			return send_out(ctx, fib.ifindex, fib.dmac, fib.smac, event);
+		if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
+			ifindex = fib.ifindex;
+			dmac = fib.dmac;
+			smac = fib.smac;
+			goto send;
+		}
 		if (rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
 			stat_outcome(event, WEIR_STAT_DROP_NO_ROUTE);
 			return XDP_DROP;
@@ -96,7 +106,10 @@ static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_
 		stat_outcome(event, WEIR_STAT_DROP_NO_ROUTE);
 		return XDP_DROP;
 	}
-	return send_out(ctx, ifindex, dip->mac, iface->mac, event);
+	dmac = dip->mac;
+	smac = iface->mac;
+send:
+	return send_out(ctx, ifindex, dmac, smac, event);
 }
 
 #endif /* WEIR_FORWARD_H */

@@ -21,7 +21,9 @@
 #define WEIR_QUIC_LIB_H
 
 #include "weir_quic.h"
+#include "conntrack.h"
 #include "encap.h"
+#include "flow_table.h"
 #include "maps.h"
 #include "parse.h"
 
@@ -128,8 +130,11 @@ dcid:
 
 /* Routes a packet to a QUIC VIP by its connection ID: returns QUIC_ROUTED
  * with the DIP and its slot in `*dip_id`, or the kind of fallback (counted
- * for the VIP; the caller counts it for the DIP the 5-tuple table picks). */
-static __always_inline __u32 quic_route(struct xdp_md *ctx, const struct packet *pkt,
+ * for the VIP; the caller counts it for the DIP the 5-tuple table picks).
+ * Not inlined: the header walk's key and spills get a frame of their own,
+ * off the caller's, which its deepest callee leaves no room in, and only
+ * QUIC VIPs' packets run it. */
+static __noinline __u32 quic_route(struct xdp_md *ctx, const struct packet *pkt,
 					const struct weir_vip *vip, struct weir_dip **dip_out,
 					__u32 *dip_id)
 {
@@ -157,6 +162,61 @@ static __always_inline __u32 quic_route(struct xdp_md *ctx, const struct packet 
 	}
 	quic_count(&vip_quic, vip->vip_id, verdict);
 	return verdict;
+}
+
+/* Writes the 5-tuple entry of a nat client address whose packet was routed
+ * by its connection ID, and its reverse entry, in place of `old` (NULL, an
+ * expired entry, or the entry of another connection that had the same
+ * address and port, whose reverse entry goes with it). `entry` is the
+ * caller's zeroed scratch entry with the routed DIP's slot, generation and
+ * the time filled in. The entry has no table version (0): no table
+ * dispatched it. It is not announced to other nodes (each routes the ID the
+ * same way) and not counted as a new connection: the connection is the
+ * QUIC one, which may have had other addresses before. Not inlined: it runs
+ * once per client address, and its keys would count against the caller's
+ * frame. */
+static __noinline void quic_nat_install(struct xdp_md *ctx, const struct packet *pkt,
+					const struct weir_conn *old, struct weir_conn *entry,
+					__u32 vip_id)
+{
+	__u32 id = entry->dip_id;
+	struct weir_dip *dip = bpf_map_lookup_elem(&dips, &id);
+
+	if (!dip)
+		return;
+	if (old && old->dip_id != id)
+		conn_forget(pkt, conn_dip(old), 1);
+	entry->created_ns = bpf_ktime_get_ns();
+	if (conn_update(&pkt->key, entry) < 0) {
+		stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
+		return;
+	}
+	install_reverse(ctx, pkt, dip, vip_id);
+}
+
+/* A nat packet routed by its connection ID to `dip`: its client address
+ * (a migrated client's new one) needs a reverse entry for the replies. It
+ * is kept the way a UDP datagram's is: `conn`, the packet's 5-tuple entry
+ * (or NULL), is refreshed when it names `dip`; only a new address (or an
+ * expired entry, or one another connection on the same address and port
+ * left to another DIP) writes the entry and its reverse entry. The reverse
+ * entry then ages with the 5-tuple entry (the sweeper deletes both), and a
+ * reply whose reverse entry was evicted restores it from the 5-tuple entry
+ * (reverse_restore.h), as a UDP connection's does. */
+static __always_inline void quic_nat_track(struct xdp_md *ctx, const struct packet *pkt,
+					   const struct weir_dip *dip, __u32 dip_id, __u32 vip_id,
+					   __u32 now, struct weir_conn *conn,
+					   struct weir_conn *entry)
+{
+	if (conn && conn->dip_id == dip_id && conn->dip_gen == dip->gen &&
+	    !conn_expired(conn, pkt->key.proto, now)) {
+		conn_touch(conn, now);
+		return;
+	}
+	entry->dip_id = dip_id;
+	entry->dip_gen = dip->gen;
+	entry->atime = now;
+	quic_nat_install(ctx, pkt, conn, entry, vip_id);
 }
 
 #endif /* WEIR_QUIC_LIB_H */

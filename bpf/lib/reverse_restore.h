@@ -58,10 +58,8 @@ static __noinline struct weir_rev_nat *restore_reverse(struct xdp_md *ctx,
 							const struct weir_nat_endpoint *ep)
 {
 	struct weir_flow_key fkey = {};
-	struct weir_vip_key vkey = {};
 	struct weir_rev_nat rev = {};
 	__u32 count = ep->count, now = now_ticks(), i;
-	struct weir_vip *vip;
 
 	__builtin_memcpy(fkey.src, pkt->key.dst, sizeof(fkey.src));
 	fkey.sport = pkt->key.dport;
@@ -84,17 +82,23 @@ static __noinline struct weir_rev_nat *restore_reverse(struct xdp_md *ctx,
 	}
 	if (i >= WEIR_ENDPOINT_VIPS || i >= count)
 		return NULL;
-	__builtin_memcpy(vkey.addr, fkey.dst, sizeof(vkey.addr));
-	vkey.port = fkey.dport;
-	vkey.proto = fkey.proto;
-	vkey.family = fkey.family;
-	vip = vip_match(&vkey);
-	if (!vip || vip->mode != WEIR_MODE_NAT)
-		return NULL;
+	/* A block of its own: the key's slot is reused by the FIB query's. */
+	{
+		struct weir_vip_key vkey = {};
+		struct weir_vip *vip;
+
+		__builtin_memcpy(vkey.addr, fkey.dst, sizeof(vkey.addr));
+		vkey.port = fkey.dport;
+		vkey.proto = fkey.proto;
+		vkey.family = fkey.family;
+		vip = vip_match(&vkey);
+		if (!vip || vip->mode != WEIR_MODE_NAT)
+			return NULL;
+		rev.vip_id = vip->vip_id;
+	}
 	__builtin_memcpy(rev.vip, fkey.dst, sizeof(rev.vip));
 	rev.vport = fkey.dport;
 	rev.family = fkey.family;
-	rev.vip_id = vip->vip_id;
 	if (route_to_client(ctx, pkt, &rev) < 0 || rev_update(&pkt->key, &rev) < 0)
 		return NULL;
 	return rev_lookup(&pkt->key);

@@ -11,6 +11,7 @@
 mod common;
 
 use std::net::IpAddr;
+use std::time::Duration;
 
 use common::*;
 use rand::{Rng, SeedableRng};
@@ -386,6 +387,104 @@ fn unknown_ids_fall_back_and_a_removed_dip_is_reported_not_rerouted() {
         .find(|f| q.predict(12, f).id != 3)
         .unwrap();
     q.fallback("a reused slot's stale ID", 12, &f, true);
+}
+
+/// The reply tuple of client frame `f` forwarded by nat to `dip`.
+fn reverse_key_of(f: &Frame, dip: &Dip) -> weir_flow_key {
+    weir_core::flow::FlowTuple {
+        src: dip.addr,
+        dst: f.src,
+        sport: dip.port_for(f.dport),
+        dport: f.sport,
+        proto: Proto::Udp,
+    }
+    .key()
+}
+
+fn ticks_ago(secs: u64) -> u32 {
+    weir_dataplane::conntrack::now_ticks()
+        .wrapping_sub(weir_dataplane::conntrack::ticks(Duration::from_secs(secs)))
+}
+
+/// In nat mode a client address routed by connection ID keeps a 5-tuple
+/// entry, as a UDP datagram's: the first packet from the address writes it
+/// with its reverse entry; later packets look up that entry only (an
+/// evicted reverse entry is left to the DIP's reply, which restores it from
+/// the entry), and the sweep ages both out together. An entry of the same
+/// address and port left to another DIP is replaced, its reverse entry
+/// with it; an expired one is written anew.
+#[test]
+fn a_routed_nat_client_address_keeps_a_5_tuple_entry_that_ages_its_reverse_entry() {
+    let q = Quic::new(LAYOUT);
+    let t = test_options().timeouts;
+    let udp_timeout = t.udp.as_secs();
+    for (vip, _, mode, dips) in QUIC_VIPS {
+        if mode != NAT {
+            continue;
+        }
+        let [a, b] = [dips[0], dips[2]].map(|d| q.h.fx.dip(d).clone());
+        let f = q.datagram(vip, 45000 + vip as u16, &short_header(&q.cid(a.id, 12)));
+        let key = f.tuple().key();
+        let rkey = reverse_key_of(&f, &a);
+        q.routed(&format!("v{vip} new client address"), vip, &f, a.id);
+        let c = q.h.maps.conn(&key).unwrap().expect("a 5-tuple entry");
+        assert_eq!(
+            (c.dip_id, c.dip_gen, c.table_version),
+            (a.id, q.h.maps.dip(a.id).unwrap().unwrap().gen, 0),
+            "v{vip}: the entry names the routed DIP, no table"
+        );
+
+        // Evicted apart from its entry: the client's packets do not look
+        // for it (the reply restores it), fresh or a second later.
+        assert!(q.h.maps.rev_nat.delete(&rkey).unwrap());
+        for age in [0, 2] {
+            let mut c = q.h.maps.conn(&key).unwrap().unwrap();
+            c.atime = ticks_ago(age);
+            q.h.maps.put_conn(&key, &c).unwrap();
+            assert_eq!(q.h.run(&f.bytes()).action(), Some(Tx));
+            assert!(
+                q.h.maps.rev_nat(&rkey).unwrap().is_none(),
+                "v{vip}: a client packet {age} s after the last looked up the reverse entry"
+            );
+            let c = q.h.maps.conn(&key).unwrap().unwrap();
+            let second = weir_dataplane::conntrack::ticks(Duration::from_secs(1));
+            assert!(
+                weir_dataplane::conntrack::now_ticks().wrapping_sub(c.atime) < second,
+                "v{vip}: the entry was not refreshed"
+            );
+        }
+
+        // Expired: the next packet writes both entries again.
+        let mut c = q.h.maps.conn(&key).unwrap().unwrap();
+        c.atime = ticks_ago(udp_timeout + 5);
+        q.h.maps.put_conn(&key, &c).unwrap();
+        q.routed(&format!("v{vip} after expiry"), vip, &f, a.id);
+
+        // The address and port taken by a connection on DIP b.
+        let g = q.datagram(vip, 45000 + vip as u16, &short_header(&q.cid(b.id, 12)));
+        q.routed(&format!("v{vip} same address, another DIP"), vip, &g, b.id);
+        assert_eq!(q.h.maps.conn(&key).unwrap().map(|c| c.dip_id), Some(b.id));
+        assert!(
+            q.h.maps.rev_nat(&rkey).unwrap().is_none(),
+            "v{vip}: DIP {}'s reverse entry outlived its 5-tuple entry",
+            a.id
+        );
+
+        // Idle past the UDP timeout: the sweep takes both.
+        let gkey = reverse_key_of(&g, &b);
+        let mut c = q.h.maps.conn(&key).unwrap().unwrap();
+        c.atime = ticks_ago(udp_timeout + 5);
+        q.h.maps.put_conn(&key, &c).unwrap();
+        weir_dataplane::conntrack::sweep(&q.h.maps, &t).unwrap();
+        assert!(
+            q.h.maps.conn(&key).unwrap().is_none(),
+            "v{vip}: swept entry"
+        );
+        assert!(
+            q.h.maps.rev_nat(&gkey).unwrap().is_none(),
+            "v{vip}: the reverse entry outlived its swept 5-tuple entry"
+        );
+    }
 }
 
 #[test]
