@@ -35,7 +35,7 @@ use weir_lab::backend::Backend;
 use weir_lab::backend::BackendOptions;
 use weir_lab::client::{http_once, spawn_http};
 use weir_lab::daemon::Daemon;
-use weir_lab::frr::{BgpPath, Frr, Peer};
+use weir_lab::frr::{BgpPath, Frr};
 use weir_lab::netns::ip_in;
 use weir_lab::scale::topology::{
     backend_addr, node_addr, ClusterLab, ROUTER_FABRIC, VIP, VIP_PORT,
@@ -235,18 +235,7 @@ fn vips_follow_health_drain_and_the_nodes_life() {
         "{}",
         n1.new_log()
     );
-    let frr = Frr::start(
-        &lab.router,
-        &lab.dir.join("frr"),
-        ROUTER_FABRIC,
-        ROUTER_AS,
-        &[1, 2].map(|i| Peer {
-            address: node_addr(i),
-            remote_as: NODE_AS,
-            bfd: true,
-        }),
-    )
-    .expect("starting FRR");
+    let frr = lab.start_router().expect("starting FRR");
     for i in [1, 2] {
         frr.add_peer6(node_addr6(i), NODE_AS)
             .expect("adding an IPv6 neighbour to FRR");
@@ -482,18 +471,7 @@ fn a_drain_with_connection_sync_breaks_no_connection() {
         .enumerate()
         .map(|(j, ns)| Backend::start_with(ns, &format!("backend-{}", j + 1), &opts).unwrap())
         .collect();
-    let frr = Frr::start(
-        &lab.router,
-        &lab.dir.join("frr"),
-        ROUTER_FABRIC,
-        ROUTER_AS,
-        &[1, 2].map(|i| Peer {
-            address: node_addr(i),
-            remote_as: NODE_AS,
-            bfd: true,
-        }),
-    )
-    .expect("starting FRR");
+    let frr = lab.start_router().expect("starting FRR");
     let mut daemons = Vec::new();
     for i in 1..=2 {
         let mut d = Daemon::new(exe(), &lab.nodes[i - 1]).unwrap();
