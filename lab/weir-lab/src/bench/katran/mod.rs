@@ -134,9 +134,7 @@ pub fn run(args: &KatranBenchArgs) -> Result<()> {
     }
     print!("{}", render(&report));
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("wrote {}", path.display());
+        super::write_json(path, &report)?;
     }
     Ok(())
 }
