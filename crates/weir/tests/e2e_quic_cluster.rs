@@ -186,6 +186,26 @@ fn quic_connections_moved_by_ecmp_to_the_other_node_keep_their_backend_without_c
     );
 
     let vip = SocketAddr::from((VIP, PORT));
+    // The route is in; the path through each node may still be settling
+    // (next hops, BFD): the test starts once short connections get through.
+    let probe = QuicLoad {
+        connections: 4,
+        requests: 1,
+        interval: Duration::ZERO,
+        migrate_after: 0,
+        timeout: Duration::from_secs(2),
+    };
+    assert!(
+        wait_for(Duration::from_secs(20), || QuicClient::start_in(
+            &lab.client,
+            vip,
+            &probe
+        )
+        .finish()
+        .iter()
+        .all(|c| c.error.is_none())),
+        "short QUIC connections through the two nodes do not get through"
+    );
     let load = QuicLoad {
         connections: 24,
         requests: REQUESTS,
