@@ -1,10 +1,11 @@
 //! Prometheus metrics of `weir serve` (`[metrics] listen`, default
 //! 127.0.0.1:9100) at `GET /metrics`: the controller's per-DIP view
 //! (capacity, load, available capacity, weight, class, share of new
-//! connections, health, agent errors) and the data plane's counters.
+//! connections, health, agent errors), the data plane's counters and the
+//! QUIC VIPs' routing counters (with or without a controller).
 //!
 //! Every value already lives elsewhere (the controller's [`Snapshot`], the
-//! pinned maps), so a scrape reads them once ([`Scrape::read`]) and
+//! running configuration, the pinned maps), so a scrape reads them once ([`Scrape::read`]) and
 //! prometheus-client encodes them, as a collector of constant metrics, in
 //! the OpenMetrics text format. Counter samples carry the `_total` suffix.
 
@@ -24,9 +25,13 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use weir_dataplane::maps::{Maps, QuicCounters};
+use weir_config::Config;
+use weir_dataplane::maps::Maps;
 
-use crate::controller::{DipSnapshot, Shared, Snapshot, VipSnapshot};
+use crate::api::view::Slots;
+use crate::controller::{DipSnapshot, Snapshot};
+use crate::live::Live;
+use crate::status::QuicStatus;
 use crate::status::STAT_NAMES;
 use crate::telemetry::agent::AgentError;
 use weir_http::Server;
@@ -54,43 +59,50 @@ pub struct Scrape {
     pub redirect_targets: Vec<crate::redirect_targets::RedirectTarget>,
     /// The BGP speaker's neighbours and announcements, with `[bgp]`.
     pub bgp: Option<crate::bgp::BgpView>,
-    /// QUIC VIPs' routing counters, by VIP id, and their DIPs', by slot.
-    pub quic_vips: BTreeMap<u32, QuicCounters>,
-    pub quic_dips: BTreeMap<u32, QuicCounters>,
+    /// Each QUIC VIP's routing counters and its DIPs'.
+    pub quic: Vec<QuicSample>,
 }
 
-/// The QUIC routing counters of the QUIC VIPs of `snapshot`, by VIP id,
-/// and of their DIPs, by slot.
-fn quic_counters(
-    m: &Maps,
-    snapshot: Option<&Snapshot>,
-) -> (BTreeMap<u32, QuicCounters>, BTreeMap<u32, QuicCounters>) {
-    let quic: std::collections::HashSet<u32> = m
-        .vips()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(_, v)| v.quic_sid_len != 0)
-        .map(|(_, v)| v.vip_id)
-        .collect();
-    let vips: Vec<&VipSnapshot> = snapshot
-        .iter()
-        .flat_map(|s| &s.vips)
-        .filter(|v| quic.contains(&v.vip_id))
-        .collect();
-    let by_vip = vips
-        .iter()
-        .filter_map(|v| Some((v.vip_id, m.vip_quic(v.vip_id).ok()?)))
-        .collect();
-    let by_dip = vips
-        .iter()
-        .flat_map(|v| &v.dips)
-        .filter_map(|d| Some((d.slot, m.dip_quic(d.slot).ok()?)))
-        .collect();
-    (by_vip, by_dip)
+/// A QUIC VIP's routing counters, and those of each of its DIPs in the data
+/// plane by `ADDR:PORT` (the `dip` label of every per-DIP family).
+#[derive(Debug, Clone)]
+pub struct QuicSample {
+    pub vip: String,
+    pub counters: QuicStatus,
+    pub dips: Vec<(String, QuicStatus)>,
+}
+
+/// The QUIC routing counters of every QUIC VIP of `cfg` and of its DIPs,
+/// from the maps. They come from the running configuration, not the
+/// controller's snapshot: a QUIC VIP is counted with or without
+/// `[controller]`.
+fn quic_counters(m: &Maps, cfg: &Config, slots: &Slots, run_dir: &Path) -> Vec<QuicSample> {
+    if cfg.vips.iter().all(|v| v.quic.is_none()) {
+        return Vec::new();
+    }
+    let vips = crate::api::view::vips(cfg, m, None, slots, run_dir).unwrap_or_else(|e| {
+        log::debug!("metrics: reading the QUIC VIPs: {e:#}");
+        Vec::new()
+    });
+    vips.into_iter()
+        .filter_map(|v| {
+            let counters = v.quic?.counters;
+            let dips = v
+                .dips
+                .into_iter()
+                .filter_map(|d| Some((format!("{}:{}", d.address, d.port), d.quic?.counters)))
+                .collect();
+            Some(QuicSample {
+                vip: v.name,
+                counters,
+                dips,
+            })
+        })
+        .collect()
 }
 
 /// A QUIC counter family: name suffix, help, and the field it exports.
-type QuicFamily = (&'static str, &'static str, fn(&QuicCounters) -> u64);
+type QuicFamily = (&'static str, &'static str, fn(&QuicStatus) -> u64);
 
 const QUIC_FAMILIES: [QuicFamily; 3] = [
     (
@@ -111,9 +123,12 @@ const QUIC_FAMILIES: [QuicFamily; 3] = [
 ];
 
 impl Scrape {
-    /// Reads the controller's last snapshot, the workers' reports in
-    /// `run_dir` and, with `maps`, the counters.
-    pub fn read(shared: &Shared, maps: Option<&Maps>, run_dir: &Path) -> Scrape {
+    /// Reads the controller's last snapshot, the workers' reports in the
+    /// run directory and, with `maps`, the counters (the QUIC VIPs' of the
+    /// running configuration, their DIPs found through `slots`).
+    pub(crate) fn read(live: &Live, maps: Option<&Maps>, slots: &Slots) -> Scrape {
+        let shared = live.shared();
+        let run_dir = live.run_dir();
         let snapshot = shared.snapshot();
         let workers = crate::tier::read_worker_stats(run_dir);
         let cluster = shared.cluster.get().map(|c| c.view());
@@ -140,12 +155,11 @@ impl Scrape {
             .flat_map(|v| &v.dips)
             .filter_map(|d| Some((d.slot, traffic.dip(d.slot).ok()?.new_conns)))
             .collect();
-        let (quic_vips, quic_dips) = quic_counters(m, snapshot.as_ref());
+        let quic = quic_counters(m, &live.running(), slots, run_dir);
         Scrape {
             snapshot,
             new_conns,
-            quic_vips,
-            quic_dips,
+            quic,
             stats: m.stats().unwrap_or_default(),
             workers,
             cluster,
@@ -363,31 +377,35 @@ impl Collector for Scrape {
                     }),
                 )?;
             }
-            for (name, help, field) in QUIC_FAMILIES {
-                if self.quic_vips.is_empty() {
-                    break;
-                }
-                family(
-                    &mut enc,
-                    &format!("weir_vip_{name}"),
-                    help,
-                    MetricType::Counter,
-                    s.vips.iter().filter_map(|v| {
-                        let c = self.quic_vips.get(&v.vip_id)?;
-                        Some(([("vip", v.name.clone())], ConstCounter::new(field(c))))
-                    }),
-                )?;
-                family(
-                    &mut enc,
-                    &format!("weir_dip_{name}"),
-                    help,
-                    MetricType::Counter,
-                    dips(s).filter_map(|(vip, d)| {
-                        let c = self.quic_dips.get(&d.slot)?;
-                        Some((dip_labels(vip, d), ConstCounter::new(field(c))))
-                    }),
-                )?;
+        }
+        for (name, help, field) in QUIC_FAMILIES {
+            if self.quic.is_empty() {
+                break;
             }
+            family(
+                &mut enc,
+                &format!("weir_vip_{name}"),
+                help,
+                MetricType::Counter,
+                self.quic.iter().map(|q| {
+                    (
+                        [("vip", q.vip.clone())],
+                        ConstCounter::new(field(&q.counters)),
+                    )
+                }),
+            )?;
+            family(
+                &mut enc,
+                &format!("weir_dip_{name}"),
+                help,
+                MetricType::Counter,
+                self.quic.iter().flat_map(|q| {
+                    q.dips.iter().map(|(dip, c)| {
+                        let labels = [("vip", q.vip.clone()), ("dip", dip.clone())];
+                        (labels, ConstCounter::new(field(c)))
+                    })
+                }),
+            )?;
         }
         if !self.workers.is_empty() {
             encode_workers(&mut enc, &self.workers)?;
@@ -775,15 +793,15 @@ fn encode_cluster(enc: &mut DescriptorEncoder, c: &weir_cluster::view::ClusterVi
 /// `GET /metrics` over the controller's state, the maps pinned in
 /// `pin_dir` (opened once; without them only the controller's view) and the
 /// workers' reports in `run_dir`.
-pub fn router(shared: Arc<Shared>, pin_dir: &Path, run_dir: &Path) -> Router {
+pub(crate) fn router(live: Arc<Live>, pin_dir: &Path) -> Router {
     let maps = Arc::new(Mutex::new(Maps::pinned(pin_dir).ok()));
-    let run_dir = run_dir.to_path_buf();
+    let slots = Arc::new(Slots::default());
     Router::new().route(
         "/metrics",
         get(move || async move {
             let text = tokio::task::spawn_blocking(move || {
                 let maps = maps.lock().unwrap_or_else(|e| e.into_inner());
-                Scrape::read(&shared, maps.as_ref(), &run_dir).render()
+                Scrape::read(&live, maps.as_ref(), &slots).render()
             })
             .await
             .unwrap_or_default();
@@ -793,13 +811,8 @@ pub fn router(shared: Arc<Shared>, pin_dir: &Path, run_dir: &Path) -> Router {
 }
 
 /// Serves `/metrics` on `addr` until dropped.
-pub fn serve(
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    pin_dir: &Path,
-    run_dir: &Path,
-) -> Result<Server> {
-    Server::start(addr, router(shared, pin_dir, run_dir))
+pub(crate) fn serve(addr: SocketAddr, live: Arc<Live>, pin_dir: &Path) -> Result<Server> {
+    Server::start(addr, router(live, pin_dir))
 }
 
 #[cfg(test)]
@@ -846,8 +859,7 @@ mod tests {
                 }],
             }),
             new_conns: [(3, 42)].into_iter().collect(),
-            quic_vips: BTreeMap::new(),
-            quic_dips: BTreeMap::new(),
+            quic: Vec::new(),
             stats: (0..STAT_NAMES.len() as u64).collect(),
             workers: Vec::new(),
             cluster: None,
@@ -859,14 +871,20 @@ mod tests {
 
     #[test]
     fn a_quic_vip_exports_its_and_its_dips_cid_counters() {
-        let counters = |r, f, u| QuicCounters {
+        let counters = |r, f, u| QuicStatus {
             cid_routed: r,
             cid_fallback: f,
             cid_unknown: u,
         };
+        // Without a controller as well: the QUIC counters do not come from
+        // its snapshot.
         let t = Scrape {
-            quic_vips: [(0, counters(10, 3, 1))].into_iter().collect(),
-            quic_dips: [(3, counters(7, 2, 0))].into_iter().collect(),
+            snapshot: None,
+            quic: vec![QuicSample {
+                vip: "we\"b".into(),
+                counters: counters(10, 3, 1),
+                dips: vec![("10.0.0.2:8080".into(), counters(7, 2, 0))],
+            }],
             ..scrape()
         }
         .render();

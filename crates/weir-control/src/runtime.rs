@@ -469,7 +469,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         .flatten();
     let _metrics = cfg.metrics.as_ref().and_then(|m| {
         let addr = *m.listen.get_ref();
-        match crate::metrics::serve(addr, shared.clone(), &pin_dir, &opts.run_dir) {
+        match crate::metrics::serve(addr, live.clone(), &pin_dir) {
             Ok(s) => {
                 log::info!("metrics on http://{addr}/metrics");
                 Some(s)

@@ -493,6 +493,41 @@ fn tables_the_kernel_would_refuse_are_refused_by_check_and_serve_before_loading(
 }
 
 #[test]
+fn a_quic_vip_outside_the_xdp_tier_is_refused_by_check_and_serve_before_loading() {
+    let s = Scratch::new("quictier");
+    let run_dir = s.dir.join("run");
+    for tier in ["software", "hybrid"] {
+        let cfg = s.config(&format!(
+            "[dataplane]\ninterfaces = [\"lo\"]\ntier = \"{tier}\"\n\n[[vip]]\nname = \"h3\"\n\
+             address = \"10.9.0.1\"\nport = 443\nprotocol = \"udp\"\nmode = \"dsr\"\n\
+             quic = {{ server_id_len = 2 }}\n[[vip.dip]]\naddress = \"10.9.1.2\"\n\
+             server_id = \"0b01\"\n"
+        ));
+        let check = weir(&["check", cfg.to_str().unwrap()]);
+        for (what, o) in [("check", check), ("serve", serve(&cfg, &run_dir))] {
+            assert!(!o.status.success(), "{tier}: {what} accepted a QUIC VIP");
+            let e = stderr(&o);
+            assert!(
+                e.contains("weir.toml:12: vip[0].quic: QUIC VIPs are routed by connection ID in the xdp tier only")
+                    && e.contains("set dataplane.tier = \"xdp\"")
+                    && e.contains("remove [vip.quic]"),
+                "{tier}: {what}: {e}"
+            );
+        }
+        assert!(
+            !s.pins.exists(),
+            "{tier}: the refused start created {}",
+            s.pins.display()
+        );
+        assert!(
+            !run_dir.exists(),
+            "{tier}: the refused start created {}",
+            run_dir.display()
+        );
+    }
+}
+
+#[test]
 fn check_takes_the_file_as_an_argument_or_with_config() {
     let s = Scratch::new("pos");
     let cfg = s.config(&format!("[dataplane]\ninterfaces = [\"lo\"]\n{VIP}"));

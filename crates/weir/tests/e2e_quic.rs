@@ -27,22 +27,24 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde_json::Value;
 use weir_lab::daemon::Daemon;
 use weir_lab::topology::Lab;
 
 mod common;
-use common::quic::{backends_of, ngtcp2_get, QuicBackends, QuicClient, QuicConn, QuicLoad};
+use common::quic::{
+    assert_unbroken, backend_of_server_id, backends_of, count, ngtcp2_get, quic_status,
+    server_id_of, QuicBackends, QuicClient, QuicConn, QuicLoad, CONFIG_ID, SERVER_IDS,
+    SERVER_ID_LEN,
+};
 use common::temp::TempDir;
-use common::{dataplane, dip, serial, start_daemon, vip, weir_in};
+use common::{call, dataplane, dip, metrics, serial, start_daemon, status_text, vip, weir_in};
+use weir_http::client::Method;
 
 const PORT: u16 = 4433;
 const NAT_VIP: &str = "10.77.100.1:4433";
 const DSR_VIP: &str = "10.77.100.2:4433";
-const SERVER_ID_LEN: usize = 2;
-const CONFIG_ID: u8 = 1;
-/// Backend `b`'s server ID is `SERVER_IDS[b - 1]`.
-const SERVER_IDS: [&str; 3] = ["0b01", "0b02", "0b03"];
+const API: &str = "127.0.0.1:9291";
+const METRICS_PORT: u16 = 9292;
 
 /// The nat VIP `quic` and the dsr VIP `quic-dsr` over the three backends.
 fn config() -> String {
@@ -60,48 +62,27 @@ fn config() -> String {
     s
 }
 
-/// The server ID (hex) a connection ID (hex) carries under the VIPs'
-/// config rotation codepoint, or None for another codepoint.
-fn server_id_of(cid: &str) -> Option<&str> {
-    let first = u8::from_str_radix(&cid[..2], 16).unwrap();
-    (first >> 5 == CONFIG_ID).then(|| &cid[2..2 + 2 * SERVER_ID_LEN])
-}
-
-fn backend_of_server_id(sid: &str) -> String {
-    let b = SERVER_IDS.iter().position(|s| *s == sid).unwrap() + 1;
-    format!("backend-{b}")
-}
-
-/// Every connection made all `requests` requests, all answered by one
-/// backend, the one whose server ID its connection IDs carry; with
-/// `migrated`, from two source ports and two connection IDs.
-fn assert_unbroken(what: &str, conns: &[QuicConn], requests: usize, migrated: bool) {
-    let broken: Vec<&QuicConn> = conns
-        .iter()
-        .filter(|c| c.error.is_some() || c.served_by.len() != requests || c.backend().is_none())
-        .collect();
-    assert!(
-        broken.is_empty(),
-        "{what}: {} of {} QUIC connections broke or moved: {broken:#?}",
-        broken.len(),
-        conns.len()
-    );
-    for c in conns {
-        for cid in &c.cids {
-            let sid = server_id_of(cid).unwrap_or_else(|| panic!("{what}: CID {cid}: {c:?}"));
-            assert_eq!(
-                c.backend(),
-                Some(backend_of_server_id(sid).as_str()),
-                "{what}: a connection ID names another backend than the one serving: {c:?}"
-            );
-        }
-        if migrated {
-            assert!(
-                c.ports.len() == 2 && c.ports[0] != c.ports[1] && c.cids[0] != c.cids[1],
-                "{what}: the connection did not move to a new port and CID: {c:?}"
-            );
-        }
+/// The nat VIP `quic` over backends 1 and 2 only, with the API and the
+/// Prometheus metrics.
+fn two_dip_config() -> String {
+    let mut s = dataplane(3, "conn_table_size = 65536")
+        + &format!(
+            "\n[api]\nlisten = \"{API}\"\n\n[metrics]\nlisten = \"127.0.0.1:{METRICS_PORT}\"\n"
+        );
+    s += &vip("quic", "10.77.100.1", PORT, "udp", "nat");
+    s += &format!("quic = {{ server_id_len = {SERVER_ID_LEN}, config_id = {CONFIG_ID} }}\n");
+    for (b, sid) in (1..).zip(&SERVER_IDS[..2]) {
+        s += &dip(b, &format!("server_id = \"{sid}\""));
     }
+    s
+}
+
+/// The value of the Prometheus sample `series` (name and labels) in `text`.
+fn sample(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in the metrics:\n{text}"))
 }
 
 /// `weir dip <args> --run-dir <d's>` in the load balancer's namespace.
@@ -118,32 +99,6 @@ fn weir_dip(lab: &Lab, d: &Daemon, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     said
-}
-
-/// The `quic` object of VIP `name`, and of each of its DIPs, in `weir
-/// status --json`.
-fn quic_status(d: &Daemon, name: &str) -> (Value, Vec<Value>) {
-    let st = d.status_json().unwrap();
-    let v = st["vips"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == name)
-        .unwrap_or_else(|| panic!("no VIP {name} in {st}"))
-        .clone();
-    let dips = v["dips"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["quic"].clone())
-        .collect();
-    (v["quic"].clone(), dips)
-}
-
-fn count(q: &Value, name: &str) -> u64 {
-    q[name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no {name} in {q}"))
 }
 
 /// Long-lived connections: 100 requests 100 ms apart outlast the weight
@@ -308,5 +263,97 @@ fn an_ngtcp2_http3_client_is_served_through_quic_vips_by_one_backend_across_its_
         }
         let (q, _) = quic_status(&d, name);
         assert!(count(&q, "cid_routed") > 0, "{name}: {q}");
+    }
+}
+
+#[test]
+fn a_dip_added_with_its_server_id_is_routed_by_it_and_a_removed_dips_ids_are_counted_unknown() {
+    let _serial = serial();
+    let lab = Lab::build(3).expect("building the lab");
+    let _backends = QuicBackends::start(&lab, &SERVER_IDS, CONFIG_ID, PORT);
+    let d = start_daemon(&lab, &two_dip_config());
+    let nat: SocketAddr = NAT_VIP.parse().unwrap();
+    let api: SocketAddr = API.parse().unwrap();
+
+    let said = weir_dip(
+        &lab,
+        &d,
+        &["add", "quic", "10.77.3.2", "--server-id", "0b03"],
+    );
+    assert!(said.contains("added DIP 10.77.3.2"), "{said}");
+    let vips = call(&lab.lb, api, Method::GET, "/api/v1/vips", None)
+        .json()
+        .unwrap();
+    let ids: Vec<&str> = vips[0]["dips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            d["quic"]["server_id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{d}"))
+        })
+        .collect();
+    assert_eq!(ids, SERVER_IDS, "GET /api/v1/vips: {vips}");
+
+    // Long-lived connections over all three; each moves to a new port after
+    // its 5th request, then the added DIP is removed while they go on.
+    let load = QuicLoad {
+        connections: 24,
+        requests: 40,
+        interval: Duration::from_millis(100),
+        migrate_after: 5,
+        timeout: Duration::from_secs(2),
+    };
+    let mut live = QuicClient::start(&lab, nat, &load);
+    live.wait_established();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        live.running(),
+        "the connections ended before the removal; the test proves nothing"
+    );
+    let said = weir_dip(&lab, &d, &["remove", "quic", "10.77.3.2"]);
+    assert!(said.contains("removed DIP 10.77.3.2"), "{said}");
+    let conns = live.finish();
+
+    let (on_removed, kept): (Vec<QuicConn>, Vec<QuicConn>) = conns
+        .into_iter()
+        .partition(|c| c.served_by.first().map(String::as_str) == Some("backend-3"));
+    assert!(
+        !on_removed.is_empty(),
+        "no connection was on the added DIP; the test proves nothing: {kept:?}"
+    );
+    assert_unbroken("the DIPs that stayed", &kept, 40, true);
+    for c in &on_removed {
+        assert!(
+            c.error.is_some() && c.served_by.len() < 40,
+            "a connection of the removed DIP went on: {c:?}"
+        );
+        assert!(
+            c.served_by.iter().all(|b| b == "backend-3"),
+            "a connection of the removed DIP was re-routed to another backend: {c:?}"
+        );
+    }
+
+    let (q, dips) = quic_status(&d, "quic");
+    assert_eq!(dips.len(), 2, "{dips:?}");
+    assert!(count(&q, "cid_routed") > 0, "{q}");
+    assert!(
+        count(&q, "cid_unknown") > 0,
+        "the removed DIP's connection IDs were not counted unknown: {q}"
+    );
+    let text = status_text(&d);
+    assert!(
+        text.contains("quic: server_id_len=2 config_id=1 cid_routed="),
+        "weir status: {text}"
+    );
+    let m = metrics(&lab.lb, METRICS_PORT);
+    for series in [
+        "weir_vip_quic_cid_routed_total{vip=\"quic\"}",
+        "weir_vip_quic_cid_unknown_total{vip=\"quic\"}",
+        "weir_dip_quic_cid_routed_total{vip=\"quic\",dip=\"10.77.1.2:4433\"}",
+        "weir_dip_quic_cid_routed_total{vip=\"quic\",dip=\"10.77.2.2:4433\"}",
+    ] {
+        assert!(sample(&m, series) > 0, "{series}:\n{m}");
     }
 }

@@ -3,13 +3,14 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use weir_lab::daemon::Daemon;
 use weir_lab::topology::{backend_addr, Lab, VIPS};
 use weir_sys::process::ChildSetup;
 
@@ -101,12 +102,28 @@ pub struct QuicBackends(Vec<Script>);
 
 impl QuicBackends {
     pub fn start(lab: &Lab, server_ids: &[&str], config_id: u8, port: u16) -> QuicBackends {
-        let started: Vec<Script> = lab
-            .backends
+        let listen: Vec<Vec<Ipv4Addr>> = (1..=lab.backends.len())
+            .map(|b| std::iter::once(backend_addr(b)).chain(VIPS).collect())
+            .collect();
+        QuicBackends::start_in(&lab.backends, &listen, server_ids, config_id, port)
+    }
+
+    /// Backend `backend-{b}` in namespace `namespaces[b - 1]`, listening on
+    /// `listen[b - 1]`, issuing connection IDs with server ID
+    /// `server_ids[b - 1]` (hex) under `config_id`.
+    pub fn start_in(
+        namespaces: &[String],
+        listen: &[Vec<Ipv4Addr>],
+        server_ids: &[&str],
+        config_id: u8,
+        port: u16,
+    ) -> QuicBackends {
+        let started: Vec<Script> = namespaces
             .iter()
+            .zip(listen)
             .zip(server_ids)
             .enumerate()
-            .map(|(i, (ns, sid))| {
+            .map(|(i, ((ns, addrs), sid))| {
                 let b = i + 1;
                 let mut args = vec![
                     "--name".to_string(),
@@ -116,7 +133,7 @@ impl QuicBackends {
                     "--config-id".to_string(),
                     config_id.to_string(),
                 ];
-                for addr in std::iter::once(backend_addr(b)).chain(VIPS) {
+                for addr in addrs {
                     args.push("--listen".to_string());
                     args.push(format!("{addr}:{port}"));
                 }
@@ -200,6 +217,11 @@ pub struct QuicClient {
 
 impl QuicClient {
     pub fn start(lab: &Lab, vip: SocketAddr, load: &QuicLoad) -> QuicClient {
+        QuicClient::start_in(&lab.client, vip, load)
+    }
+
+    /// client.py in namespace `ns`.
+    pub fn start_in(ns: &str, vip: SocketAddr, load: &QuicLoad) -> QuicClient {
         let args: Vec<String> = [
             ("--vip", vip.to_string()),
             ("--connections", load.connections.to_string()),
@@ -216,7 +238,7 @@ impl QuicClient {
             + (load.interval + load.timeout) * load.requests as u32
             + Duration::from_secs(10);
         QuicClient {
-            script: Script::start(&lab.client, "client.py", &args),
+            script: Script::start(ns, "client.py", &args),
             connections: load.connections,
             limit,
         }
@@ -371,4 +393,83 @@ impl Ngtcp2Run {
         }
         run
     }
+}
+
+/// The QUIC-LB configuration of the lab's QUIC VIPs and backends: server
+/// IDs of 2 octets under config rotation codepoint 1.
+pub const SERVER_ID_LEN: usize = 2;
+pub const CONFIG_ID: u8 = 1;
+/// Backend `b`'s server ID is `SERVER_IDS[b - 1]`.
+pub const SERVER_IDS: [&str; 3] = ["0b01", "0b02", "0b03"];
+
+/// The server ID (hex) a connection ID (hex) carries under the VIPs'
+/// config rotation codepoint, or None for another codepoint.
+pub fn server_id_of(cid: &str) -> Option<&str> {
+    let first = u8::from_str_radix(&cid[..2], 16).unwrap();
+    (first >> 5 == CONFIG_ID).then(|| &cid[2..2 + 2 * SERVER_ID_LEN])
+}
+
+/// The name of the backend that owns server ID `sid` (hex).
+pub fn backend_of_server_id(sid: &str) -> String {
+    let b = SERVER_IDS.iter().position(|s| *s == sid).unwrap() + 1;
+    format!("backend-{b}")
+}
+
+/// Every connection made all `requests` requests, all answered by one
+/// backend, the one whose server ID its connection IDs carry; with
+/// `migrated`, from two source ports and two connection IDs.
+pub fn assert_unbroken(what: &str, conns: &[QuicConn], requests: usize, migrated: bool) {
+    let broken: Vec<&QuicConn> = conns
+        .iter()
+        .filter(|c| c.error.is_some() || c.served_by.len() != requests || c.backend().is_none())
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "{what}: {} of {} QUIC connections broke or moved: {broken:#?}",
+        broken.len(),
+        conns.len()
+    );
+    for c in conns {
+        for cid in &c.cids {
+            let sid = server_id_of(cid).unwrap_or_else(|| panic!("{what}: CID {cid}: {c:?}"));
+            assert_eq!(
+                c.backend(),
+                Some(backend_of_server_id(sid).as_str()),
+                "{what}: a connection ID names another backend than the one serving: {c:?}"
+            );
+        }
+        if migrated {
+            assert!(
+                c.ports.len() == 2 && c.ports[0] != c.ports[1] && c.cids[0] != c.cids[1],
+                "{what}: the connection did not move to a new port and CID: {c:?}"
+            );
+        }
+    }
+}
+
+/// The `quic` object of VIP `name`, and of each of its DIPs, in `weir
+/// status --json`.
+pub fn quic_status(d: &Daemon, name: &str) -> (Value, Vec<Value>) {
+    let st = d.status_json().unwrap();
+    let v = st["vips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no VIP {name} in {st}"))
+        .clone();
+    let dips = v["dips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["quic"].clone())
+        .collect();
+    (v["quic"].clone(), dips)
+}
+
+/// Counter `name` of a `quic` object of `weir status --json`.
+pub fn count(q: &Value, name: &str) -> u64 {
+    q[name]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {name} in {q}"))
 }
