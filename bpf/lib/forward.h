@@ -53,11 +53,13 @@ static __always_inline int send_out(struct xdp_md *ctx, __u32 ifindex, const __u
 	return XDP_DROP;
 }
 
-/* Send to `dip` (already rewritten). `l3_len` is the IP datagram length;
- * `event` the path's event for the outcome counter (stat_outcome). Every
- * way ends in one send_out() call site, inlined once. */
-static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_dip *dip,
-					  __u32 l3_len, __u32 event)
+/* Sends to `dip` by the kernel's FIB, or by its configured MAC when the
+ * FIB is off or has no neighbour: a DIP whose next hop the control plane
+ * has not resolved into its slot (yet). Not inlined: the FIB query's 64
+ * bytes and its branches stay out of the frame and the instruction stream
+ * of forward_to_dip(), which every packet to a DIP runs. */
+static __noinline int forward_unresolved(struct xdp_md *ctx, const struct weir_dip *dip,
+					 __u32 l3_len, __u32 event)
 {
 	struct bpf_fib_lookup fib = {};
 	const __u8 *dmac, *smac;
@@ -65,12 +67,6 @@ static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_
 	__u32 ifindex = ctx->ingress_ifindex;
 	long rc;
 
-	if (dip->nh.ifindex) {
-		ifindex = dip->nh.ifindex;
-		dmac = dip->nh.dmac;
-		smac = dip->nh.smac;
-		goto send;
-	}
 	if (cfg_fib_lookup) {
 		fib.family = dip->family == WEIR_AF_INET6 ? AF_INET6 : AF_INET;
 		fib.ifindex = ctx->ingress_ifindex;
@@ -110,6 +106,18 @@ static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_
 	smac = iface->mac;
 send:
 	return send_out(ctx, ifindex, dmac, smac, event);
+}
+
+/* Send to `dip` (already rewritten). `l3_len` is the IP datagram length;
+ * `event` the path's event for the outcome counter (stat_outcome). The
+ * next hop resolved into the DIP's slot is the common case and the only
+ * one inlined. */
+static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_dip *dip,
+					  __u32 l3_len, __u32 event)
+{
+	if (!dip->nh.ifindex)
+		return forward_unresolved(ctx, dip, l3_len, event);
+	return send_out(ctx, dip->nh.ifindex, dip->nh.dmac, dip->nh.smac, event);
 }
 
 #endif /* WEIR_FORWARD_H */
