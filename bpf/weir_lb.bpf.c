@@ -60,6 +60,27 @@ static __always_inline int verdict(__u32 action, __u32 pass_stat, __u32 drop_sta
 	return XDP_PASS;
 }
 
+/* The verdict on a packet the parser did not find balanceable, as
+ * configured. Not inlined: one call site for every such kind, and their
+ * counters, out of the stream of the packets that are balanced. */
+static __noinline int not_balanced(int parse_result)
+{
+	switch (parse_result) {
+	case PARSE_NOT_IP:
+		return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_IP, WEIR_STAT_DROP_NOT_VIP);
+	case PARSE_ICMP:
+		return verdict(cfg_icmp_action, WEIR_STAT_PASS_ICMP, WEIR_STAT_DROP_ICMP);
+	case PARSE_FRAGMENT:
+		return verdict(cfg_fragment_action, WEIR_STAT_PASS_FRAGMENT,
+			       WEIR_STAT_DROP_FRAGMENT);
+	case PARSE_OTHER_L4:
+		return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP, WEIR_STAT_DROP_NOT_VIP);
+	default:
+		return verdict(cfg_malformed_action, WEIR_STAT_PASS_MALFORMED,
+			       WEIR_STAT_DROP_MALFORMED);
+	}
+}
+
 /* Picks a DIP for a new connection from the VIP's current table and fills
  * `entry` for it; NULL when the VIP has no available DIP. A DIP of the other
  * address family serves only a VIP that encapsulates. Not inlined: the
@@ -495,22 +516,8 @@ int weir_lb(struct xdp_md *ctx)
 	int rc;
 
 	rc = parse_packet(data, data_end, &pkt);
-	switch (rc) {
-	case PARSE_OK:
-		break;
-	case PARSE_NOT_IP:
-		return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_IP, WEIR_STAT_DROP_NOT_VIP);
-	case PARSE_ICMP:
-		return verdict(cfg_icmp_action, WEIR_STAT_PASS_ICMP, WEIR_STAT_DROP_ICMP);
-	case PARSE_FRAGMENT:
-		return verdict(cfg_fragment_action, WEIR_STAT_PASS_FRAGMENT,
-			       WEIR_STAT_DROP_FRAGMENT);
-	case PARSE_OTHER_L4:
-		return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP, WEIR_STAT_DROP_NOT_VIP);
-	default:
-		return verdict(cfg_malformed_action, WEIR_STAT_PASS_MALFORMED,
-			       WEIR_STAT_DROP_MALFORMED);
-	}
+	if (rc != PARSE_OK)
+		return not_balanced(rc);
 
 	__builtin_memcpy(vkey.addr, pkt.key.dst, sizeof(vkey.addr));
 	vkey.port = pkt.key.dport;
