@@ -314,7 +314,17 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	}
 	if (conn) {
 		dip = conn_dip(conn);
-		if (syn) {
+		/* The hit first and expected, so that it is the straight line
+		 * through the compiled code; the rest in the order of their rules. */
+		if (__builtin_expect(dip && !syn && !conn_expired(conn, pkt->key.proto, now), 1)) {
+			dip_id = conn->dip_id;
+			conn_touch(conn, now);
+			if (tcp)
+				conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
+			if (passive_telemetry_on && nat)
+				telemetry_request(conn, pkt, dip_id);
+			event = WEIR_STAT_CONN_HIT;
+		} else if (syn) {
 			/* A SYN opens a new connection that reuses the 5-tuple: the
 			 * old one is over, the current table decides. */
 			stat_inc(WEIR_STAT_CONN_REUSED);
@@ -324,22 +334,14 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			stat_inc(WEIR_STAT_CONN_EXPIRED);
 			conn_forget(pkt, dip, nat);
 			conn = NULL;
-		} else if (!dip) {
+		} else {
 			/* Its DIP was removed: the connection is lost anyway, start anew. */
 			stat_inc(WEIR_STAT_CONN_STALE);
 			stale = 1;
-		} else {
-			dip_id = conn->dip_id;
-			conn_touch(conn, now);
-			if (tcp)
-				conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
-			if (passive_telemetry_on && nat)
-				telemetry_request(conn, pkt, dip_id);
-			event = WEIR_STAT_CONN_HIT;
 		}
 	}
 
-	if (!conn || stale) {
+	if (__builtin_expect(!conn || stale, 0)) {
 		struct new_conn nc = { .now = now, .stale = stale };
 
 		dip = new_connection(ctx, pkt, vip, &entry, &nc);
