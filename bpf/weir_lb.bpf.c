@@ -60,6 +60,27 @@ static __always_inline int verdict(__u32 action, __u32 pass_stat, __u32 drop_sta
 	return XDP_PASS;
 }
 
+/* The verdict on a packet the parser did not find balanceable, as
+ * configured. Not inlined: one call site for every such kind, and their
+ * counters, out of the stream of the packets that are balanced. */
+static __noinline int not_balanced(int parse_result)
+{
+	switch (parse_result) {
+	case PARSE_NOT_IP:
+		return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_IP, WEIR_STAT_DROP_NOT_VIP);
+	case PARSE_ICMP:
+		return verdict(cfg_icmp_action, WEIR_STAT_PASS_ICMP, WEIR_STAT_DROP_ICMP);
+	case PARSE_FRAGMENT:
+		return verdict(cfg_fragment_action, WEIR_STAT_PASS_FRAGMENT,
+			       WEIR_STAT_DROP_FRAGMENT);
+	case PARSE_OTHER_L4:
+		return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP, WEIR_STAT_DROP_NOT_VIP);
+	default:
+		return verdict(cfg_malformed_action, WEIR_STAT_PASS_MALFORMED,
+			       WEIR_STAT_DROP_MALFORMED);
+	}
+}
+
 /* Picks a DIP for a new connection from the VIP's current table and fills
  * `entry` for it; NULL when the VIP has no available DIP. A DIP of the other
  * address family serves only a VIP that encapsulates. Not inlined: the
@@ -204,6 +225,67 @@ static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 	return forward_to_dip(ctx, dip, len, event);
 }
 
+/* What balance() hands new_connection() and gets back. */
+struct new_conn {
+	__u32 now;
+	__u32 stale;    /* the packet's entry names a removed DIP */
+	__u32 dip_id;   /* out */
+	__u32 created;  /* out: an entry was promoted or installed in `conns` */
+};
+
+/* A packet to a VIP with no usable entry: a TCP handshake step, or a UDP
+ * packet or one whose entry's DIP is gone, dispatched and installed. Fills
+ * `nc` and returns the DIP, or NULL when the packet is dropped (counted).
+ * `entry` is balance()'s zeroed scratch entry. Not inlined: the handshake,
+ * dispatch and installs are a new connection's work, kept out of the
+ * instruction stream that every hit runs through. */
+static __noinline struct weir_dip *new_connection(struct xdp_md *ctx, struct packet *pkt,
+						  const struct weir_vip *vip,
+						  struct weir_conn *entry, struct new_conn *nc)
+{
+	int nat = vip->mode == WEIR_MODE_NAT;
+	struct weir_dip *dip;
+
+	if (!nc->stale)
+		stat_inc(WEIR_STAT_CONN_MISS);
+	if (!nc->stale && pkt->key.proto == IPPROTO_TCP) {
+		struct handshake hs = {
+			.now = nc->now,
+			.syn = (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN,
+		};
+
+		dip = handshake(ctx, pkt, vip, &hs, entry);
+		if (!dip) {
+			stat_inc(hs.drop_stat);
+			return NULL;
+		}
+		nc->dip_id = hs.dip_id;
+		nc->created = hs.new_conn;
+		return dip;
+	}
+	/* UDP (no handshake to wait for), or an entry whose DIP is gone. */
+	dip = dispatch(pkt, vip, entry, nc->now);
+	if (!dip) {
+		stat_inc(WEIR_STAT_DROP_NO_BACKEND);
+		return NULL;
+	}
+	nc->dip_id = entry->dip_id;
+	if (passive_telemetry_on && nat)
+		telemetry_request(entry, pkt, nc->dip_id);
+	if (conn_update(&pkt->key, entry) == 0)
+		stat_inc(WEIR_STAT_CONN_NEW);
+	else
+		stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
+	sync_announce(pkt, dip, entry);
+	if (nat)
+		install_reverse(ctx, pkt, dip, vip->vip_id);
+	nc->created = 1;
+	return dip;
+}
+
+/* The xdp tier's VIP packet. A hit runs only the lines up to the first
+ * call of new_connection(): its lookup, its DIP's slot, the freshness and
+ * close checks, and to_dip(). */
 static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 				   const struct weir_vip *vip)
 {
@@ -232,7 +314,17 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	}
 	if (conn) {
 		dip = conn_dip(conn);
-		if (syn) {
+		/* The hit first and expected, so that it is the straight line
+		 * through the compiled code; the rest in the order of their rules. */
+		if (__builtin_expect(dip && !syn && !conn_expired(conn, pkt->key.proto, now), 1)) {
+			dip_id = conn->dip_id;
+			conn_touch(conn, now);
+			if (tcp)
+				conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
+			if (passive_telemetry_on && nat)
+				telemetry_request(conn, pkt, dip_id);
+			event = WEIR_STAT_CONN_HIT;
+		} else if (syn) {
 			/* A SYN opens a new connection that reuses the 5-tuple: the
 			 * old one is over, the current table decides. */
 			stat_inc(WEIR_STAT_CONN_REUSED);
@@ -242,57 +334,24 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			stat_inc(WEIR_STAT_CONN_EXPIRED);
 			conn_forget(pkt, dip, nat);
 			conn = NULL;
-		} else if (!dip) {
+		} else {
 			/* Its DIP was removed: the connection is lost anyway, start anew. */
 			stat_inc(WEIR_STAT_CONN_STALE);
 			stale = 1;
-		} else {
-			dip_id = conn->dip_id;
-			conn_touch(conn, now);
-			if (tcp)
-				conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
-			if (passive_telemetry_on && nat)
-				telemetry_request(conn, pkt, dip_id);
 		}
 	}
 
-	if (!conn) {
-		stat_inc(WEIR_STAT_CONN_MISS);
-		dip = NULL;
-	}
-	if (!conn && tcp) {
-		struct handshake hs = { .now = now, .syn = syn };
+	if (__builtin_expect(!conn || stale, 0)) {
+		struct new_conn nc = { .now = now, .stale = stale };
 
-		dip = handshake(ctx, pkt, vip, &hs, &entry);
-		if (!dip) {
-			stat_inc(hs.drop_stat);
+		dip = new_connection(ctx, pkt, vip, &entry, &nc);
+		if (!dip)
 			return XDP_DROP;
-		}
-		dip_id = hs.dip_id;
-		new_conn = hs.new_conn;
-	} else if (!conn || stale) {
-		/* UDP (no handshake to wait for), or an entry whose DIP is gone. */
-		dip = dispatch(pkt, vip, &entry, now);
-		if (!dip) {
-			stat_inc(WEIR_STAT_DROP_NO_BACKEND);
-			return XDP_DROP;
-		}
-		dip_id = entry.dip_id;
-		if (passive_telemetry_on && nat)
-			telemetry_request(&entry, pkt, dip_id);
-		if (conn_update(&pkt->key, &entry) == 0)
-			stat_inc(WEIR_STAT_CONN_NEW);
-		else
-			stat_inc(WEIR_STAT_CONN_INSTALL_FAIL);
-		sync_announce(pkt, dip, &entry);
-		if (nat)
-			install_reverse(ctx, pkt, dip, vip->vip_id);
-		new_conn = 1;
+		dip_id = nc.dip_id;
+		new_conn = nc.created;
 	}
 	if (quic)
 		quic_count(&dip_quic, dip_id, quic);
-	if (conn && !stale)
-		event = WEIR_STAT_CONN_HIT;
 	/* One call site: to_dip() is inlined once. */
 send:
 	return to_dip(ctx, pkt, vip, dip, dip_id, new_conn, event);
@@ -352,22 +411,33 @@ miss:
 	return to_software(ctx, pkt, cfg_hash_seed);
 }
 
+/* A FIN or RST of a DIP: its connection's entry learns it. Not inlined:
+ * the client's tuple and the lookup are the closing packets' work, not
+ * every reply's. */
+static __noinline void server_closing(const struct packet *pkt, const struct weir_rev_nat *rev)
+{
+	conn_note_server_close(pkt, rev);
+}
+
+/* A nat DIP's reply, rewritten back to the VIP. `rev` is read in place: a
+ * copy would be no more consistent with a writer on another CPU, whose
+ * update it could tear as well. */
 static __always_inline int reverse_nat(struct xdp_md *ctx, struct packet *pkt,
 				       const struct weir_rev_nat *rev)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct weir_rev_nat r = *rev; /* the map value may change under us */
 
-	conn_note_server_close(pkt, &r);
-	traffic_add(&vip_traffic, r.vip_id, data_end - data, 0);
+	if (pkt->key.proto == IPPROTO_TCP && (pkt->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)))
+		server_closing(pkt, rev);
+	traffic_add(&vip_traffic, rev->vip_id, data_end - data, 0);
 	if (passive_telemetry_on)
-		telemetry_reply(pkt, &r);
-	if (rewrite_endpoint(data, data_end, pkt, 0, r.vip, r.vport) < 0) {
+		telemetry_reply(pkt, rev);
+	if (rewrite_endpoint(data, data_end, pkt, 0, rev->vip, rev->vport) < 0) {
 		stat_outcome(WEIR_STAT_REV_NAT, WEIR_STAT_DROP_MALFORMED);
 		return XDP_DROP;
 	}
-	return send_out(ctx, r.ifindex, r.client_mac, r.lb_mac, WEIR_STAT_REV_NAT);
+	return send_out(ctx, rev->ifindex, rev->client_mac, rev->lb_mac, WEIR_STAT_REV_NAT);
 }
 
 /* The nat VIPs of the DIP endpoint a packet comes from, or NULL when it
@@ -413,36 +483,43 @@ static __noinline int reply_without_state(struct xdp_md *ctx, const struct packe
 	return XDP_PASS;
 }
 
+/* A packet to no VIP with no reverse entry: a reply of a nat DIP whose
+ * state is elsewhere, or not a reply at all. The hybrid tier has only the
+ * fast table's reverse entries and no half-open one. In the xdp tier a
+ * reply with no reverse entry may be a SYN-ACK (its half-open entry
+ * carries it) or one whose entry was evicted (restored from its
+ * connection). Not inlined: none of this is a hit's work. */
+static __noinline int not_a_known_reply(struct xdp_md *ctx, struct packet *pkt)
+{
+	struct weir_nat_endpoint *ep = nat_endpoint_of(pkt);
+	struct weir_half_open *half;
+	struct weir_rev_nat *rev = NULL;
+
+	if (!ep)
+		return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP, WEIR_STAT_DROP_NOT_VIP);
+	if (cfg_tier == WEIR_TIER_XDP) {
+		half = pkt->key.proto == IPPROTO_TCP ? half_open_of_reply(pkt, ep) : NULL;
+		rev = half ? &half->rev : restore_reverse(ctx, pkt, ep);
+	}
+	if (!rev)
+		return reply_without_state(ctx, pkt);
+	return reverse_nat(ctx, pkt, rev);
+}
+
 SEC("xdp")
 int weir_lb(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct weir_vip_key vkey = {};
-	struct weir_nat_endpoint *ep;
-	struct weir_half_open *half;
 	struct weir_rev_nat *rev;
 	struct packet pkt = {};
 	struct weir_vip *vip;
 	int rc;
 
 	rc = parse_packet(data, data_end, &pkt);
-	switch (rc) {
-	case PARSE_OK:
-		break;
-	case PARSE_NOT_IP:
-		return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_IP, WEIR_STAT_DROP_NOT_VIP);
-	case PARSE_ICMP:
-		return verdict(cfg_icmp_action, WEIR_STAT_PASS_ICMP, WEIR_STAT_DROP_ICMP);
-	case PARSE_FRAGMENT:
-		return verdict(cfg_fragment_action, WEIR_STAT_PASS_FRAGMENT,
-			       WEIR_STAT_DROP_FRAGMENT);
-	case PARSE_OTHER_L4:
-		return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP, WEIR_STAT_DROP_NOT_VIP);
-	default:
-		return verdict(cfg_malformed_action, WEIR_STAT_PASS_MALFORMED,
-			       WEIR_STAT_DROP_MALFORMED);
-	}
+	if (rc != PARSE_OK)
+		return not_balanced(rc);
 
 	__builtin_memcpy(vkey.addr, pkt.key.dst, sizeof(vkey.addr));
 	vkey.port = pkt.key.dport;
@@ -460,25 +537,11 @@ int weir_lb(struct xdp_md *ctx)
 		return balance(ctx, &pkt, vip);
 	}
 
-	/* The software tier keeps every reverse entry itself; the hybrid tier
-	 * has only the fast table's and no half-open one. In the xdp tier a
-	 * reply with no reverse entry may be a SYN-ACK (its half-open entry
-	 * carries it) or one whose entry was evicted (restored from its
-	 * connection). */
+	/* The software tier keeps every reverse entry itself. */
 	rev = cfg_tier != WEIR_TIER_SOFTWARE ? rev_lookup(&pkt.key) : NULL;
-	if (!rev) {
-		ep = nat_endpoint_of(&pkt);
-		if (!ep)
-			return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP,
-				       WEIR_STAT_DROP_NOT_VIP);
-		if (cfg_tier == WEIR_TIER_XDP) {
-			half = pkt.key.proto == IPPROTO_TCP ? half_open_of_reply(&pkt, ep) : NULL;
-			rev = half ? &half->rev : restore_reverse(ctx, &pkt, ep);
-		}
-		if (!rev)
-			return reply_without_state(ctx, &pkt);
-	}
-	/* One call site: the rewrite back is inlined once. */
+	if (!rev)
+		return not_a_known_reply(ctx, &pkt);
+	/* The one inlined copy of the rewrite back on the hot path. */
 	return reverse_nat(ctx, &pkt, rev);
 }
 

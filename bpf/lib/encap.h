@@ -194,8 +194,10 @@ static __always_inline __u32 encap_v6(struct xdp_md *ctx, const struct packet *p
 
 /* Encapsulates the packet towards `dip` (mode ipip or gue). Returns the
  * outer IP datagram's length, or 0 when it would exceed cfg_encap_mtu or
- * the frame cannot grow: the caller counts drop_too_big. */
-static __always_inline __u32 encapsulate(struct xdp_md *ctx, const struct packet *pkt,
+ * the frame cannot grow: the caller counts drop_too_big. Not inlined: four
+ * header layouts are the encapsulating VIPs' code, which nat and dsr hits
+ * do not run through. */
+static __noinline __u32 encapsulate(struct xdp_md *ctx, const struct packet *pkt,
 					 const struct weir_dip *dip, __u8 mode)
 {
 	int gue = mode == WEIR_MODE_GUE;

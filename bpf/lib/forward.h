@@ -32,7 +32,8 @@ static __always_inline int send_out(struct xdp_md *ctx, __u32 ifindex, const __u
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	long ret;
+	__u32 outcome = WEIR_STAT_TX;
+	int action = XDP_TX;
 
 	if ((void *)(eth + 1) > data_end) {
 		stat_outcome(event, WEIR_STAT_DROP_MALFORMED);
@@ -40,24 +41,23 @@ static __always_inline int send_out(struct xdp_md *ctx, __u32 ifindex, const __u
 	}
 	__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, smac, ETH_ALEN);
-	if (ifindex == ctx->ingress_ifindex) {
-		stat_outcome(event, WEIR_STAT_TX);
-		return XDP_TX;
+	if (ifindex != ctx->ingress_ifindex) {
+		action = bpf_redirect_map(&tx_ports, ifindex, XDP_DROP);
+		outcome = action == XDP_REDIRECT ? WEIR_STAT_REDIRECT : WEIR_STAT_DROP_REDIRECT;
 	}
-	ret = bpf_redirect_map(&tx_ports, ifindex, XDP_DROP);
-	if (ret == XDP_REDIRECT) {
-		stat_outcome(event, WEIR_STAT_REDIRECT);
-		return XDP_REDIRECT;
-	}
-	stat_outcome(event, WEIR_STAT_DROP_REDIRECT);
-	return XDP_DROP;
+	/* One counting site for the three ends: each stat_outcome() is
+	 * several inlined counter updates. */
+	stat_outcome(event, outcome);
+	return action;
 }
 
-/* Send to `dip` (already rewritten). `l3_len` is the IP datagram length;
- * `event` the path's event for the outcome counter (stat_outcome). Every
- * way ends in one send_out() call site, inlined once. */
-static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_dip *dip,
-					  __u32 l3_len, __u32 event)
+/* Sends to `dip` by the kernel's FIB, or by its configured MAC when the
+ * FIB is off or has no neighbour: a DIP whose next hop the control plane
+ * has not resolved into its slot (yet). Not inlined: the FIB query's 64
+ * bytes and its branches stay out of the frame and the instruction stream
+ * of forward_to_dip(), which every packet to a DIP runs. */
+static __noinline int forward_unresolved(struct xdp_md *ctx, const struct weir_dip *dip,
+					 __u32 l3_len, __u32 event)
 {
 	struct bpf_fib_lookup fib = {};
 	const __u8 *dmac, *smac;
@@ -65,12 +65,6 @@ static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_
 	__u32 ifindex = ctx->ingress_ifindex;
 	long rc;
 
-	if (dip->nh.ifindex) {
-		ifindex = dip->nh.ifindex;
-		dmac = dip->nh.dmac;
-		smac = dip->nh.smac;
-		goto send;
-	}
 	if (cfg_fib_lookup) {
 		fib.family = dip->family == WEIR_AF_INET6 ? AF_INET6 : AF_INET;
 		fib.ifindex = ctx->ingress_ifindex;
@@ -110,6 +104,18 @@ static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_
 	smac = iface->mac;
 send:
 	return send_out(ctx, ifindex, dmac, smac, event);
+}
+
+/* Send to `dip` (already rewritten). `l3_len` is the IP datagram length;
+ * `event` the path's event for the outcome counter (stat_outcome). The
+ * next hop resolved into the DIP's slot is the common case and the only
+ * one inlined. */
+static __always_inline int forward_to_dip(struct xdp_md *ctx, const struct weir_dip *dip,
+					  __u32 l3_len, __u32 event)
+{
+	if (!dip->nh.ifindex)
+		return forward_unresolved(ctx, dip, l3_len, event);
+	return send_out(ctx, dip->nh.ifindex, dip->nh.dmac, dip->nh.smac, event);
 }
 
 #endif /* WEIR_FORWARD_H */

@@ -27,23 +27,20 @@ static __always_inline void stat_inc(__u32 idx)
  * redirect is one combined counter; anything else counts both. */
 static __always_inline void stat_outcome(__u32 event, __u32 outcome)
 {
-	__u32 combined = STAT_NO_EVENT;
+	__u32 idx = outcome;
 
 	if (event == WEIR_STAT_CONN_HIT && outcome == WEIR_STAT_TX)
-		combined = WEIR_STAT_HIT_TX;
+		idx = WEIR_STAT_HIT_TX;
 	else if (event == WEIR_STAT_CONN_HIT && outcome == WEIR_STAT_REDIRECT)
-		combined = WEIR_STAT_HIT_REDIRECT;
+		idx = WEIR_STAT_HIT_REDIRECT;
 	else if (event == WEIR_STAT_REV_NAT && outcome == WEIR_STAT_TX)
-		combined = WEIR_STAT_REV_TX;
+		idx = WEIR_STAT_REV_TX;
 	else if (event == WEIR_STAT_REV_NAT && outcome == WEIR_STAT_REDIRECT)
-		combined = WEIR_STAT_REV_REDIRECT;
-	if (combined != STAT_NO_EVENT) {
-		stat_inc(combined);
-		return;
-	}
-	if (event != STAT_NO_EVENT)
+		idx = WEIR_STAT_REV_REDIRECT;
+	else if (event != STAT_NO_EVENT)
 		stat_inc(event);
-	stat_inc(outcome);
+	/* Two counting sites, not three: every one is an inlined lookup. */
+	stat_inc(idx);
 }
 
 static __always_inline void traffic_add(void *map, __u32 idx, __u64 bytes, int new_conn)

@@ -27,8 +27,11 @@ static __always_inline __u32 telemetry_now_us(void)
 	return us ? us : 1;
 }
 
-/* A client packet of an established connection to a nat DIP. */
-static __always_inline void telemetry_request(struct weir_conn *conn, const struct packet *pkt,
+/* A client packet of an established connection to a nat DIP. Not
+ * inlined, nor is telemetry_reply(): telemetry is switched on and off at
+ * run time, so the verifier cannot prune it, and only with it on do they
+ * run. */
+static __noinline void telemetry_request(struct weir_conn *conn, const struct packet *pkt,
 					      __u32 dip_id)
 {
 	struct weir_dip_telemetry *t;
@@ -42,7 +45,7 @@ static __always_inline void telemetry_request(struct weir_conn *conn, const stru
 }
 
 /* A DIP's reply (reverse NAT) towards the client of VIP `vip`:`vport`. */
-static __always_inline void telemetry_reply(const struct packet *pkt, const struct weir_rev_nat *rev)
+static __noinline void telemetry_reply(const struct packet *pkt, const struct weir_rev_nat *rev)
 {
 	struct weir_flow_key fkey = {};
 	struct weir_dip_telemetry *t;

@@ -2118,20 +2118,21 @@ with_both_lrus!(
 /// it may inline), and leaves one that two maps reach (clang merged the
 /// IPv4 and IPv6 calls of a flow table helper) to the generic helper, whose
 /// indirect call every packet on that path then pays.
-#[test]
-fn every_map_call_is_direct_after_verification() {
+/// `bpftool prog dump xlated` of the harness's loaded `weir_lb`: the
+/// program as the verifier left it, with the calls' targets named.
+fn xlated_dump(h: &Harness) -> String {
     use std::os::fd::AsRawFd;
 
-    let h = Harness::new(&test_options());
     let fd = h.lb.prog_fd().as_raw_fd();
     let fdinfo = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
     let id = fdinfo
         .lines()
         .find_map(|l| l.strip_prefix("prog_id:"))
         .expect("prog_id in the program fd's fdinfo")
-        .trim();
+        .trim()
+        .to_string();
     let out = std::process::Command::new("bpftool")
-        .args(["prog", "dump", "xlated", "id", id])
+        .args(["prog", "dump", "xlated", "id", &id])
         .output()
         .expect("running bpftool (scripts/deps.sh installs it)");
     assert!(
@@ -2139,7 +2140,13 @@ fn every_map_call_is_direct_after_verification() {
         "bpftool prog dump xlated id {id}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn every_map_call_is_direct_after_verification() {
+    let h = Harness::new(&test_options());
+    let text = xlated_dump(&h);
     // The calls' targets are named (kallsyms readable): the check below
     // cannot pass for want of names.
     assert!(
@@ -2162,5 +2169,80 @@ fn every_map_call_is_direct_after_verification() {
         generic.is_empty(),
         "map calls left to the generic helper (two maps reach one call site):\n{}",
         generic.join("\n")
+    );
+}
+
+/// The instructions of the program's own function, before its first
+/// out-of-line subprogram: the stream a hit runs through. It looks up,
+/// reads the coarse clock and sends; a new connection's installs and
+/// timestamps, the FIB, encapsulation and ring buffers are out of line.
+const HOT_STREAM_MAX_INSNS: usize = 2_200;
+
+#[test]
+fn the_hot_stream_holds_no_cold_path() {
+    let h = Harness::new(&test_options());
+    let text = xlated_dump(&h);
+    // Each function's instructions follow its signature line (the only
+    // lines that neither are indented nor start with a source comment).
+    let mut functions: Vec<(&str, Vec<&str>)> = Vec::new();
+    for line in text.lines() {
+        if !line.starts_with([' ', ';']) && line.ends_with(':') {
+            functions.push((line, Vec::new()));
+        } else if let Some((_, body)) = functions.last_mut() {
+            body.push(line);
+        }
+    }
+    let (main, body) = functions.first().expect("a function in the xlated dump");
+    assert!(
+        main.starts_with("int weir_lb("),
+        "the dump starts with weir_lb's own function, not {main}"
+    );
+    let subprograms: Vec<&str> = functions[1..].iter().map(|(name, _)| *name).collect();
+    for cold in [
+        "new_connection(",
+        "encapsulate(",
+        "forward_unresolved(",
+        "not_a_known_reply(",
+        "not_balanced(",
+    ] {
+        assert!(
+            subprograms.iter().any(|s| s.contains(cold)),
+            "{cold}...) is not an out-of-line subprogram; subprograms: {subprograms:#?}"
+        );
+    }
+    let insns = body
+        .iter()
+        .filter(|l| {
+            l.trim_start()
+                .split(':')
+                .next()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .count();
+    let cold_calls: Vec<&str> = body
+        .iter()
+        .copied()
+        .filter(|l| {
+            [
+                "update_elem",
+                "delete_elem",
+                "call bpf_ktime_get_ns",
+                "call bpf_xdp_adjust_head",
+                "fib_lookup",
+                "ringbuf",
+            ]
+            .iter()
+            .any(|c| l.contains(c))
+        })
+        .collect();
+    assert!(
+        cold_calls.is_empty(),
+        "weir_lb's own function makes a cold path's calls:\n{}",
+        cold_calls.join("\n")
+    );
+    assert!(
+        insns <= HOT_STREAM_MAX_INSNS,
+        "weir_lb's own function is {insns} instructions (at most {HOT_STREAM_MAX_INSNS}): \
+         has a cold path been inlined into it again?"
     );
 }
