@@ -61,12 +61,13 @@ static __always_inline int verdict(__u32 action, __u32 pass_stat, __u32 drop_sta
 }
 
 /* Picks a DIP for a new connection from the VIP's current table and fills
- * `entry` for it; NULL when the VIP has no available DIP. A DIP of the other
+ * `entry` for it, dated by the packet's reading of the coarse clock
+ * (`now_ns`); NULL when the VIP has no available DIP. A DIP of the other
  * address family serves only a VIP that encapsulates. Not inlined: the
  * unrolled hash's spills would count against the caller's frame. */
 static __noinline struct weir_dip *dispatch(const struct packet *pkt,
 						 const struct weir_vip *vip,
-						 struct weir_conn *entry, __u32 now)
+						 struct weir_conn *entry, __u64 now_ns)
 {
 	__u32 dip_id, version, hash = weir_flow_hash(&pkt->key, cfg_hash_seed);
 	struct weir_dip *dip;
@@ -81,14 +82,15 @@ static __noinline struct weir_dip *dispatch(const struct packet *pkt,
 	entry->dip_id = dip_id;
 	entry->dip_gen = dip->gen;
 	entry->table_version = version;
-	entry->created_ns = bpf_ktime_get_ns();
-	entry->atime = now;
+	entry->created_ns = now_ns;
+	entry->atime = ticks_of(now_ns);
 	return dip;
 }
 
 /* What the handshake step decided, besides the DIP. */
 struct handshake {
-	__u32 now;
+	__u64 now_ns; /* the packet's reading of the coarse clock */
+	__u32 now;    /* the same in ticks */
 	__u32 syn;
 	__u32 dip_id;
 	__u32 new_conn;  /* an entry was promoted to `conns` */
@@ -118,7 +120,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 	__u32 now = hs->now;
 
 	if (hs->syn) {
-		fresh = dispatch(pkt, vip, entry, now);
+		fresh = dispatch(pkt, vip, entry, hs->now_ns);
 		if (fresh && install_half_open(ctx, pkt, entry, rev_vip, BPF_NOEXIST) != -EEXIST) {
 			hs->dip_id = entry->dip_id;
 			return fresh;
@@ -158,7 +160,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 			hs->drop_stat = WEIR_STAT_DROP_NONSYN_MISS;
 			return NULL;
 		}
-		fresh = dispatch(pkt, vip, entry, now);
+		fresh = dispatch(pkt, vip, entry, hs->now_ns);
 	}
 	/* A SYN here found a stale entry (expired, or its DIP removed) to
 	 * replace, or had no DIP to go to. */
@@ -210,7 +212,8 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	int tcp = pkt->key.proto == IPPROTO_TCP;
 	int syn = tcp && (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
 	int nat = vip->mode == WEIR_MODE_NAT;
-	__u32 now = now_ticks(), dip_id = 0;
+	__u64 now_ns = bpf_ktime_get_coarse_ns();
+	__u32 now = ticks_of(now_ns), dip_id = 0;
 	struct weir_conn *conn, entry = {};
 	__u32 quic = QUIC_NOT_QUIC, event = STAT_NO_EVENT;
 	struct weir_dip *dip = NULL;
@@ -261,7 +264,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 		dip = NULL;
 	}
 	if (!conn && tcp) {
-		struct handshake hs = { .now = now, .syn = syn };
+		struct handshake hs = { .now_ns = now_ns, .now = now, .syn = syn };
 
 		dip = handshake(ctx, pkt, vip, &hs, &entry);
 		if (!dip) {
@@ -272,7 +275,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 		new_conn = hs.new_conn;
 	} else if (!conn || stale) {
 		/* UDP (no handshake to wait for), or an entry whose DIP is gone. */
-		dip = dispatch(pkt, vip, &entry, now);
+		dip = dispatch(pkt, vip, &entry, now_ns);
 		if (!dip) {
 			stat_inc(WEIR_STAT_DROP_NO_BACKEND);
 			return XDP_DROP;
