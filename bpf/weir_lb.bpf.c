@@ -82,12 +82,13 @@ static __noinline int not_balanced(int parse_result)
 }
 
 /* Picks a DIP for a new connection from the VIP's current table and fills
- * `entry` for it; NULL when the VIP has no available DIP. A DIP of the other
+ * `entry` for it, dated by the packet's reading of the coarse clock
+ * (`now_ns`); NULL when the VIP has no available DIP. A DIP of the other
  * address family serves only a VIP that encapsulates. Not inlined: the
  * unrolled hash's spills would count against the caller's frame. */
 static __noinline struct weir_dip *dispatch(const struct packet *pkt,
 						 const struct weir_vip *vip,
-						 struct weir_conn *entry, __u32 now)
+						 struct weir_conn *entry, __u64 now_ns)
 {
 	__u32 dip_id, version, hash = weir_flow_hash(&pkt->key, cfg_hash_seed);
 	struct weir_dip *dip;
@@ -102,14 +103,15 @@ static __noinline struct weir_dip *dispatch(const struct packet *pkt,
 	entry->dip_id = dip_id;
 	entry->dip_gen = dip->gen;
 	entry->table_version = version;
-	entry->created_ns = bpf_ktime_get_ns();
-	entry->atime = now;
+	entry->created_ns = now_ns;
+	entry->atime = ticks_of(now_ns);
 	return dip;
 }
 
 /* What the handshake step decided, besides the DIP. */
 struct handshake {
-	__u32 now;
+	__u64 now_ns; /* the packet's reading of the coarse clock */
+	__u32 now;    /* the same in ticks */
 	__u32 syn;
 	__u32 dip_id;
 	__u32 new_conn;  /* an entry was promoted to `conns` */
@@ -139,7 +141,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 	__u32 now = hs->now;
 
 	if (hs->syn) {
-		fresh = dispatch(pkt, vip, entry, now);
+		fresh = dispatch(pkt, vip, entry, hs->now_ns);
 		if (fresh && install_half_open(ctx, pkt, entry, rev_vip, BPF_NOEXIST) != -EEXIST) {
 			hs->dip_id = entry->dip_id;
 			return fresh;
@@ -179,7 +181,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 			hs->drop_stat = WEIR_STAT_DROP_NONSYN_MISS;
 			return NULL;
 		}
-		fresh = dispatch(pkt, vip, entry, now);
+		fresh = dispatch(pkt, vip, entry, hs->now_ns);
 	}
 	/* A SYN here found a stale entry (expired, or its DIP removed) to
 	 * replace, or had no DIP to go to. */
@@ -227,7 +229,8 @@ static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 
 /* What balance() hands new_connection() and gets back. */
 struct new_conn {
-	__u32 now;
+	__u64 now_ns;   /* the packet's reading of the coarse clock */
+	__u32 now;      /* the same in ticks */
 	__u32 stale;    /* the packet's entry names a removed DIP */
 	__u32 dip_id;   /* out */
 	__u32 created;  /* out: an entry was promoted or installed in `conns` */
@@ -250,6 +253,7 @@ static __noinline struct weir_dip *new_connection(struct xdp_md *ctx, struct pac
 		stat_inc(WEIR_STAT_CONN_MISS);
 	if (!nc->stale && pkt->key.proto == IPPROTO_TCP) {
 		struct handshake hs = {
+			.now_ns = nc->now_ns,
 			.now = nc->now,
 			.syn = (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN,
 		};
@@ -264,7 +268,7 @@ static __noinline struct weir_dip *new_connection(struct xdp_md *ctx, struct pac
 		return dip;
 	}
 	/* UDP (no handshake to wait for), or an entry whose DIP is gone. */
-	dip = dispatch(pkt, vip, entry, nc->now);
+	dip = dispatch(pkt, vip, entry, nc->now_ns);
 	if (!dip) {
 		stat_inc(WEIR_STAT_DROP_NO_BACKEND);
 		return NULL;
@@ -292,7 +296,8 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	int tcp = pkt->key.proto == IPPROTO_TCP;
 	int syn = tcp && (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
 	int nat = vip->mode == WEIR_MODE_NAT;
-	__u32 now = now_ticks(), dip_id = 0;
+	__u64 now_ns = bpf_ktime_get_coarse_ns();
+	__u32 now = ticks_of(now_ns), dip_id = 0;
 	struct weir_conn *conn, entry = {};
 	__u32 quic = QUIC_NOT_QUIC, event = STAT_NO_EVENT;
 	struct weir_dip *dip = NULL;
@@ -342,7 +347,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	}
 
 	if (__builtin_expect(!conn || stale, 0)) {
-		struct new_conn nc = { .now = now, .stale = stale };
+		struct new_conn nc = { .now_ns = now_ns, .now = now, .stale = stale };
 
 		dip = new_connection(ctx, pkt, vip, &entry, &nc);
 		if (!dip)

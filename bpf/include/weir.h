@@ -145,7 +145,7 @@ struct weir_conn {
 	__u32 req_us;      /* passive telemetry: start of the outstanding request, in
 			    * microseconds of bpf_ktime_get_ns() truncated to 32 bits
 			    * (never 0); 0 = no request outstanding */
-	__u64 created_ns;  /* bpf_ktime_get_ns() at install */
+	__u64 created_ns;  /* CLOCK_MONOTONIC ns at install (weir_lb's dispatch: the coarse clock) */
 	__u32 atime;       /* last use, in WEIR_TICK_SHIFT ticks of the coarse clock;
 			    * refreshed at most once per conntrack.h ATIME_REFRESH */
 	__u8 close_flags;  /* WEIR_CONN_F_* */

@@ -35,9 +35,17 @@ const volatile struct weir_conn_timeouts cfg_timeouts = {
  * would bounce the entry's cache line between CPUs for no gain. */
 #define ATIME_REFRESH SECS_TO_TICKS(1)
 
+/* A reading of the coarse clock in ticks. A packet that may install an
+ * entry reads the clock once and takes both the entry's created_ns and its
+ * atime from that reading: no second, finer clock read per new connection. */
+static __always_inline __u32 ticks_of(__u64 coarse_ns)
+{
+	return (__u32)(coarse_ns >> WEIR_TICK_SHIFT);
+}
+
 static __always_inline __u32 now_ticks(void)
 {
-	return (__u32)(bpf_ktime_get_coarse_ns() >> WEIR_TICK_SHIFT);
+	return ticks_of(bpf_ktime_get_coarse_ns());
 }
 
 static __always_inline __u32 conn_timeout(const struct weir_conn *c, __u8 proto)

@@ -788,6 +788,51 @@ fn a_retransmitted_syn_keeps_its_dip_when_the_table_has_none_left() {
     run_cases(&h, cases);
 }
 
+/// A new connection is dated by the coarse clock reading its packet takes
+/// anyway, not by a second, finer clock read: the created_ns of a SYN's
+/// half-open entry, of the connection its ACK promotes and of a new UDP
+/// flow lie between two readings of CLOCK_MONOTONIC_COARSE taken around
+/// the packets (a finer clock runs ahead of the coarse one's last tick).
+#[test]
+fn a_new_connection_is_dated_by_the_coarse_clock() {
+    let h = Harness::new(&test_options());
+    let syn = tcp("192.0.2.95", 41095, "10.0.0.100", 80, TcpFlags::SYN);
+    let ack = Frame {
+        l4: L4::Tcp(TcpFlags::ACK),
+        ..syn.clone()
+    };
+    let d = h.fx.predict(0, &syn.tuple()).unwrap().clone();
+    let u = udp("192.0.2.96", 40096, "10.0.0.100", 53);
+    let t = syn.tuple();
+    let before = weir_sys::monotonic_coarse_ns();
+    run_cases(&h, vec![new_flow(&h, "SYN", &syn, 0)]);
+    let half = h
+        .maps
+        .half_open(&t.key())
+        .unwrap()
+        .expect("half-open entry");
+    let cases = vec![promote("ACK", &ack, &d, 0, NAT), new_flow(&h, "UDP", &u, 1)];
+    run_cases(&h, cases);
+    let after = weir_sys::monotonic_coarse_ns();
+    let dated = [
+        ("half-open entry of the SYN", half.created_ns),
+        (
+            "connection the ACK promoted",
+            h.maps.conn(&t.key()).unwrap().unwrap().created_ns,
+        ),
+        (
+            "UDP connection",
+            h.maps.conn(&u.tuple().key()).unwrap().unwrap().created_ns,
+        ),
+    ];
+    for (what, created_ns) in dated {
+        assert!(
+            (before..=after).contains(&created_ns),
+            "{what}: created_ns {created_ns} outside the coarse clock's {before}..={after}"
+        );
+    }
+}
+
 /// A nat SYN case with a given DIP and table version.
 fn new_flow_v(h: &Harness, name: &str, f: &Frame, dip: &Dip, version: u32) -> Case {
     let _ = h;
