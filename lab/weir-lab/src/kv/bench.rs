@@ -91,6 +91,9 @@ pub struct Row {
     pub proxy_syscalls_per_req: Option<f64>,
     /// The proxy's sleeps in epoll per request (voluntary context switches).
     pub proxy_sleeps_per_req: Option<f64>,
+    /// weir's socket writes (to clients and servers) per request, from its
+    /// own counters (None for the others).
+    pub proxy_writes_per_req: Option<f64>,
     /// The load thread's CPU time over the wall clock: near 1 means the
     /// single-threaded client, not the path, set the pace.
     pub client_cpu_share: f64,
@@ -361,6 +364,8 @@ struct Runs {
     usage: Usage,
     /// The load thread's CPU ticks.
     client_ticks: u64,
+    /// weir's socket writes (its `socket_writes` counter).
+    writes: Option<u64>,
     /// Each run's system calls (None where perf could not count them).
     syscalls: Vec<Option<u64>>,
 }
@@ -389,6 +394,7 @@ impl Runs {
                 .flatten()
                 .map(|c| c as f64 / n),
             proxy_sleeps_per_req: proxy.then(|| self.usage.sleeps as f64 / n),
+            proxy_writes_per_req: self.writes.map(|w| w as f64 / n),
             client_cpu_share: self.client_ticks as f64 / ticks_per_s() / self.wall,
         }
     }
@@ -488,12 +494,16 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
                     .flatten();
                 let u0 = Usage::of(tasks(name));
                 let c0 = proc_cpu_ticks("/proc/thread-self/stat");
+                let w0 = proxy.stats().socket_writes;
                 let t0 = Instant::now();
                 let (n, lat) = load(addr, args, conns, 42 + vs as u64 + round as u64)?;
                 let r = &mut runs[t];
                 r.wall += t0.elapsed().as_secs_f64();
                 r.usage.add(Usage::of(tasks(name)).since(u0));
                 r.client_ticks += proc_cpu_ticks("/proc/thread-self/stat").saturating_sub(c0);
+                if name == WEIR {
+                    *r.writes.get_or_insert(0) += proxy.stats().socket_writes - w0;
+                }
                 r.syscalls.push(counter.and_then(SyscallCount::stop));
                 r.requests += n;
                 r.lat.extend(lat);
@@ -521,7 +531,7 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         _ => println!("offered load: saturation (each batch sent when the last is answered)"),
     }
     println!(
-        "{:<28} {:>6} {:>5} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>7}",
+        "{:<28} {:>6} {:>5} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>7} {:>7}",
         "path",
         "value",
         "conns",
@@ -534,11 +544,12 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         "req/cpu-s",
         "sysc/req",
         "sleep/req",
+        "wr/req",
         "client"
     );
     for r in &rows {
         println!(
-            "{:<28} {:>6} {:>5} {:>9.0} {:>8.1} {:>8.1} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>6.0}%",
+            "{:<28} {:>6} {:>5} {:>9.0} {:>8.1} {:>8.1} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>7} {:>6.0}%",
             r.path,
             r.value_size,
             r.conns,
@@ -551,10 +562,11 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
             opt(r.req_per_cpu_s, 0),
             opt(r.proxy_syscalls_per_req, 3),
             opt(r.proxy_sleeps_per_req, 3),
+            opt(r.proxy_writes_per_req, 3),
             r.client_cpu_share * 100.0,
         );
     }
-    println!("latency = batch round trip / depth (pipelined); ns/req (user + sys), req/cpu-s, sysc/req (system calls, from perf stat) and sleep/req (waits in epoll) are the proxy's; client = the load thread's CPU share of the wall clock (near 100%: the client set the pace)");
+    println!("latency = batch round trip / depth (pipelined); ns/req (user + sys), req/cpu-s, sysc/req (system calls, from perf stat) and sleep/req (waits in epoll) are the proxy's; wr/req = weir's socket writes (clients and servers) per request; client = the load thread's CPU share of the wall clock (near 100%: the client set the pace)");
     println!(
         "weir over nutcracker (same run, {} rounds each in turns):",
         args.rounds
