@@ -43,6 +43,7 @@ use crate::stats::{inc, snapshot, Snapshot, WorkerStats};
 
 mod handoff;
 mod meta_dispatch;
+mod reply_buf;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -329,7 +330,7 @@ struct ServerConn {
     addr: SocketAddr,
     sock: Option<TcpStream>,
     connected: bool,
-    rbuf: Vec<u8>,
+    rbuf: reply_buf::ReplyBuf,
     wbuf: Vec<u8>,
     wpos: usize,
     inflight: VecDeque<Pending>,
@@ -358,7 +359,7 @@ struct Worker {
     dirty_servers: Vec<usize>,
     dirty_clients: Vec<u32>,
     scratch: Vec<u8>,
-    /// Every read lands here first (zeroed once, not per read).
+    /// Every client read lands here first (zeroed once, not per read).
     inbuf: Box<[u8]>,
     handoff: handoff::Handoff,
 }
@@ -394,7 +395,7 @@ impl Worker {
                 addr,
                 sock: None,
                 connected: false,
-                rbuf: Vec::new(),
+                rbuf: reply_buf::ReplyBuf::default(),
                 wbuf: Vec::new(),
                 wpos: 0,
                 inflight: VecDeque::new(),
@@ -925,31 +926,25 @@ impl Worker {
                 return;
             };
             inc(&self.stats.socket_reads, 1);
-            match sock.read(&mut self.inbuf[..]) {
+            match sock.read(sc.rbuf.space(READ_CHUNK)) {
                 Ok(0) => {
                     self.fail_server(s, "Connection closed by server");
                     return;
                 }
                 Ok(n) => {
                     sc.connected = true;
+                    sc.rbuf.filled(n);
                     self.health.answered(s);
-                    let full = n == self.inbuf.len();
-                    let inbuf = std::mem::take(&mut self.inbuf);
-                    let alive = if self.servers[s].rbuf.is_empty() {
-                        // the common case: whole replies, parsed where they were read
-                        let used = self.server_parse(s, &inbuf[..n]);
-                        used.map(|u| self.servers[s].rbuf.extend_from_slice(&inbuf[u..n]))
-                    } else {
-                        let mut rbuf = std::mem::take(&mut self.servers[s].rbuf);
-                        rbuf.extend_from_slice(&inbuf[..n]);
-                        let used = self.server_parse(s, &rbuf);
-                        used.map(|u| {
-                            rbuf.drain(..u);
+                    let full = n == READ_CHUNK;
+                    // replies are framed where they were read
+                    let mut rbuf = std::mem::take(&mut self.servers[s].rbuf);
+                    let alive = self
+                        .server_parse(s, rbuf.unparsed())
+                        .map(|used| {
+                            rbuf.consume(used);
                             self.servers[s].rbuf = rbuf;
                         })
-                    }
-                    .is_some();
-                    self.inbuf = inbuf;
+                        .is_some();
                     if !alive || (!full && !drain) {
                         return;
                     }

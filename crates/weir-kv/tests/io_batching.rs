@@ -1,7 +1,8 @@
 //! The proxy's socket I/O against a real memcached on loopback: a pipelined
 //! batch is read once per readiness event (no read that finds nothing),
 //! backpressure pauses and resumes a client without losing or reordering a
-//! request, and a client that closes right after its requests is closed.
+//! request, a client that closes right after its requests is closed, and
+//! values larger than a read, or cut by reads, arrive whole and in order.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -62,6 +63,46 @@ fn a_pipelined_batch_costs_no_read_that_finds_nothing() {
     // at least one read of the client and one of the server per round
     assert!(reads >= 2 * rounds, "{reads} reads for {rounds} rounds");
     assert!(after.socket_writes - before.socket_writes >= 2 * rounds);
+}
+
+#[test]
+fn values_larger_than_a_read_or_cut_by_reads_arrive_whole() {
+    let (_mc, proxy) = one_server();
+    let mut c = McClient::connect(proxy.local_addr()).unwrap();
+    // sizes around and beyond the proxy's 64 KB reads, each value a pattern
+    // of its own so that a byte out of place shows
+    let sizes = [3usize, 11_264, 65_535, 65_536, 70_000, 200_000];
+    let values: Vec<Vec<u8>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            (0..n)
+                .map(|b| b"abcdefghijklmnopqrstuvwxyz"[(b * 7 + i) % 26])
+                .collect()
+        })
+        .collect();
+    for (i, v) in values.iter().enumerate() {
+        assert_eq!(c.set(&format!("big{i}"), v).unwrap(), "STORED\r\n");
+    }
+    let mut s = connect(&proxy);
+    for round in 0..20 {
+        let mut req = Vec::new();
+        let mut want = Vec::new();
+        for k in 0..values.len() * 2 {
+            let i = (k * 5 + round) % values.len();
+            req.extend_from_slice(format!("get big{i}\r\n").as_bytes());
+            want.extend_from_slice(format!("VALUE big{i} 0 {}\r\n", values[i].len()).as_bytes());
+            want.extend_from_slice(&values[i]);
+            want.extend_from_slice(b"\r\nEND\r\n");
+        }
+        s.write_all(&req).unwrap();
+        let mut got = vec![0; want.len()];
+        s.read_exact(&mut got).unwrap();
+        assert!(
+            got == want,
+            "round {round}: replies differ from the values set"
+        );
+    }
 }
 
 #[test]

@@ -1,11 +1,14 @@
 //! `weir-lab bench kv` (TCP part): GETs with Zipf key popularity through
 //! memcached directly, nutcracker, and weir's TCP proxy, on loopback, side
 //! by side in one run. Reports throughput, p50/p99 latency of a pipelined
-//! batch, and the proxy's CPU time per request (from /proc: utime+stime of
-//! the nutcracker process, of weir's worker threads), with the proxy's read
-//! and write system calls and its sleeps (voluntary context switches) per
-//! request, which say where that CPU time goes. nutcracker and weir are run
-//! in turns (`--rounds`), so that both see the same machine load.
+//! batch, and the proxy's CPU time per request (from /proc: utime and stime
+//! of the nutcracker process, of weir's worker threads), split into user and
+//! kernel time, with the proxy's system calls and its sleeps (voluntary
+//! context switches) per request, which say where that CPU time goes, and
+//! the load thread's own CPU share, which says whether the client was the
+//! bottleneck. nutcracker and weir are run in turns (`--rounds`), so that
+//! both see the same machine load; `--rate` offers both the same load
+//! instead of as much as each can take.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -45,6 +48,12 @@ pub struct KvBenchArgs {
     /// GETs pipelined per connection per round trip.
     #[arg(long, default_value_t = 8)]
     pub depth: usize,
+    /// Offered load in GETs per second over all connections (the client
+    /// starts its batches at this pace); 0 sends each batch as soon as the
+    /// last one is answered (saturation). At a rate both proxies sustain,
+    /// they are charged for the same work at the same pace.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
     /// Count the proxies' system calls with `perf stat` (which slows every
     /// system call a little, so the CPU columns are better read without it).
     #[arg(long)]
@@ -73,12 +82,21 @@ pub struct Row {
     /// Proxy CPU seconds (None for direct memcached).
     pub proxy_cpu_s: Option<f64>,
     pub proxy_ns_per_req: Option<f64>,
+    /// The proxy's user-space and kernel CPU time per request.
+    pub proxy_user_ns_per_req: Option<f64>,
+    pub proxy_sys_ns_per_req: Option<f64>,
     pub req_per_cpu_s: Option<f64>,
     /// The proxy's system calls per request (epoll included; from `perf
     /// stat` with `--count-syscalls`).
     pub proxy_syscalls_per_req: Option<f64>,
     /// The proxy's sleeps in epoll per request (voluntary context switches).
     pub proxy_sleeps_per_req: Option<f64>,
+    /// weir's socket writes (to clients and servers) per request, from its
+    /// own counters (None for the others).
+    pub proxy_writes_per_req: Option<f64>,
+    /// The load thread's CPU time over the wall clock: near 1 means the
+    /// single-threaded client, not the path, set the pace.
+    pub client_cpu_share: f64,
 }
 
 /// weir's requests per proxy CPU-second over nutcracker's, and p99 latency
@@ -93,6 +111,8 @@ pub struct Ratio {
 
 #[derive(Serialize, Debug, Clone)]
 struct Report {
+    /// GETs per second offered (`--rate`), None at saturation.
+    offered_gets_per_s: Option<f64>,
     rows: Vec<Row>,
     weir_over_nutcracker: Vec<Ratio>,
 }
@@ -129,19 +149,27 @@ impl Zipf {
 }
 
 pub fn proc_cpu_ticks(stat_path: &str) -> u64 {
+    let (user, sys) = proc_cpu_split(stat_path);
+    user + sys
+}
+
+/// User and kernel CPU ticks (utime, stime) of the task of a /proc stat file.
+pub fn proc_cpu_split(stat_path: &str) -> (u64, u64) {
     let s = std::fs::read_to_string(stat_path).unwrap_or_default();
     let after = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
     let f: Vec<&str> = after.split_whitespace().collect();
     // fields after ")": state is [0]; utime is field 14 overall -> [11], stime [12]
     let u: u64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0);
     let st: u64 = f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
-    u + st
+    (u, st)
 }
 
-/// CPU ticks and voluntary context switches (sleeps) of a process or threads.
+/// CPU ticks (user, kernel) and voluntary context switches (sleeps) of a
+/// process or threads.
 #[derive(Default, Clone, Copy, Debug)]
 pub struct Usage {
-    pub ticks: u64,
+    pub user: u64,
+    pub sys: u64,
     pub sleeps: u64,
 }
 
@@ -150,7 +178,9 @@ impl Usage {
     fn of(dirs: &[std::path::PathBuf]) -> Usage {
         let mut u = Usage::default();
         for dir in dirs {
-            u.ticks += proc_cpu_ticks(&dir.join("stat").display().to_string());
+            let (user, sys) = proc_cpu_split(&dir.join("stat").display().to_string());
+            u.user += user;
+            u.sys += sys;
             u.sleeps += std::fs::read_to_string(dir.join("status"))
                 .unwrap_or_default()
                 .lines()
@@ -163,14 +193,20 @@ impl Usage {
 
     fn since(self, before: Usage) -> Usage {
         Usage {
-            ticks: self.ticks.saturating_sub(before.ticks),
+            user: self.user.saturating_sub(before.user),
+            sys: self.sys.saturating_sub(before.sys),
             sleeps: self.sleeps.saturating_sub(before.sleeps),
         }
     }
 
     fn add(&mut self, o: Usage) {
-        self.ticks += o.ticks;
+        self.user += o.user;
+        self.sys += o.sys;
         self.sleeps += o.sleeps;
+    }
+
+    fn ticks(self) -> u64 {
+        self.user + self.sys
     }
 }
 
@@ -244,7 +280,8 @@ pub fn ticks_per_s() -> f64 {
     weir_sys::clock_ticks_per_second() as f64
 }
 
-/// Run the load: `conns` connections in one thread, `depth` GETs per batch.
+/// Run the load: `conns` connections in one thread, `depth` GETs per
+/// batch, at `args.rate` GETs per second (or as fast as answers come).
 pub fn load(
     addr: SocketAddr,
     args: &KvBenchArgs,
@@ -265,7 +302,19 @@ pub fn load(
     let mut lat = Vec::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut req = Vec::new();
+    // a batch round every `pace`, when a rate is offered; a round that ends
+    // late starts the next at once, and the missed starts are not made up
+    let pace =
+        (args.rate > 0.0).then(|| Duration::from_secs_f64((conns * args.depth) as f64 / args.rate));
+    let mut next = t0;
     while t0.elapsed().as_secs_f64() < args.seconds {
+        if let Some(pace) = pace {
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            }
+            next = next.max(now) + pace;
+        }
         let tb = Instant::now();
         for s in socks.iter_mut() {
             req.clear();
@@ -313,6 +362,10 @@ struct Runs {
     wall: f64,
     lat: Vec<f64>,
     usage: Usage,
+    /// The load thread's CPU ticks.
+    client_ticks: u64,
+    /// weir's socket writes (its `socket_writes` counter).
+    writes: Option<u64>,
     /// Each run's system calls (None where perf could not count them).
     syscalls: Vec<Option<u64>>,
 }
@@ -320,7 +373,8 @@ struct Runs {
 impl Runs {
     fn row(mut self, path: &str, vs: usize, conns: usize, depth: usize, proxy: bool) -> Row {
         let n = self.requests.max(1) as f64;
-        let cpu = proxy.then(|| self.usage.ticks as f64 / ticks_per_s());
+        let cpu = proxy.then(|| self.usage.ticks() as f64 / ticks_per_s());
+        let per_req = |ticks: u64| proxy.then(|| ticks as f64 / ticks_per_s() * 1e9 / n);
         let per = depth as f64;
         Row {
             path: path.to_string(),
@@ -332,12 +386,16 @@ impl Runs {
             p99_us: pct(&mut self.lat, 0.99) / per,
             proxy_cpu_s: cpu,
             proxy_ns_per_req: cpu.map(|c| c * 1e9 / n),
+            proxy_user_ns_per_req: per_req(self.usage.user),
+            proxy_sys_ns_per_req: per_req(self.usage.sys),
             req_per_cpu_s: cpu.map(|c| if c > 0.0 { n / c } else { f64::INFINITY }),
             proxy_syscalls_per_req: proxy
                 .then(|| self.syscalls.iter().copied().sum::<Option<u64>>())
                 .flatten()
                 .map(|c| c as f64 / n),
             proxy_sleeps_per_req: proxy.then(|| self.usage.sleeps as f64 / n),
+            proxy_writes_per_req: self.writes.map(|w| w as f64 / n),
+            client_cpu_share: self.client_ticks as f64 / ticks_per_s() / self.wall,
         }
     }
 }
@@ -356,6 +414,10 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
     );
     anyhow::ensure!(args.rounds >= 1, "--rounds must be at least 1");
     anyhow::ensure!(args.depth >= 1, "--depth must be at least 1");
+    anyhow::ensure!(
+        args.rate >= 0.0 && args.rate.is_finite(),
+        "--rate is GETs per second over all connections, 0 or more (0: as fast as answered)"
+    );
     let steps = args.value_sizes.len() * args.conns.len() * (1 + 2 * args.rounds);
     let progress = Progress::bar("weir-lab bench kv", steps as u64);
     let mut rows = Vec::new();
@@ -431,11 +493,17 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
                     .then(|| SyscallCount::start(tasks(name), dir.join("perf-stat.csv")))
                     .flatten();
                 let u0 = Usage::of(tasks(name));
+                let c0 = proc_cpu_ticks("/proc/thread-self/stat");
+                let w0 = proxy.stats().socket_writes;
                 let t0 = Instant::now();
                 let (n, lat) = load(addr, args, conns, 42 + vs as u64 + round as u64)?;
                 let r = &mut runs[t];
                 r.wall += t0.elapsed().as_secs_f64();
                 r.usage.add(Usage::of(tasks(name)).since(u0));
+                r.client_ticks += proc_cpu_ticks("/proc/thread-self/stat").saturating_sub(c0);
+                if name == WEIR {
+                    *r.writes.get_or_insert(0) += proxy.stats().socket_writes - w0;
+                }
                 r.syscalls.push(counter.and_then(SyscallCount::stop));
                 r.requests += n;
                 r.lat.extend(lat);
@@ -458,8 +526,12 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
     }
     progress.finish(format!("{} rows", rows.len()));
     let opt = |x: Option<f64>, prec: usize| x.map_or("-".into(), |x| format!("{x:.prec$}"));
+    match args.rate {
+        r if r > 0.0 => println!("offered load: {r:.0} GETs/s over all connections"),
+        _ => println!("offered load: saturation (each batch sent when the last is answered)"),
+    }
     println!(
-        "{:<28} {:>6} {:>5} {:>9} {:>8} {:>8} {:>9} {:>11} {:>9} {:>9}",
+        "{:<28} {:>6} {:>5} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>7} {:>7}",
         "path",
         "value",
         "conns",
@@ -467,13 +539,17 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         "p50 us",
         "p99 us",
         "ns/req",
+        "user ns",
+        "sys ns",
         "req/cpu-s",
         "sysc/req",
-        "sleep/req"
+        "sleep/req",
+        "wr/req",
+        "client"
     );
     for r in &rows {
         println!(
-            "{:<28} {:>6} {:>5} {:>9.0} {:>8.1} {:>8.1} {:>9} {:>11} {:>9} {:>9}",
+            "{:<28} {:>6} {:>5} {:>9.0} {:>8.1} {:>8.1} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>7} {:>6.0}%",
             r.path,
             r.value_size,
             r.conns,
@@ -481,12 +557,16 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
             r.p50_us,
             r.p99_us,
             opt(r.proxy_ns_per_req, 0),
+            opt(r.proxy_user_ns_per_req, 0),
+            opt(r.proxy_sys_ns_per_req, 0),
             opt(r.req_per_cpu_s, 0),
             opt(r.proxy_syscalls_per_req, 3),
             opt(r.proxy_sleeps_per_req, 3),
+            opt(r.proxy_writes_per_req, 3),
+            r.client_cpu_share * 100.0,
         );
     }
-    println!("latency = batch round trip / depth (pipelined); ns/req, req/cpu-s, sysc/req (system calls, from perf stat) and sleep/req (waits in epoll) are the proxy's");
+    println!("latency = batch round trip / depth (pipelined); ns/req (user + sys), req/cpu-s, sysc/req (system calls, from perf stat) and sleep/req (waits in epoll) are the proxy's; wr/req = weir's socket writes (clients and servers) per request; client = the load thread's CPU share of the wall clock (near 100%: the client set the pace)");
     println!(
         "weir over nutcracker (same run, {} rounds each in turns):",
         args.rounds
@@ -499,6 +579,7 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
     }
     if let Some(p) = &args.json {
         let report = Report {
+            offered_gets_per_s: (args.rate > 0.0).then_some(args.rate),
             rows,
             weir_over_nutcracker: ratios,
         };
