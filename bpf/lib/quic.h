@@ -250,9 +250,9 @@ static __noinline void quic_nat_install(struct xdp_md *ctx, const struct packet 
  * (a migrated client's new one) needs a reverse entry for the replies. It
  * is kept the way a UDP datagram's is: `conn`, the packet's 5-tuple entry
  * (or NULL), is refreshed when it names `dip` (as it does when quic_route()
- * found the DIP through it); only a new address (or an
- * expired entry, or one another connection on the same address and port
- * left to another DIP) writes the entry and its reverse entry. The reverse
+ * found the DIP through it); only a new address (or an expired entry, or
+ * one another connection on the same address and port left to another
+ * DIP) writes the entry and its reverse entry. The reverse
  * entry then ages with the 5-tuple entry (the sweeper deletes both), and a
  * reply whose reverse entry was evicted restores it from the 5-tuple entry
  * (reverse_restore.h), as a UDP connection's does. */

@@ -577,8 +577,8 @@ impl Maps {
 
     /// The server ID DIP slot `dip_id` owns (`quic_sid_owners`), if any.
     pub fn quic_sid_owner(&self, dip_id: u32) -> Result<Option<weir_quic_sid_owner>> {
-        Ok(get::<weir_quic_sid_owner>(&self.quic_sid_owners, &u32_key(dip_id))?
-            .filter(|o| o.owned != 0))
+        let owner = get::<weir_quic_sid_owner>(&self.quic_sid_owners, &u32_key(dip_id))?;
+        Ok(owner.filter(|o| o.owned != 0))
     }
 
     fn put_quic_sid_owner(&self, dip_id: u32, owner: &weir_quic_sid_owner) -> Result<()> {

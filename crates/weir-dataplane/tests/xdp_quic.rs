@@ -666,7 +666,12 @@ fn an_established_nat_address_is_routed_through_its_entry_without_the_server_id_
         let key = sid_key(vip, a);
         q.h.maps.quic_server_ids.delete(key.as_bytes()).unwrap();
         for i in 0..3 {
-            q.routed(&format!("v{vip} established address, packet {i}"), vip, &f, a);
+            q.routed(
+                &format!("v{vip} established address, packet {i}"),
+                vip,
+                &f,
+                a,
+            );
         }
         let g = q.datagram(vip, 46100 + vip as u16, &short_header(&cid));
         q.fallback(&format!("v{vip} a new address"), vip, &g, true);
@@ -747,7 +752,14 @@ fn an_established_nat_address_whose_dip_loses_its_id_or_is_removed_falls_back() 
             .unwrap();
         let d = q.h.fx.dip(want).clone();
         let events = [WEIR_STAT_CONN_STALE, WEIR_STAT_CONN_NEW];
-        q.expect(&format!("v{vip} DIP removed"), *vip, f, &d, &events, [0, 1, 1]);
+        q.expect(
+            &format!("v{vip} DIP removed"),
+            *vip,
+            f,
+            &d,
+            &events,
+            [0, 1, 1],
+        );
     }
 }
 
