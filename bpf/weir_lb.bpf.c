@@ -214,26 +214,31 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	struct weir_conn *conn, entry = {};
 	__u32 quic = QUIC_NOT_QUIC, event = STAT_NO_EVENT;
 	int quic_vip = vip->quic_sid_len && !tcp;
-	struct quic_target to = {};
 	struct weir_dip *dip = NULL;
 	int new_conn = 0, stale = 0;
 
 	/* A QUIC connection ID that names a DIP wins over the 5-tuple (quic.h).
 	 * nat looks up the 5-tuple entry first: its DIP, when it owns the ID,
 	 * saves the server ID's lookup; the entry of a new client address is
-	 * written. */
-	if (quic_vip && !nat)
-		quic = quic_route(ctx, pkt, vip, NULL, &to);
-	conn = quic == QUIC_ROUTED ? NULL : conn_lookup(&pkt->key);
-	if (quic_vip && nat) {
-		quic = quic_route(ctx, pkt, vip, conn, &to);
-		if (quic == QUIC_ROUTED)
-			quic_nat_track(ctx, pkt, to.dip, to.dip_id, vip->vip_id, now, conn, &entry);
-	}
-	if (quic == QUIC_ROUTED) {
-		dip = to.dip;
-		dip_id = to.dip_id;
-		goto send;
+	 * written. `to` in a block of its own shares its stack with later
+	 * blocks' variables. */
+	{
+		struct quic_target to = {};
+
+		if (quic_vip && !nat)
+			quic = quic_route(ctx, pkt, vip, NULL, &to);
+		conn = quic == QUIC_ROUTED ? NULL : conn_lookup(&pkt->key);
+		if (quic_vip && nat) {
+			quic = quic_route(ctx, pkt, vip, conn, &to);
+			if (quic == QUIC_ROUTED)
+				quic_nat_track(ctx, pkt, to.dip, to.dip_id, vip->vip_id, now,
+					       conn, &entry);
+		}
+		if (quic == QUIC_ROUTED) {
+			dip = to.dip;
+			dip_id = to.dip_id;
+			goto send;
+		}
 	}
 	if (conn) {
 		dip = conn_dip(conn);
