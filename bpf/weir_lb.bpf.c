@@ -300,22 +300,32 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	__u32 now = ticks_of(now_ns), dip_id = 0;
 	struct weir_conn *conn, entry = {};
 	__u32 quic = QUIC_NOT_QUIC, event = STAT_NO_EVENT;
+	int quic_vip = vip->quic_sid_len && !tcp;
 	struct weir_dip *dip = NULL;
 	int new_conn = 0, stale = 0;
 
-	/* A QUIC connection ID that names a DIP wins over the 5-tuple (quic.h);
-	 * nat keeps the 5-tuple entry of what may be a new client address, with
-	 * the one lookup a UDP hit makes. */
-	if (vip->quic_sid_len && !tcp) {
-		quic = quic_route(ctx, pkt, vip, &dip, &dip_id);
-		if (quic == QUIC_ROUTED && !nat)
-			goto send;
-	}
+	/* A QUIC connection ID that names a DIP wins over the 5-tuple (quic.h).
+	 * nat looks up the 5-tuple entry first: its DIP, when it owns the ID,
+	 * saves the server ID's lookup; the entry of a new client address is
+	 * written. `to` in a block of its own shares its stack with later
+	 * blocks' variables. */
+	{
+		struct quic_target to = {};
 
-	conn = conn_lookup(&pkt->key);
-	if (quic == QUIC_ROUTED) {
-		quic_nat_track(ctx, pkt, dip, dip_id, vip->vip_id, now, conn, &entry);
-		goto send;
+		if (quic_vip && !nat)
+			quic = quic_route(ctx, pkt, vip, NULL, &to);
+		conn = quic == QUIC_ROUTED ? NULL : conn_lookup(&pkt->key);
+		if (quic_vip && nat) {
+			quic = quic_route(ctx, pkt, vip, conn, &to);
+			if (quic == QUIC_ROUTED)
+				quic_nat_track(ctx, pkt, to.dip, to.dip_id, vip->vip_id, now,
+					       conn, &entry);
+		}
+		if (quic == QUIC_ROUTED) {
+			dip = to.dip;
+			dip_id = to.dip_id;
+			goto send;
+		}
 	}
 	if (conn) {
 		dip = conn_dip(conn);

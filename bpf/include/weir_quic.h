@@ -33,10 +33,25 @@ struct weir_quic_route {
 };
 _Static_assert(sizeof(struct weir_quic_route) == 8, "weir_quic_route size");
 
+/* quic_sid_owners value, indexed by DIP slot: the server ID the slot's DIP
+ * owns (quic_server_ids the other way round). A nat packet whose 5-tuple
+ * entry names a DIP that owns the server ID in the packet's DCID goes to
+ * it without a lookup in quic_server_ids (lib/quic.h). User space keeps
+ * the two maps together: a slot whose ID moves or goes is cleared before
+ * quic_server_ids changes, and written after. */
+struct weir_quic_sid_owner {
+	struct weir_quic_sid_key key; /* the ID, as quic_server_ids keys it */
+	__u32 dip_gen;                /* the slot's generation that owns it */
+	__u32 owned;                  /* 0: the slot owns no server ID */
+};
+_Static_assert(sizeof(struct weir_quic_sid_owner) == 28, "weir_quic_sid_owner size");
+
 /* Per-CPU QUIC counters of a VIP (`vip_quic`) and of a DIP (`dip_quic`,
  * the packets that went to it). */
 struct weir_quic_counters {
-	__u64 cid_routed;   /* routed by the server ID in the DCID */
+	__u64 cid_routed;   /* routed by the server ID in the DCID (also when
+			     * the 5-tuple entry's DIP owns it and
+			     * quic_server_ids was not looked up) */
 	__u64 cid_fallback; /* no usable server ID: the 5-tuple connection table
 			     * decided (includes cid_unknown) */
 	__u64 cid_unknown;  /* a server-chosen DCID whose server ID no live DIP

@@ -195,6 +195,14 @@ struct {
 	__type(value, struct weir_quic_route);
 } quic_server_ids SEC(".maps");
 
+/* QUIC VIPs: DIP slot -> the server ID it owns (weir_quic_sid_owner). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, WEIR_DEFAULT_DIPS);
+	__type(key, __u32);
+	__type(value, struct weir_quic_sid_owner);
+} quic_sid_owners SEC(".maps");
+
 /* QUIC routing counters per VIP id and per DIP slot. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

@@ -16,6 +16,15 @@
  * unknown when the DCID must have been chosen by a server (a short header,
  * a Handshake packet), since they mean a removed DIP or a backend that
  * encodes the wrong ID.
+ *
+ * In nat a routed packet also needs the 5-tuple entry of its client
+ * address, whose reverse entry un-NATs the replies; that lookup comes
+ * first. When the entry's DIP owns the packet's server ID (quic_sid_owners,
+ * an array slot, not a hash lookup), the packet goes there with the one
+ * table lookup a UDP hit makes: an established connection on an address it
+ * has used before. Otherwise (a new address after migration or rebinding,
+ * an entry another connection left, a server ID that moved) the ID's owner
+ * is looked up in quic_server_ids and the entry is written for it.
  */
 #ifndef WEIR_QUIC_LIB_H
 #define WEIR_QUIC_LIB_H
@@ -128,15 +137,48 @@ dcid:
 	return QUIC_ROUTED;
 }
 
+/* Where quic_route() sends a routed packet. */
+struct quic_target {
+	struct weir_dip *dip;
+	__u32 dip_id;
+};
+
+static __always_inline int quic_sid_key_equal(const struct weir_quic_sid_key *a,
+					      const struct weir_quic_sid_key *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+
+	for (__u32 i = 0; i < sizeof(*a) / sizeof(__u32); i++)
+		if (x[i] != y[i])
+			return 0;
+	return 1;
+}
+
+/* The DIP of `conn` (a packet's 5-tuple entry) if it is live and owns the
+ * server ID in `key`, else NULL. */
+static __always_inline struct weir_dip *quic_entry_owner(const struct weir_conn *conn,
+							 const struct weir_quic_sid_key *key)
+{
+	__u32 id = conn->dip_id;
+	struct weir_quic_sid_owner *owner = bpf_map_lookup_elem(&quic_sid_owners, &id);
+
+	if (!owner || !owner->owned || owner->dip_gen != conn->dip_gen ||
+	    !quic_sid_key_equal(&owner->key, key))
+		return NULL;
+	return conn_dip(conn);
+}
+
 /* Routes a packet to a QUIC VIP by its connection ID: returns QUIC_ROUTED
- * with the DIP and its slot in `*dip_id`, or the kind of fallback (counted
- * for the VIP; the caller counts it for the DIP the 5-tuple table picks).
- * Not inlined: the header walk's key and spills get a frame of their own,
- * off the caller's, which its deepest callee leaves no room in, and only
- * QUIC VIPs' packets run it. */
+ * with the DIP and its slot in `*to`, or the kind of fallback (counted for
+ * the VIP; the caller counts it for the DIP the 5-tuple table picks).
+ * `conn` is the packet's 5-tuple entry, or NULL: when its DIP owns the
+ * server ID, quic_server_ids is not looked up. Not inlined: the header
+ * walk's key and spills get a frame of their own, off the caller's, which
+ * its deepest callee leaves no room in, and only QUIC VIPs' packets run
+ * it. */
 static __noinline __u32 quic_route(struct xdp_md *ctx, const struct packet *pkt,
-					const struct weir_vip *vip, struct weir_dip **dip_out,
-					__u32 *dip_id)
+				   const struct weir_vip *vip, const struct weir_conn *conn,
+				   struct quic_target *to)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -147,19 +189,29 @@ static __noinline __u32 quic_route(struct xdp_md *ctx, const struct packet *pkt,
 	__u32 verdict;
 
 	verdict = quic_server_id(data, data_end, pkt, vip, &key, &server_chosen);
+	if (verdict == QUIC_ROUTED && conn) {
+		dip = quic_entry_owner(conn, &key);
+		if (dip) {
+			to->dip = dip;
+			to->dip_id = conn->dip_id;
+			quic_count(&dip_quic, conn->dip_id, QUIC_ROUTED);
+			goto count;
+		}
+	}
 	if (verdict == QUIC_ROUTED) {
 		route = bpf_map_lookup_elem(&quic_server_ids, &key);
 		dip = route ? bpf_map_lookup_elem(&dips, &route->dip_id) : NULL;
 		if (dip && (dip->flags & WEIR_DIP_F_LIVE) && dip->gen == route->dip_gen &&
 		    (dip->family == pkt->key.family || is_encap_mode(vip->mode))) {
-			*dip_out = dip;
-			*dip_id = route->dip_id;
+			to->dip = dip;
+			to->dip_id = route->dip_id;
 			quic_count(&dip_quic, route->dip_id, QUIC_ROUTED);
 		} else {
 			/* A removed DIP's IDs are reported, never re-routed by ID. */
 			verdict = route || server_chosen ? QUIC_UNKNOWN : QUIC_FALLBACK;
 		}
 	}
+count:
 	quic_count(&vip_quic, vip->vip_id, verdict);
 	return verdict;
 }
@@ -197,9 +249,10 @@ static __noinline void quic_nat_install(struct xdp_md *ctx, const struct packet 
 /* A nat packet routed by its connection ID to `dip`: its client address
  * (a migrated client's new one) needs a reverse entry for the replies. It
  * is kept the way a UDP datagram's is: `conn`, the packet's 5-tuple entry
- * (or NULL), is refreshed when it names `dip`; only a new address (or an
- * expired entry, or one another connection on the same address and port
- * left to another DIP) writes the entry and its reverse entry. The reverse
+ * (or NULL), is refreshed when it names `dip` (as it does when quic_route()
+ * found the DIP through it); only a new address (or an expired entry, or
+ * one another connection on the same address and port left to another
+ * DIP) writes the entry and its reverse entry. The reverse
  * entry then ages with the 5-tuple entry (the sweeper deletes both), and a
  * reply whose reverse entry was evicted restores it from the 5-tuple entry
  * (reverse_restore.h), as a UDP connection's does. */

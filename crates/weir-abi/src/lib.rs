@@ -69,6 +69,7 @@ pod!(
     // weir_quic.h (QUIC routing by connection ID)
     weir_quic_sid_key,
     weir_quic_route,
+    weir_quic_sid_owner,
     weir_quic_counters,
     // weir_kv.h (the memcached switch)
     weir_kv_server,

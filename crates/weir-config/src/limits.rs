@@ -215,6 +215,13 @@ fn maps(dp: &Dataplane) -> Vec<MapSize> {
             size_of::<weir_quic_route>(),
         ),
         m(
+            "quic_sid_owners",
+            Array,
+            (max_dips, dips),
+            4,
+            size_of::<weir_quic_sid_owner>(),
+        ),
+        m(
             "vip_quic",
             PercpuArray,
             (max_vips, vips),

@@ -268,6 +268,7 @@ pub const PINNED_MAPS: &[&str] = &[
     "dip_telemetry",
     "vip_slots",
     "quic_server_ids",
+    "quic_sid_owners",
     "vip_quic",
     "dip_quic",
 ];
@@ -278,7 +279,13 @@ pub const PINNED_MAPS: &[&str] = &[
 /// weir's) is replaced rather than refused, so an upgrade keeps the
 /// established connections. What is lost: handshakes in progress (clients
 /// retransmit their SYN).
-const REPLACEABLE_MAPS: &[&str] = &["half_open", "nat_endpoints", "vip_slots", "quic_server_ids"];
+const REPLACEABLE_MAPS: &[&str] = &[
+    "half_open",
+    "nat_endpoints",
+    "vip_slots",
+    "quic_server_ids",
+    "quic_sid_owners",
+];
 
 /// Pinned counter maps indexed by `enum weir_stat`: a pin with another
 /// number of counters is an older weir's, whose counters sit at other
@@ -402,7 +409,7 @@ fn restore_pins(superseded: &mut Vec<(PathBuf, MapHandle)>) {
 
 /// Sizes of the maps that have a pin. A table a tier does not use gets one
 /// entry: these are preallocated, and a million-entry LRU costs about 100 MiB.
-fn sizes(opts: &LoadOptions) -> Result<[(&'static str, u32); 15]> {
+fn sizes(opts: &LoadOptions) -> Result<[(&'static str, u32); 16]> {
     let slots = weir_abi::WEIR_TABLE_SLOTS;
     let (conns4, conns6, half_open) = match opts.tier {
         Tier::Xdp => (
@@ -431,6 +438,7 @@ fn sizes(opts: &LoadOptions) -> Result<[(&'static str, u32); 15]> {
         ("vip_traffic", opts.max_vips),
         ("vip_slots", vip_slots(opts)?),
         ("quic_server_ids", opts.max_dips),
+        ("quic_sid_owners", opts.max_dips),
         ("vip_quic", opts.max_vips),
     ])
 }

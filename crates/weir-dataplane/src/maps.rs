@@ -5,7 +5,7 @@
 //! every CPU, and the byte view of the version word; both belong with the
 //! maps, not with the operating-system calls of weir-sys.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
@@ -40,6 +40,8 @@ pub struct Maps {
     pub vip_slots: MapHandle,
     /// QUIC VIPs' server IDs and their counters (bpf/lib/quic.h).
     pub quic_server_ids: MapHandle,
+    /// The server ID each DIP slot owns, kept with `quic_server_ids`.
+    pub quic_sid_owners: MapHandle,
     pub vip_quic: MapHandle,
     pub dip_quic: MapHandle,
     /// Only on a loaded program: interface maps are not pinned.
@@ -164,6 +166,7 @@ impl Maps {
             dip_telemetry: handle(&m.dip_telemetry)?,
             vip_slots: handle(&m.vip_slots)?,
             quic_server_ids: handle(&m.quic_server_ids)?,
+            quic_sid_owners: handle(&m.quic_sid_owners)?,
             vip_quic: handle(&m.vip_quic)?,
             dip_quic: handle(&m.dip_quic)?,
             ifaces: Some((handle(&m.tx_ports)?, handle(&m.ifaces)?)),
@@ -201,6 +204,7 @@ impl Maps {
             dip_telemetry: open("dip_telemetry")?,
             vip_slots: open("vip_slots")?,
             quic_server_ids: open("quic_server_ids")?,
+            quic_sid_owners: open("quic_sid_owners")?,
             vip_quic: open("vip_quic")?,
             dip_quic: open("dip_quic")?,
             ifaces: None,
@@ -571,10 +575,66 @@ impl Maps {
         Ok(out)
     }
 
-    /// Makes `quic_server_ids` hold exactly `wanted`. New and changed IDs
-    /// are written before stale ones go, so an ID that moves is never
-    /// missing in between.
+    /// The server ID DIP slot `dip_id` owns (`quic_sid_owners`), if any.
+    pub fn quic_sid_owner(&self, dip_id: u32) -> Result<Option<weir_quic_sid_owner>> {
+        let owner = get::<weir_quic_sid_owner>(&self.quic_sid_owners, &u32_key(dip_id))?;
+        Ok(owner.filter(|o| o.owned != 0))
+    }
+
+    fn put_quic_sid_owner(&self, dip_id: u32, owner: &weir_quic_sid_owner) -> Result<()> {
+        self.quic_sid_owners
+            .update(&u32_key(dip_id), owner.as_bytes(), MapFlags::ANY)
+            .with_context(|| format!("writing the QUIC server ID of DIP slot {dip_id}"))
+    }
+
+    /// Makes `quic_server_ids` hold exactly `wanted`, and `quic_sid_owners`
+    /// its inverse. New and changed IDs are written before stale ones go,
+    /// so an ID that moves is never missing in between. A slot whose ID
+    /// moves or goes stops owning it first and owns its new ID last: the
+    /// data plane sends a packet to the DIP of its 5-tuple entry when that
+    /// slot owns the packet's ID (bpf/lib/quic.h), which must never be
+    /// true of an ID quic_server_ids gives another DIP.
     pub fn sync_quic_server_ids(
+        &self,
+        wanted: &HashMap<weir_quic_sid_key, weir_quic_route>,
+    ) -> Result<()> {
+        // A slot with two IDs (two VIPs' DIP on one slot, which apply never
+        // makes) owns none: its packets look their ID up.
+        let mut owners: HashMap<u32, Option<weir_quic_sid_owner>> = HashMap::new();
+        for (key, route) in wanted {
+            let owner = weir_quic_sid_owner {
+                key: *key,
+                dip_gen: route.dip_gen,
+                owned: 1,
+            };
+            owners
+                .entry(route.dip_id)
+                .and_modify(|o| *o = None)
+                .or_insert(Some(owner));
+        }
+        let owners: HashMap<u32, weir_quic_sid_owner> = owners
+            .into_iter()
+            .filter_map(|(id, o)| o.map(|o| (id, o)))
+            .collect();
+        let mut unchanged = HashSet::new();
+        for dip_id in 0..self.quic_sid_owners.max_entries() {
+            let Some(present) = self.quic_sid_owner(dip_id)? else {
+                continue;
+            };
+            if owners.get(&dip_id) == Some(&present) {
+                unchanged.insert(dip_id);
+            } else {
+                self.put_quic_sid_owner(dip_id, &weir_quic_sid_owner::default())?;
+            }
+        }
+        self.sync_quic_server_id_routes(wanted)?;
+        for (dip_id, owner) in owners.iter().filter(|(id, _)| !unchanged.contains(*id)) {
+            self.put_quic_sid_owner(*dip_id, owner)?;
+        }
+        Ok(())
+    }
+
+    fn sync_quic_server_id_routes(
         &self,
         wanted: &HashMap<weir_quic_sid_key, weir_quic_route>,
     ) -> Result<()> {

@@ -14,6 +14,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use common::*;
+use libbpf_rs::MapCore;
 use rand::{Rng, SeedableRng};
 use weir_abi::*;
 use weir_core::dispatch::awfd::AwfdTable;
@@ -72,6 +73,12 @@ impl Quic {
     /// Writes the QUIC VIPs with `layout` and the server IDs of every DIP
     /// but those in `without`.
     fn configure(&self, layout: CidLayout, without: &[u32]) {
+        self.assign(layout, |_, d| (!without.contains(&d)).then_some(d));
+    }
+
+    /// Writes the QUIC VIPs with `layout`; DIP `d` of VIP `v` gets the
+    /// server ID `sid(id_of(v, d))`, none when `id_of` gives none.
+    fn assign(&self, layout: CidLayout, id_of: impl Fn(u32, u32) -> Option<u32>) {
         let mut ids = std::collections::HashMap::new();
         for (id, addr, mode, dips) in QUIC_VIPS {
             let v = weir_testkit::fixture::Vip {
@@ -91,12 +98,12 @@ impl Quic {
             if self.h.maps.table_version(id).unwrap() == 0 {
                 self.h.maps.publish_table(id, 1, &v.table()).unwrap();
             }
-            for d in dips.iter().filter(|d| !without.contains(d)) {
+            for (d, owned) in dips.iter().filter_map(|d| id_of(id, *d).map(|o| (d, o))) {
                 let mut key = weir_quic_sid_key {
                     vip_id: id,
                     ..Default::default()
                 };
-                let s = sid(*d, layout.server_id_len);
+                let s = sid(owned, layout.server_id_len);
                 key.sid[..s.len()].copy_from_slice(&s);
                 let gen = self.h.maps.dip(*d).unwrap().unwrap().gen;
                 ids.insert(
@@ -601,5 +608,186 @@ fn reference_route(layout: &CidLayout, payload: &[u8]) -> Reference {
         Some(d) => Reference::Routed(d),
         None if server_chosen && id.len() == sid_len => Reference::ServerChosen,
         None => Reference::Fallback,
+    }
+}
+
+/// The nat QUIC VIPs: (id, DIPs).
+fn nat_vips() -> impl Iterator<Item = (u32, [u32; 3])> {
+    QUIC_VIPS
+        .into_iter()
+        .filter(|v| v.2 == NAT)
+        .map(|(id, _, _, dips)| (id, dips))
+}
+
+fn is_nat(vip: u32) -> bool {
+    nat_vips().any(|(id, _)| id == vip)
+}
+
+/// The fixture's nat and dsr QUIC VIPs share DIP slots, and a slot owns
+/// one server ID (apply gives every VIP slots of its own): these server
+/// IDs are the nat VIPs' only, DIP `d` of them getting `sid(id_of(d))`.
+fn assign_nat(q: &Quic, id_of: impl Fn(u32) -> Option<u32>) {
+    q.assign(LAYOUT, |v, d| if is_nat(v) { id_of(d) } else { None });
+}
+
+/// The QUIC fixture with server IDs for the nat VIPs only.
+fn nat_quic() -> Quic {
+    let q = Quic::new(LAYOUT);
+    assign_nat(&q, Some);
+    q
+}
+
+/// The key of `dip`'s server ID in `quic_server_ids` (as `configure`
+/// writes it).
+fn sid_key(vip: u32, dip: u32) -> weir_quic_sid_key {
+    let mut key = weir_quic_sid_key {
+        vip_id: vip,
+        ..Default::default()
+    };
+    let s = sid(dip, LAYOUT.server_id_len);
+    key.sid[..s.len()].copy_from_slice(&s);
+    key
+}
+
+/// A nat packet whose 5-tuple entry names the DIP that owns the server ID
+/// in its DCID goes there through the entry: `quic_server_ids` is not
+/// looked up. Shown by taking the ID out of that map alone (user space
+/// never does: it keeps `quic_sid_owners` with it): the established
+/// address is still routed, counted as routed, while a new address with
+/// the same ID, which needs the lookup, finds it unknown.
+#[test]
+fn an_established_nat_address_is_routed_through_its_entry_without_the_server_id_lookup() {
+    let q = nat_quic();
+    for (vip, dips) in nat_vips() {
+        let a = dips[0];
+        let cid = q.cid(a, 12);
+        let f = q.datagram(vip, 46000 + vip as u16, &short_header(&cid));
+        q.routed(&format!("v{vip} first packet of an address"), vip, &f, a);
+        let key = sid_key(vip, a);
+        q.h.maps.quic_server_ids.delete(key.as_bytes()).unwrap();
+        for i in 0..3 {
+            q.routed(
+                &format!("v{vip} established address, packet {i}"),
+                vip,
+                &f,
+                a,
+            );
+        }
+        let g = q.datagram(vip, 46100 + vip as u16, &short_header(&cid));
+        q.fallback(&format!("v{vip} a new address"), vip, &g, true);
+        assign_nat(&q, Some);
+    }
+}
+
+/// A server ID that moves to another live DIP takes the established nat
+/// addresses of its connections along: the entry of the old owner is not
+/// followed, it is replaced (its reverse entry with it) by one to the new
+/// owner, which the next packets then go by.
+#[test]
+fn a_server_id_that_moves_takes_established_nat_addresses_to_its_new_owner() {
+    let q = nat_quic();
+    let flows: Vec<(u32, [u32; 3], Frame)> = nat_vips()
+        .map(|(vip, dips)| {
+            let f = q.datagram(vip, 47000 + vip as u16, &short_header(&q.cid(dips[0], 12)));
+            q.routed(&format!("v{vip} before the move"), vip, &f, dips[0]);
+            (vip, dips, f)
+        })
+        .collect();
+    // The first and the last DIP of each VIP swap their server IDs.
+    let swap: std::collections::HashMap<u32, u32> = nat_vips()
+        .flat_map(|(_, d)| [(d[0], d[2]), (d[2], d[0])])
+        .collect();
+    assign_nat(&q, |d| Some(swap.get(&d).copied().unwrap_or(d)));
+    for (vip, dips, f) in &flows {
+        let (vip, [a, _, c]) = (*vip, *dips);
+        for step in ["after the move", "again"] {
+            q.routed(&format!("v{vip} {step}"), vip, f, c);
+            let entry = q.h.maps.conn(&f.tuple().key()).unwrap();
+            assert_eq!(entry.map(|e| e.dip_id), Some(c), "v{vip} {step}: entry");
+        }
+        let old = reverse_key_of(f, q.h.fx.dip(a));
+        assert!(
+            q.h.maps.rev_nat(&old).unwrap().is_none(),
+            "v{vip}: the old owner's reverse entry outlived the move"
+        );
+    }
+}
+
+/// An established nat address whose DIP loses its server ID, or is
+/// removed, is no longer routed by its entry: an ID no live DIP owns is
+/// unknown, the 5-tuple table decides (its entry while the DIP is live, the
+/// current table once it is removed), and the ID is never routed to
+/// whoever holds the DIP's slot next.
+#[test]
+fn an_established_nat_address_whose_dip_loses_its_id_or_is_removed_falls_back() {
+    let q = nat_quic();
+    let flows: Vec<(u32, [u32; 3], Frame)> = nat_vips()
+        .map(|(vip, dips)| {
+            let f = q.datagram(vip, 48000 + vip as u16, &short_header(&q.cid(dips[0], 12)));
+            q.routed(&format!("v{vip} established"), vip, &f, dips[0]);
+            (vip, dips, f)
+        })
+        .collect();
+    let first: Vec<u32> = flows.iter().map(|(_, d, _)| d[0]).collect();
+    // The DIP stays, without a server ID: its entry still holds the flow.
+    assign_nat(&q, |d| (!first.contains(&d)).then_some(d));
+    for (vip, dips, f) in &flows {
+        let a = q.h.fx.dip(dips[0]).clone();
+        let name = format!("v{} DIP without its ID", vip);
+        q.expect(&name, *vip, f, &a, &[WEIR_STAT_CONN_HIT], [0, 1, 1]);
+    }
+    // The DIP removed (out of service and out of the table): the table's
+    // pick among the others, with a new entry.
+    for (vip, dips, _) in &flows {
+        let d = q.h.fx.dip(dips[0]);
+        q.h.maps.put_dip(d.id, &d.abi(1, false)).unwrap();
+        let rest = AwfdTable::from_weights(&[(dips[1], 1), (dips[2], 1)]).unwrap();
+        let v = q.h.maps.table_version(*vip).unwrap() + 1;
+        q.h.maps.publish_table(*vip, v, &rest).unwrap();
+    }
+    for (vip, dips, f) in &flows {
+        let want = AwfdTable::from_weights(&[(dips[1], 1), (dips[2], 1)])
+            .unwrap()
+            .select(flow_hash(&f.tuple().key(), DEFAULT_SEED))
+            .unwrap();
+        let d = q.h.fx.dip(want).clone();
+        let events = [WEIR_STAT_CONN_STALE, WEIR_STAT_CONN_NEW];
+        q.expect(
+            &format!("v{vip} DIP removed"),
+            *vip,
+            f,
+            &d,
+            &events,
+            [0, 1, 1],
+        );
+    }
+}
+
+/// An established nat address keeps its DIP through a drain and a weight
+/// change (routed by its entry, counted as routed), and a new connection's
+/// Initial on the same address and port, whose DCID the client chose, goes
+/// by the 5-tuple entry as any fallback does (counted as one).
+#[test]
+fn an_established_nat_address_keeps_its_dip_through_drain_weights_and_a_new_initial() {
+    let q = nat_quic();
+    for (vip, dips) in nat_vips() {
+        let [a, b, c] = dips;
+        let f = q.datagram(vip, 49000 + vip as u16, &short_header(&q.cid(a, 12)));
+        q.routed(&format!("v{vip} established"), vip, &f, a);
+        for (step, weights) in [
+            ("drained", [(a, 0), (b, 1), (c, 1)]),
+            ("weights changed", [(a, 1), (b, 5), (c, 9)]),
+        ] {
+            let table = AwfdTable::from_weights(&weights).unwrap();
+            let v = q.h.maps.table_version(vip).unwrap() + 1;
+            q.h.maps.publish_table(vip, v, &table).unwrap();
+            q.routed(&format!("v{vip} {step}"), vip, &f, a);
+        }
+        let initial = long_header(LongType::Initial, QUIC_V1, &[0x77; 8], &[0x66; 8]);
+        let i = q.datagram(vip, 49000 + vip as u16, &initial);
+        let d = q.h.fx.dip(a).clone();
+        let name = format!("v{vip} a new connection's Initial");
+        q.expect(&name, vip, &i, &d, &[WEIR_STAT_CONN_HIT], [0, 1, 0]);
+        q.routed(&format!("v{vip} its short header"), vip, &f, a);
     }
 }
