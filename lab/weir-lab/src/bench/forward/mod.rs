@@ -39,6 +39,7 @@ mod http_load;
 mod packet_mix;
 mod report;
 mod rig;
+mod run_time;
 mod tcp;
 
 use std::path::PathBuf;
