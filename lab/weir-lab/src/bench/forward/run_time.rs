@@ -1,7 +1,9 @@
 //! Threads' CPU time to the nanosecond: the run time the scheduler keeps
 //! for each thread (`/proc/<pid>/task/<tid>/schedstat`, its first field).
 //! `/proc/<pid>/stat` counts in clock ticks (10 ms), too coarse for a
-//! daemon thread that runs a few milliseconds a second.
+//! daemon thread that runs a few milliseconds a second. The kernel adds a
+//! running thread's current stretch when it is switched out (or at a
+//! tick): the threads measured here sleep between bursts of work.
 
 use std::collections::BTreeMap;
 
@@ -57,12 +59,17 @@ mod tests {
             let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
             first_field(&text).unwrap()
         };
+        // A sleep before each reading: the kernel adds the stretch before
+        // it to the thread's run time when it switches the thread out.
+        let nap = || std::thread::sleep(std::time::Duration::from_millis(1));
+        nap();
         let before = own();
         let start = std::time::Instant::now();
         let mut x = 0u64;
         while start.elapsed() < std::time::Duration::from_millis(3) {
             x = std::hint::black_box(x.wrapping_add(1));
         }
+        nap();
         let ran = own() - before;
         assert!(ran > 0 && ran < 10_000_000, "{ran} ns ({x} rounds)");
     }
