@@ -25,6 +25,7 @@ pub mod run_report;
 pub mod runtime;
 pub mod status;
 mod sweeper;
+pub use sweeper::SWEEP_INTERVAL;
 mod takeover;
 pub mod telemetry;
 pub mod tier;

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use weir_abi::*;
 
-use crate::maps::read_all;
+use crate::maps::{delete_all, read_all};
 
 /// The compact key of an IPv4 tuple; `None` for an IPv6 one.
 pub fn compact(key: &weir_flow_key) -> Option<weir_flow_key4> {
@@ -124,6 +124,44 @@ impl<V: AsBytes> FlowTable<V> {
         }
     }
 
+    /// Deletes `key`'s entry and returns what it held, in one step
+    /// (BPF_MAP_LOOKUP_AND_DELETE_ELEM): the entry deleted is the one
+    /// returned. Kernels before 5.14 lack that call for hash maps; there
+    /// the entry is read, then deleted.
+    pub fn take(&self, key: &weir_flow_key) -> Result<Option<V>> {
+        let (map, k) = self.slot(key);
+        match map.lookup_and_delete(&k) {
+            Ok(v) => Ok(v.and_then(|v| V::from_bytes(&v))),
+            Err(e) if unsupported(&e) => {
+                let v = self.get(key)?;
+                if v.is_some() {
+                    self.delete(key)?;
+                }
+                Ok(v)
+            }
+            Err(e) => Err(e).with_context(|| format!("taking from map {}", name(map))),
+        }
+    }
+
+    /// Deletes every entry of `keys` the table holds, a BPF_MAP_DELETE_BATCH
+    /// per family and batch; returns how many it deleted.
+    pub fn delete_batch(&self, keys: &[weir_flow_key]) -> Result<usize> {
+        let (mut k4, mut k6) = (Vec::new(), Vec::new());
+        for key in keys {
+            match compact(key) {
+                Some(c) => k4.extend_from_slice(c.as_bytes()),
+                None => k6.extend_from_slice(key.as_bytes()),
+            }
+        }
+        let mut deleted = 0;
+        for (map, keys) in [(&self.v4, k4), (&self.v6, k6)] {
+            if !keys.is_empty() {
+                deleted += delete_all(map, &keys)?;
+            }
+        }
+        Ok(deleted)
+    }
+
     /// Every entry of both families, read in batches. Entries change
     /// meanwhile: each is read whole, but the set is no snapshot.
     pub fn entries(&self) -> Result<Vec<(weir_flow_key, V)>> {
@@ -149,6 +187,17 @@ impl<V: AsBytes> FlowTable<V> {
     pub fn maps(&self) -> [&MapHandle; 2] {
         [&self.v4, &self.v6]
     }
+}
+
+/// Whether the kernel may lack the call for this map type: EINVAL or
+/// ENOTSUPP before Linux 5.14 for hash maps (ENOTSUPP has no kind of its
+/// own). The fallback's own calls report any other failure.
+pub(crate) fn unsupported(e: &libbpf_rs::Error) -> bool {
+    use libbpf_rs::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::InvalidInput | ErrorKind::Unsupported | ErrorKind::Other
+    )
 }
 
 fn name(map: &MapHandle) -> String {

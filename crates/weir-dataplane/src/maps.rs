@@ -964,6 +964,54 @@ pub(crate) fn read_all<K: AsBytes, V: AsBytes>(map: &MapHandle) -> Result<Vec<(K
     }
 }
 
+/// Deletes every key of `keys` (the map's key size each, back to back)
+/// that `map` holds, BPF_MAP_DELETE_BATCH at a time; returns how many it
+/// deleted. The kernel stops a batch at the first key it does not hold,
+/// so the next batch starts past that key.
+pub(crate) fn delete_all(map: &MapHandle, keys: &[u8]) -> Result<usize> {
+    let ks = map.key_size() as usize;
+    if ks == 0 || !keys.len().is_multiple_of(ks) {
+        bail!(
+            "deleting from map {}: {} bytes of keys are no whole number of {ks}-byte keys",
+            map.name().to_string_lossy(),
+            keys.len()
+        );
+    }
+    let opts = libbpf_rs::libbpf_sys::bpf_map_batch_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_batch_opts>() as _,
+        ..Default::default()
+    };
+    let total = keys.len() / ks;
+    let (mut next, mut deleted) = (0usize, 0usize);
+    while next < total {
+        let mut count = (total - next).min(BATCH as usize) as u32;
+        // SAFETY: `count` keys of the map's key size follow `next` in
+        // `keys`; the kernel only reads them, and writes `count`.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_map_delete_batch(
+                map.as_fd().as_raw_fd(),
+                keys[next * ks..].as_ptr().cast(),
+                &mut count,
+                &opts,
+            )
+        };
+        deleted += count as usize;
+        next += count as usize;
+        if rc == -libc::ENOENT {
+            // Key `next` is not there (evicted, or deleted by the data
+            // plane): skip it.
+            next += 1;
+        } else if rc < 0 {
+            bail!(
+                "BPF_MAP_DELETE_BATCH on map {}: {}",
+                map.name().to_string_lossy(),
+                std::io::Error::from_raw_os_error(-rc)
+            );
+        }
+    }
+    Ok(deleted)
+}
+
 fn traffic(map: &MapHandle, id: u32) -> Result<Traffic> {
     let w = sum_percpu(map, id, 3)?;
     Ok(Traffic {

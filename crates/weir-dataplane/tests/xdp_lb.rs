@@ -2127,6 +2127,59 @@ fn the_sweep_deletes_expired_entries_only_with(opts: &LoadOptions) {
     assert!(h.maps.half_open(&half.tuple().key()).unwrap().is_none());
 }
 
+/// The sweep deletes closed connections' reverse entries in batches: one
+/// already gone (evicted, or deleted by the data plane) ends the kernel's
+/// batch, and the sweep still deletes every other one, of both families.
+fn the_sweep_deletes_every_reverse_entry_when_some_are_gone_with(opts: &LoadOptions) {
+    let h = Harness::new(opts);
+    let t = test_options().timeouts;
+    let flows: Vec<Frame> = (0..12)
+        .map(|i| match i % 3 {
+            2 => tcp(
+                "2001:db8:2::122",
+                47000 + i,
+                "2001:db8::100",
+                80,
+                TcpFlags::SYN,
+            ),
+            _ => tcp("192.0.2.122", 47000 + i, "10.0.0.100", 80, TcpFlags::SYN),
+        })
+        .collect();
+    for f in &flows {
+        let ack = Frame {
+            l4: L4::Tcp(TcpFlags::ACK),
+            ..f.clone()
+        };
+        assert_eq!(h.run(&f.bytes()).action(), Some(Tx));
+        assert_eq!(h.run(&ack.bytes()).action(), Some(Tx));
+    }
+    let dip_of = |f: &Frame| {
+        let vip = if f.src.is_ipv4() { 0 } else { 4 };
+        h.fx.predict(vip, &f.tuple()).unwrap().clone()
+    };
+    let closed = t.tcp_closed.as_secs();
+    for f in &flows {
+        edit_conn(f.tuple(), move |c| {
+            c.atime = ticks_ago(closed + 5);
+            c.close_flags = WEIR_CONN_F_RST as u8;
+        })(&h);
+    }
+    // Reverse entries already gone, IPv4 and IPv6, among the others.
+    for i in [1, 4, 5, 9] {
+        let key = rev_key_of(&flows[i].tuple(), &dip_of(&flows[i]));
+        assert!(h.maps.rev_nat.delete(&key).unwrap(), "flow {i}");
+    }
+    let r = weir_dataplane::conntrack::sweep(&h.maps, &t).unwrap();
+    assert_eq!((r.established, r.established_expired), (12, 12), "{r:?}");
+    for (i, f) in flows.iter().enumerate() {
+        assert_eq!(
+            tables_holding(&h, &f.tuple(), &dip_of(f)),
+            [false; 4],
+            "flow {i}"
+        );
+    }
+}
+
 /// The connection life-cycle cases, with each LRU layout of the tables
 /// (`ConnLru`): per-CPU lists must not change what the tables keep.
 macro_rules! with_both_lrus {
@@ -2155,6 +2208,7 @@ with_both_lrus!(
     tcp_connection_life_cycle_with,
     a_stale_half_open_entry_is_dispatched_anew_with,
     the_sweep_deletes_expired_entries_only_with,
+    the_sweep_deletes_every_reverse_entry_when_some_are_gone_with,
     a_syn_flood_cannot_evict_established_connections_with,
 );
 

@@ -166,6 +166,11 @@ impl Running<'_> {
             .or_else(|| self.haproxy.as_ref().map(Child::id))
     }
 
+    /// Whether it is weir.
+    pub fn is_weir(&self) -> bool {
+        self.balancer.is_weir()
+    }
+
     /// weir's XDP programs on the receive interfaces, each once.
     pub fn prog_ids(&self) -> Result<Vec<u32>> {
         let mut ids = BTreeSet::new();

@@ -15,8 +15,14 @@
 //!   namespace's packets cause: XDP, forwarding, conntrack, veth transmit),
 //!   less the BPF run time, which runs inside them;
 //! - BPF: weir's XDP programs' run_time_ns (BPF_ENABLE_STATS);
-//! - user space: the weir daemon's or HAProxy's process CPU time
-//!   (/proc/PID/stat utime + stime, every thread).
+//! - user space: the weir daemon's or HAProxy's process CPU time (every
+//!   thread's). A closed connection costs weir's sweeper its delete some
+//!   10 s after the connection's last packet: after a close-mode trial
+//!   through weir the bench waits for that sweep and adds the sweeper's
+//!   time meanwhile, so the deferred part of a connection is counted.
+//!
+//! Every thread's time is the scheduler's run time
+//! (/proc/TID/schedstat, ns), not /proc's 10 ms clock ticks.
 //!
 //! The client and the backends run on the other CPU; the load balancer's
 //! NAPI threads run at real-time priority on its CPU, so the shared
@@ -35,6 +41,7 @@ use weir_dataplane::runstats::RunStats;
 use super::balancer::{self, Balancer, Running, Service};
 use super::http_load::{self, ClientRecord, HttpMode, HttpServer};
 use super::packet_mix::PacketMix;
+use super::run_time;
 use crate::netns::sysctl_in;
 use crate::topology::{resolve_backend_neighbours, Lab};
 
@@ -44,6 +51,9 @@ const VIP: &str = "10.77.100.1:80";
 /// Server threads per backend: at least every client connection that
 /// could land on one backend.
 const WORKERS_PER_BACKEND_MIN: usize = 16;
+/// weir's sweeper thread, whose deletes of a trial's closed connections
+/// come after the trial.
+const SWEEPER: &str = "weir-sweeper";
 
 /// One HTTP trial through one balancer.
 #[derive(Debug, Clone, Serialize)]
@@ -61,7 +71,9 @@ pub struct HttpTrial {
     /// weir's XDP programs' run time, ns, and runs.
     pub bpf_ns: Option<f64>,
     pub bpf_runs: Option<u64>,
-    /// The daemon's (weir) or the proxy's (HAProxy) process CPU time, ns.
+    /// The daemon's (weir) or the proxy's (HAProxy) process CPU time, ns;
+    /// weir's in close mode with its sweeper's deletes of the trial's
+    /// connections after it.
     pub process_ns: Option<f64>,
     /// Of it, each thread's (by name, threads of one name summed), ns:
     /// where the daemon's time goes (sweeper, API, next hops, ...).
@@ -159,7 +171,7 @@ impl HttpTestbed {
             running
                 .napi_tids
                 .iter()
-                .map(|&t| crate::cpus::thread_cpu_ticks(t, t))
+                .map(|&t| run_time::thread_ns(t))
                 .sum()
         };
         let bpf = || -> Result<Option<RunStats>> {
@@ -174,14 +186,20 @@ impl HttpTestbed {
             }
             Ok(Some(sum))
         };
-        let proc_ticks = || process.map(crate::cpus::process_cpu_ticks).transpose();
-        let thread_ticks = || {
+        let threads_now = || {
             process
-                .map(crate::cpus::process_threads_ticks)
+                .map(run_time::threads_ns)
                 .transpose()
                 .map(Option::unwrap_or_default)
         };
-        let (napi0, bpf0, proc0, threads0) = (napi()?, bpf()?, proc_ticks()?, thread_ticks()?);
+        let process_now = || -> Result<Option<u64>> {
+            Ok(process
+                .is_some()
+                .then(threads_now)
+                .transpose()?
+                .map(|t| t.values().sum()))
+        };
+        let (napi0, bpf0, proc0, threads0) = (napi()?, bpf()?, process_now()?, threads_now()?);
         let counters0 = running.weir_counters()?;
         let start = Instant::now();
         let handles = http_load::load(
@@ -200,9 +218,18 @@ impl HttpTestbed {
             })
             .collect::<Result<_>>()?;
         let elapsed = start.elapsed();
-        let (napi1, bpf1, proc1, threads1) = (napi()?, bpf()?, proc_ticks()?, thread_ticks()?);
+        let (napi1, bpf1, proc1, mut threads1) = (napi()?, bpf()?, process_now()?, threads_now()?);
         let counters1 = running.weir_counters()?;
-        let tick_ns = 1e9 / crate::cpus::ticks_per_second();
+        let mut sweep_tail_ns = 0;
+        if mode == HttpMode::Close && running.is_weir() {
+            // The trial's last connections expire tcp_closed after their
+            // last packet, and the next sweep deletes them.
+            let before = threads1.get(SWEEPER).copied().unwrap_or(0);
+            std::thread::sleep(sweep_tail());
+            let after = threads_now()?.get(SWEEPER).copied().unwrap_or(before);
+            sweep_tail_ns = after.saturating_sub(before);
+            *threads1.entry(SWEEPER.to_string()).or_insert(0) += sweep_tail_ns;
+        }
         let mut latencies: Vec<u32> = records
             .iter()
             .flat_map(|r| r.latencies_us.iter().copied())
@@ -236,17 +263,17 @@ impl HttpTestbed {
             requests_per_s: requests as f64 / elapsed.as_secs_f64(),
             p50_us: percentile(&latencies, 0.50),
             p99_us: percentile(&latencies, 0.99),
-            napi_ns: napi1.saturating_sub(napi0) as f64 * tick_ns,
+            napi_ns: napi1.saturating_sub(napi0) as f64,
             bpf_ns: bpf_delta.map(|d| d.0),
             bpf_runs: bpf_delta.map(|d| d.1),
             process_ns: proc0
                 .zip(proc1)
-                .map(|(a, b)| b.saturating_sub(a) as f64 * tick_ns),
+                .map(|(a, b)| (b.saturating_sub(a) + sweep_tail_ns) as f64),
             process_threads_ns: threads1
                 .into_iter()
                 .map(|(name, t)| {
                     let before = threads0.get(&name).copied().unwrap_or(0);
-                    (name, t.saturating_sub(before) as f64 * tick_ns)
+                    (name, t.saturating_sub(before) as f64)
                 })
                 .filter(|&(_, ns)| ns > 0.0)
                 .collect(),
@@ -254,6 +281,15 @@ impl HttpTestbed {
             elapsed_s: elapsed.as_secs_f64(),
         })
     }
+}
+
+/// How long after a close-mode trial weir's sweeper has deleted the
+/// trial's connections: weir's default closed timeout, a sweep interval for
+/// the sweep to come round, and a second of margin.
+fn sweep_tail() -> Duration {
+    weir_core::conn_timeouts::ConnTimeouts::default().tcp_closed
+        + weir_control::SWEEP_INTERVAL
+        + Duration::from_secs(1)
 }
 
 /// The `q` quantile of sorted values (nearest rank).

@@ -37,10 +37,12 @@ const SERVER_POLL: Duration = Duration::from_millis(200);
 const BODY: &[u8] = b"weir-lab\n";
 
 /// How the clients use their connections.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum HttpMode {
+    /// One connection per client, every request on it.
     KeepAlive,
+    /// A connection per request (`Connection: close`).
     Close,
 }
 

@@ -39,6 +39,7 @@ mod http_load;
 mod packet_mix;
 mod report;
 mod rig;
+mod run_time;
 mod tcp;
 
 use std::path::PathBuf;
@@ -96,6 +97,9 @@ pub struct ForwardBenchArgs {
     /// Seconds of HTTP load per balancer, mode and run.
     #[arg(long, default_value_t = 10.0)]
     pub http_seconds: f64,
+    /// The HTTP trials' modes, each run in this order per balancer.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["keep-alive", "close"])]
+    pub http_modes: Vec<HttpMode>,
     /// Concurrent HTTP client connections (one thread each).
     #[arg(long, default_value_t = 64)]
     pub http_connections: usize,
@@ -154,6 +158,10 @@ pub fn run(args: &ForwardBenchArgs) -> Result<()> {
         "--http-connections {}: give 1 to 512",
         args.http_connections
     );
+    ensure!(
+        !args.http_modes.is_empty(),
+        "--http-modes: name keep-alive, close or both"
+    );
     let wants = |k| args.trials.contains(&k);
     let udp: Vec<Balancer> = if wants(TrialKind::Udp) {
         args.balancers
@@ -185,7 +193,7 @@ pub fn run(args: &ForwardBenchArgs) -> Result<()> {
         "weir-lab bench forward",
         (args.runs * udp.len() * args.flows.len()
             + tcp_runs * args.balancers.len()
-            + args.runs * http.len() * 2) as u64,
+            + args.runs * http.len() * args.http_modes.len()) as u64,
     );
     let (generator_cpu, lb_cpu) = rig::cpus()?;
     let trials = if udp.is_empty() {
@@ -290,7 +298,7 @@ fn udp_trials(
     Ok(trials)
 }
 
-/// Every run's HTTP trials of the `http` balancers, keep-alive then close.
+/// Every run's HTTP trials of the `http` balancers, in `--http-modes` order.
 fn http_trials(
     args: &ForwardBenchArgs,
     exe: &std::path::Path,
@@ -306,7 +314,7 @@ fn http_trials(
             http::HttpTestbed::build(exe, args.dips, args.http_connections, generator_cpu, lb_cpu)?;
         for balancer in rotated(http, run) {
             let running = bed.start(balancer)?;
-            for mode in [HttpMode::KeepAlive, HttpMode::Close] {
+            for &mode in &args.http_modes {
                 progress.set_message(format!(
                     "run {}: HTTP {}, {}",
                     run + 1,
