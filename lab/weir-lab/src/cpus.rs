@@ -2,8 +2,6 @@
 //! pinning a thread (ours, or a kernel thread such as a threaded NAPI
 //! context) to one, the real-time class, and a thread's CPU time.
 
-use std::collections::BTreeMap;
-
 use anyhow::{bail, Context, Result};
 
 /// The CPUs the calling thread may run on, in order.
@@ -51,30 +49,6 @@ pub fn realtime(tid: u32, priority: i32) -> Result<()> {
 /// thread is its own process: `pid` = `tid`.
 pub fn thread_cpu_ticks(pid: u32, tid: u32) -> Result<u64> {
     stat_cpu_ticks(&format!("/proc/{pid}/task/{tid}/stat"))
-}
-
-/// Process `pid`'s CPU time (utime + stime of every thread), in clock
-/// ticks.
-pub fn process_cpu_ticks(pid: u32) -> Result<u64> {
-    stat_cpu_ticks(&format!("/proc/{pid}/stat"))
-}
-
-/// Process `pid`'s CPU time by thread name (threads of one name summed),
-/// in clock ticks; threads that end while being read are left out.
-pub fn process_threads_ticks(pid: u32) -> Result<BTreeMap<String, u64>> {
-    let mut out = BTreeMap::new();
-    let dir = format!("/proc/{pid}/task");
-    for t in std::fs::read_dir(&dir).with_context(|| format!("reading {dir}"))? {
-        let t = t?;
-        let Ok(comm) = std::fs::read_to_string(t.path().join("comm")) else {
-            continue;
-        };
-        let Ok(ticks) = stat_cpu_ticks(&t.path().join("stat").to_string_lossy()) else {
-            continue;
-        };
-        *out.entry(comm.trim().to_string()).or_insert(0) += ticks;
-    }
-    Ok(out)
 }
 
 /// utime + stime of a `stat` file of /proc, in clock ticks.
