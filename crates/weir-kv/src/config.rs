@@ -720,7 +720,14 @@ fn pool_config(e: &Err_, pool: &YamlPool) -> Result<KvConfig, ConfigError> {
         cfg.server_addrs.push(addr);
     }
     if let Some((line, server, addr)) = spare {
-        add_spare(e, &mut cfg, line, &format!("{p}.failover_server"), server, addr)?;
+        add_spare(
+            e,
+            &mut cfg,
+            line,
+            &format!("{p}.failover_server"),
+            server,
+            addr,
+        )?;
     }
     finish(e, cfg, pool.servers_line)
 }
@@ -1043,9 +1050,7 @@ pub fn parse_toml(file: &str, src: &str) -> Result<KvConfig, ConfigError> {
         let s = s.into_inner();
         macs.push(match &s.mac {
             None => None,
-            Some(m) => Some(
-                parse_mac(m).map_err(|msg| e.at(l, "pool.failover_server.mac", msg))?,
-            ),
+            Some(m) => Some(parse_mac(m).map_err(|msg| e.at(l, "pool.failover_server.mac", msg))?),
         });
         let addr = (s.address.as_str(), s.port)
             .to_socket_addrs()
@@ -1343,7 +1348,10 @@ alpha:
         let field = "alpha.failover_server".to_string();
         for (bad, says) in [
             ("127.0.0.1:11212 spare", "is the ring's server `server2`"),
-            ("127.0.0.1:11219 server2", "is the name of a server on the ring"),
+            (
+                "127.0.0.1:11219 server2",
+                "is the name of a server on the ring",
+            ),
             ("127.0.0.1:11219:1 spare", "has a weight"),
             ("127.0.0.1 spare", "is not \"host:port [name]\""),
             ("127.0.0.1:0 spare", "invalid port"),
@@ -1360,9 +1368,13 @@ alpha:
         let toml = TOML.replace(
             "workers = 2",
             "workers = 2\nauto_eject_hosts = true\neject_mode = \"failover\"",
-        ) + "\n[pool.failover_server]\naddress = \"127.0.0.1\"\nport = 11219\nname = \"spare\"\n";
+        )
+            + "\n[pool.failover_server]\naddress = \"127.0.0.1\"\nport = 11219\nname = \"spare\"\n";
         // [udp] and [cache] come before it in TOML, so the spare goes last
-        let toml = toml.replace("[udp]\ninterfaces = [\"eth0\"]\n\n[cache]\ntop_k = 16\n", "");
+        let toml = toml.replace(
+            "[udp]\ninterfaces = [\"eth0\"]\n\n[cache]\ntop_k = 16\n",
+            "",
+        );
         let c = parse_toml("kv.toml", &toml).unwrap();
         assert_eq!((c.spare, c.server_name(2)), (true, "spare".to_string()));
         let e = parse_toml("kv.toml", &toml.replace("port = 11219", "port = 11212")).unwrap_err();

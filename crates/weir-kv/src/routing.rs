@@ -78,9 +78,7 @@ impl Routing {
         }
         match self.mode {
             EjectMode::Off => (*self.full).clone(),
-            EjectMode::Failover => self
-                .full
-                .failover_to(live, self.spare.filter(|&s| live[s])),
+            EjectMode::Failover => self.full.failover_to(live, self.spare.filter(|&s| live[s])),
             EjectMode::Rehash => {
                 Distribution::build_live(self.kind, self.hash, &self.servers, ring)
                     .expect("the servers were validated at load and one is live")

@@ -306,7 +306,10 @@ fn failover_mode_sends_the_ejected_servers_keys_to_the_failover_server() {
         (st.servers[3].name.as_str(), st.servers[3].role.as_str()),
         ("spare", "failover")
     );
-    assert!(st.servers.iter().all(|s| s.serving_for.is_empty()), "{st:?}");
+    assert!(
+        st.servers.iter().all(|s| s.serving_for.is_empty()),
+        "{st:?}"
+    );
 
     // server 1 stops: its keys go to the failover server, no other key moves
     servers.stop(1);
@@ -318,7 +321,10 @@ fn failover_mode_sends_the_ejected_servers_keys_to_the_failover_server() {
     for (i, k) in keys.iter().enumerate() {
         if before[i] == 1 {
             moved += 1;
-            assert_eq!(after[i], 3, "{k} of the ejected server not on the failover server");
+            assert_eq!(
+                after[i], 3,
+                "{k} of the ejected server not on the failover server"
+            );
         } else {
             assert_eq!(after[i], before[i], "{k} of a live server moved");
         }
@@ -326,7 +332,10 @@ fn failover_mode_sends_the_ejected_servers_keys_to_the_failover_server() {
     assert!(moved > 10, "only {moved} keys on the ejected server");
     let st = status();
     assert_eq!(st.servers[3].serving_for, ["beta"], "{st:?}");
-    assert!(st.servers[..3].iter().all(|s| s.serving_for.is_empty()), "{st:?}");
+    assert!(
+        st.servers[..3].iter().all(|s| s.serving_for.is_empty()),
+        "{st:?}"
+    );
     let text = http_get(metrics, "/metrics").unwrap();
     for line in [
         "weir_kv_server_serving_for{pool=\"pool\",server=\"spare\",ejected=\"beta\"} 1",

@@ -570,7 +570,10 @@ mod tests {
             let mut moved = 0;
             for i in 0..2000 {
                 let k = format!("key:{i}");
-                let (a, b) = (all.server_for_key(k.as_bytes()), f.server_for_key(k.as_bytes()));
+                let (a, b) = (
+                    all.server_for_key(k.as_bytes()),
+                    f.server_for_key(k.as_bytes()),
+                );
                 if a == 1 {
                     moved += 1;
                     assert_eq!(b, 3, "{kind}: {k} of the failed server not on the spare");
@@ -578,7 +581,10 @@ mod tests {
                     assert_eq!(a, b, "{kind}: {k} moved although its server lives");
                 }
             }
-            assert!(moved > 0, "{kind}: no key of the failed server in the sample");
+            assert!(
+                moved > 0,
+                "{kind}: no key of the failed server in the sample"
+            );
             // every ring server down: the spare serves all
             let alone = all.failover_to(&[false, false, false, true], Some(3));
             assert!(alone.continuum().iter().all(|p| p.1 == 3), "{kind}");
