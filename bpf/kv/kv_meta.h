@@ -30,35 +30,32 @@
 
 #define KV_META_VALUE 8      /* v: an mg asks for the value */
 
-struct kv_meta_flags_ctx {
-	const struct kv_scratch *s;
-	__u32 first;
-	__u32 seen;
-	int f;
+/* What the bpf_loop steps below get: the scratch, which holds their state. */
+struct kv_meta_ctx {
+	struct kv_scratch *s;
 };
 
 /* One flag token (token i + 2). A bpf_loop step: verified once, however
  * many flags a request has. */
 static long kv_meta_flag_step(__u64 i, void *arg)
 {
-	struct kv_meta_flags_ctx *m = arg;
-	const struct kv_scratch *s = m->s;
+	struct kv_scratch *s = ((struct kv_meta_ctx *)arg)->s;
 	__u32 t = i + 2, start, len, bit = 0;
 	__u8 c;
 
 	if (!s || t >= s->ntok)
 		return 1;
-	if (t < m->first)
+	if (t < s->meta_first)
 		return 0;
 	start = s->tok_start[t & KV_TOK_MASK];
 	len = s->tok_len[t & KV_TOK_MASK];
 	c = s->buf[start & KV_SCAN_MASK];
 	if (c == 'b')
-		m->f |= KV_META_BASE64;
+		s->meta_f |= KV_META_BASE64;
 	if (c == 'T' || c == 'N')
-		m->f |= KV_META_CHANGES;
+		s->meta_f |= KV_META_CHANGES;
 	if (c == 'v' && len == 1)
-		m->f |= KV_META_VALUE;
+		s->meta_f |= KV_META_VALUE;
 	switch (c) {
 	case 'v': bit = 1; break;
 	case 'q': bit = 2; break;
@@ -69,23 +66,26 @@ static long kv_meta_flag_step(__u64 i, void *arg)
 	case 'O': bit = 64; break;
 	default: break;
 	}
-	if (!bit || (m->seen & bit) ||
+	if (!bit || (s->meta_seen & bit) ||
 	    (c == 'O' ? (len < 2 || len > KV_META_OPAQUE_MAX + 1) : len != 1))
-		m->f &= ~KV_META_SERVABLE;
-	m->seen |= bit;
+		s->meta_f &= ~KV_META_SERVABLE;
+	s->meta_seen |= bit;
 	return 0;
 }
 
 /* Reads the flag tokens from token `first` on (2 for mg md ma me, 3 for ms,
  * whose token 2 is the data length). */
-static __always_inline int kv_meta_flags(const struct kv_scratch *s, __u32 first)
+static __always_inline int kv_meta_flags(struct kv_scratch *s, __u32 first)
 {
-	struct kv_meta_flags_ctx m = { .s = s, .first = first, .f = KV_META_SERVABLE };
+	struct kv_meta_ctx m = { .s = s };
 	__u32 ntok = s->ntok;
 
+	s->meta_first = first;
+	s->meta_seen = 0;
+	s->meta_f = KV_META_SERVABLE;
 	if (ntok > first)
 		bpf_loop(ntok - 2, kv_meta_flag_step, &m, 0);
-	return m.f;
+	return s->meta_f;
 }
 
 /* Every index into s->meta is masked, and the mask kept from the compiler
@@ -100,46 +100,51 @@ static __always_inline __u32 kv_meta_put(struct kv_scratch *s, __u32 off, __u8 c
 	return off + 1;
 }
 
-/* Appends `v` in decimal. */
+/* Appends `v` in decimal: counts the digits, then writes them from the
+ * last one back. */
 static __always_inline __u32 kv_meta_dec(struct kv_scratch *s, __u32 off, __u64 v)
 {
-	__u8 tmp[32];
-	__u32 n = 0;
+	__u64 x = v;
+	__u32 n = 1;
 
-	for (int i = 0; i < 20; i++) {
-		tmp[i] = '0' + v % 10;
-		v /= 10;
-		n = i + 1;
-		if (!v)
+	for (int i = 0; i < 19; i++) {
+		x /= 10;
+		if (!x)
 			break;
+		n++;
 	}
 	for (int i = 0; i < 20; i++) {
 		if ((__u32)i >= n)
 			break;
-		kv_meta_put(s, off + i, tmp[(n - 1 - i) & 31]);
+		kv_meta_put(s, off + n - 1 - i, '0' + v % 10);
+		v /= 10;
 	}
 	return off + n;
 }
 
-struct kv_meta_ctx {
-	struct kv_scratch *s;
-	__u64 cas;
-	__u32 flags;
-	__u32 value_len;
-	__u32 has_cas;
-	__u32 err;
-};
-
-/* One flag token (token i + 2) of an mg hit: appends what it returns. */
+/* Step 0 of an mg hit's reply line: "VA <size>" or "HD"; step i > 0: what
+ * flag token i + 1 returns. */
 static long kv_meta_step(__u64 i, void *arg)
 {
-	struct kv_meta_ctx *m = arg;
-	struct kv_scratch *s = m->s;
-	__u32 t = i + 2, start, len, off, klen;
+	struct kv_scratch *s = ((struct kv_meta_ctx *)arg)->s;
+	__u32 t = i + 1, start, len, off, klen;
 	__u8 c;
 
 	if (!s)
 		return 1;
+	if (i == 0) {
+		if (s->meta_value) {
+			off = kv_meta_put(s, 0, 'V');
+			off = kv_meta_put(s, off, 'A');
+			off = kv_meta_put(s, off, ' ');
+			off = kv_meta_dec(s, off, s->meta_vlen);
+		} else {
+			off = kv_meta_put(s, 0, 'H');
+			off = kv_meta_put(s, off, 'D');
+		}
+		s->meta_len = off;
+		return 0;
+	}
 	if (t >= s->ntok)
 		return 1;
 	start = s->tok_start[t & KV_TOK_MASK];
@@ -153,21 +158,21 @@ static long kv_meta_step(__u64 i, void *arg)
 	case 'f':
 		off = kv_meta_put(s, off, ' ');
 		off = kv_meta_put(s, off, 'f');
-		off = kv_meta_dec(s, off, m->flags);
+		off = kv_meta_dec(s, off, s->meta_flags);
 		break;
 	case 's':
 		off = kv_meta_put(s, off, ' ');
 		off = kv_meta_put(s, off, 's');
-		off = kv_meta_dec(s, off, m->value_len);
+		off = kv_meta_dec(s, off, s->meta_vlen);
 		break;
 	case 'c':
-		if (!m->has_cas) {
-			m->err = 1;
+		if (!s->meta_has_cas) {
+			s->meta_err = 1;
 			return 1;
 		}
 		off = kv_meta_put(s, off, ' ');
 		off = kv_meta_put(s, off, 'c');
-		off = kv_meta_dec(s, off, m->cas);
+		off = kv_meta_dec(s, off, s->meta_cas);
 		break;
 	case 'k':
 		off = kv_meta_put(s, off, ' ');
@@ -190,35 +195,30 @@ static long kv_meta_step(__u64 i, void *arg)
 		off += len;
 		break;
 	default:
-		m->err = 1;
+		s->meta_err = 1;
 		return 1;
 	}
 	/* Each flag comes once (kv_meta_flags), so the line stays far below
 	 * the buffer; this only keeps a broken invariant from wrapping. */
 	if (off > KV_META_HDR_MAX - 2) {
-		m->err = 1;
+		s->meta_err = 1;
 		return 1;
 	}
 	s->meta_len = off;
 	return 0;
 }
 
-struct kv_meta_sum_ctx {
-	struct kv_scratch *s;
-	__u64 sum;
-};
-
 /* The reply line's one's-complement sum, byte by byte (it starts the body,
  * at an even offset). */
 static long kv_meta_sum_step(__u64 i, void *arg)
 {
-	struct kv_meta_sum_ctx *c = arg;
+	struct kv_scratch *s = ((struct kv_meta_ctx *)arg)->s;
 	__u8 b;
 
-	if (!c->s)
+	if (!s)
 		return 1;
-	b = c->s->meta[i & KV_META_HDR_MASK];
-	c->sum += (i & 1) ? b : (__u32)b << 8;
+	b = s->meta[i & KV_META_HDR_MASK];
+	s->meta_sum += (i & 1) ? b : (__u32)b << 8;
 	return 0;
 }
 
@@ -226,44 +226,35 @@ static long kv_meta_sum_step(__u64 i, void *arg)
  * Renders the reply line of an mg hit into s->meta ("VA <len> <flags>\r\n"
  * with v, "HD <flags>\r\n" without) with its sum. `v` says whether the
  * request asks for the value. Returns 0, or -1 if the entry cannot answer
- * (c without a known cas).
+ * (c without a known cas). Every loop is a bpf_loop step, so the lengths
+ * reach the rest of the program as one unknown, not one state each.
  */
 static __always_inline int kv_meta_render(struct kv_scratch *s, const struct kv_hit *hit,
 					  __u32 has_cas, __u32 v)
 {
-	struct kv_meta_ctx m = {
-		.s = s,
-		.cas = hit->cas,
-		.flags = hit->flags,
-		.value_len = hit->value_len,
-		.has_cas = has_cas,
-	};
-	struct kv_meta_sum_ctx sum = { .s = s };
-	__u32 off = 0, ntok = s->ntok;
+	struct kv_meta_ctx m = { .s = s };
+	__u32 off, ntok = s->ntok;
 
-	if (v) {
-		off = kv_meta_put(s, off, 'V');
-		off = kv_meta_put(s, off, 'A');
-		off = kv_meta_put(s, off, ' ');
-		off = kv_meta_dec(s, off, hit->value_len);
-	} else {
-		off = kv_meta_put(s, off, 'H');
-		off = kv_meta_put(s, off, 'D');
-	}
-	s->meta_len = off;
+	s->meta_cas = hit->cas;
+	s->meta_flags = hit->flags;
+	s->meta_vlen = hit->value_len;
+	s->meta_has_cas = has_cas;
+	s->meta_err = 0;
 	s->meta_value = v;
-	if (ntok > 2)
-		bpf_loop(ntok - 2, kv_meta_step, &m, 0);
-	if (m.err)
+	s->meta_len = 0;
+	s->meta_sum = 0;
+	if (ntok < 2)
+		return -1;
+	bpf_loop(ntok - 1, kv_meta_step, &m, 0);
+	if (s->meta_err)
 		return -1;
 	off = s->meta_len;
-	if (off > KV_META_HDR_MAX - 2)
+	if (off == 0 || off > KV_META_HDR_MAX - 2)
 		return -1;
 	off = kv_meta_put(s, off, '\r');
 	off = kv_meta_put(s, off, '\n');
 	s->meta_len = off;
-	bpf_loop(off, kv_meta_sum_step, &sum, 0);
-	s->meta_sum = sum.sum;
+	bpf_loop(off, kv_meta_sum_step, &m, 0);
 	return 0;
 }
 

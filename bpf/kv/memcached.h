@@ -68,6 +68,17 @@ struct kv_scratch {
 	__u32 meta_len;
 	__u32 meta_value;
 	__u64 meta_sum;
+	/* The state of the bpf_loop steps of kv_meta.h, kept here rather than
+	 * on the stack (the program's stack is nearly full). */
+	__u64 meta_cas;
+	__u32 meta_flags;
+	__u32 meta_vlen;
+	__u32 meta_has_cas;
+	__u32 meta_err;
+	__u32 meta_first;
+	__u32 meta_seen;
+	__u32 meta_f;
+	__u32 meta_pad;
 };
 
 struct {
