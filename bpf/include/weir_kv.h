@@ -184,6 +184,7 @@ enum weir_kv_stat {
 	WEIR_KV_STAT_PASS_FLUSH,         /* flush_all: cache cleared, then to the kernel */
 	WEIR_KV_STAT_PASS_NO_SERVER,     /* no table, or the server slot is not live */
 	WEIR_KV_STAT_PASS_HASH,          /* pool hash not computed in XDP (crc32, hash_tag, ...) */
+	WEIR_KV_STAT_PASS_META_BASE64,   /* meta command with a base64 key (b flag) */
 	WEIR_KV_STAT_TX,                 /* forwarded by XDP_TX */
 	WEIR_KV_STAT_REDIRECT,           /* forwarded by XDP_REDIRECT */
 	WEIR_KV_STAT_DROP_REDIRECT,      /* redirect target not in kv_tx_ports */
@@ -204,6 +205,8 @@ enum weir_kv_stat {
 	WEIR_KV_STAT_SAMPLE,             /* key sampled into kv_samples */
 	WEIR_KV_STAT_SAMPLE_LOST,        /* ring buffer full */
 	WEIR_KV_STAT_L3_REWRITE,         /* destination rewritten to the server */
+	WEIR_KV_STAT_META,               /* meta requests (mg ms md ma me) routed */
+	WEIR_KV_STAT_META_CACHE_TX,      /* ... of them mg answered from the cache */
 	WEIR_KV_STAT_MAX,
 };
 

@@ -29,6 +29,7 @@ enum kv_reply_kind {
 	KV_REPLY_GETS,     /* ASCII gets (needs the cas) */
 	KV_REPLY_BIN,      /* binary GET/GETQ */
 	KV_REPLY_BINK,     /* binary GETK/GETKQ (echoes the key) */
+	KV_REPLY_META,     /* mg: the line in kv_scratch.meta, then the value if asked */
 };
 
 /* Bumps the invalidation counter of the key's bucket and drops the entry.
@@ -143,9 +144,11 @@ static __always_inline int kv_cache_lookup(struct kv_scratch *s, __u32 bucket_ha
 		hit->sum_body = e->sum_gets;
 	else
 		hit->sum_body = e->sum_value;
+	/* mg needs the cas only for its c flag (kv_meta_render checks it). */
 	if (hit->value_len > WEIR_KV_MAX_VALUE || hit->line_len == 0 ||
 	    hit->line_len > WEIR_KV_LINE_MAX || hit->cas_len > WEIR_KV_CAS_TEXT ||
-	    (kind != KV_REPLY_GET && !e->has_cas) || (kind == KV_REPLY_GETS && hit->cas_len == 0)) {
+	    (kind != KV_REPLY_GET && kind != KV_REPLY_META && !e->has_cas) ||
+	    (kind == KV_REPLY_GETS && hit->cas_len == 0)) {
 		kv_stat(WEIR_KV_STAT_CACHE_BYPASS);
 		return 0;
 	}
@@ -228,6 +231,9 @@ static __always_inline int kv_reply(struct xdp_md *ctx, const struct packet *pkt
 		break;
 	case KV_REPLY_BIN:
 		body_len = MC_BIN_HDR + 4 + hit->value_len;
+		break;
+	case KV_REPLY_META:
+		body_len = s->meta_len + (s->meta_value ? hit->value_len + 2 : 0);
 		break;
 	default:
 		body_len = MC_BIN_HDR + 4 + key_len + hit->value_len;
@@ -345,6 +351,29 @@ static __always_inline int kv_reply(struct xdp_md *ctx, const struct packet *pkt
 		if (bpf_xdp_store_bytes(ctx, off, (void *)e->data, n))
 			return XDP_DROP;
 		sum += hit->sum_body;
+	} else if (kind == KV_REPLY_META) {
+		__u64 n = s->meta_len, odd = n & 1;
+
+		barrier_var(n);
+		if (n == 0 || n > KV_META_HDR_MAX)
+			return XDP_DROP;
+		if (bpf_xdp_store_bytes(ctx, body, s->meta, n))
+			return XDP_DROP;
+		sum += s->meta_sum;
+		if (s->meta_value) {
+			__u32 off = body + n;
+			__u16 v = kv_fold(hit->sum_body);
+
+			/* the value and its "\r\n" (the entry's data holds both) */
+			n = hit->value_len + 2;
+			barrier_var(n);
+			if (n > WEIR_KV_DATA_MAX)
+				return XDP_DROP;
+			if (bpf_xdp_store_bytes(ctx, off, (void *)e->data, n))
+				return XDP_DROP;
+			sum += odd ? (__u16)((v << 8) | (v >> 8)) : v;
+			sum += ((odd + hit->value_len) & 1) ? 0x0a0d : 0x0d0a;
+		}
 	} else {
 		__u64 klen = kind == KV_REPLY_BINK ? key_len : 0;
 		__u32 total_body = 4 + klen + hit->value_len;

@@ -41,7 +41,16 @@ enum kv_cmd {
 	KV_CMD_FLUSH,    /* flush_all, ASCII or binary */
 	KV_CMD_BIN_GET,  /* binary GET/GETQ/GETK/GETKQ */
 	KV_CMD_BIN_WRITE, /* any binary command that changes a key */
+	KV_CMD_META_GET,  /* mg <key> <flags>* */
+	KV_CMD_META_SET,  /* ms <key> <datalen> <flags>* (data block follows) */
+	KV_CMD_META_WRITE, /* md/ma <key> <flags>* */
+	KV_CMD_META_READ, /* me <key> (debug: reads only) */
 };
+
+/* Longest header line of an mg reply the switch renders ("VA <len> f.. s..
+ * c.. k<key> O<opaque>\r\n" is at most 345 bytes). */
+#define KV_META_HDR_MAX 512
+#define KV_META_HDR_MASK (KV_META_HDR_MAX - 1)
 
 /* Per-CPU parser state; never shared with user space. */
 struct kv_scratch {
@@ -53,6 +62,23 @@ struct kv_scratch {
 	__u32 line_end;  /* bytes up to and including '\n'; 0 = no line end seen */
 	__u32 overflow;  /* more tokens than WEIR_KV_MAX_TOKENS */
 	__u32 pad;
+	/* An mg cache hit: the rendered reply line, its length, whether the
+	 * value follows it (v flag), and its checksum (kv_meta.h). */
+	__u8 meta[KV_META_HDR_MAX];
+	__u32 meta_len;
+	__u32 meta_value;
+	__u64 meta_sum;
+	/* The state of the bpf_loop steps of kv_meta.h, kept here rather than
+	 * on the stack (the program's stack is nearly full). */
+	__u64 meta_cas;
+	__u32 meta_flags;
+	__u32 meta_vlen;
+	__u32 meta_has_cas;
+	__u32 meta_err;
+	__u32 meta_first;
+	__u32 meta_seen;
+	__u32 meta_f;
+	__u32 meta_pad;
 };
 
 struct {
@@ -264,6 +290,14 @@ static __always_inline int kv_ascii_cmd(const struct kv_scratch *s)
 		return KV_CMD_WRITE;
 	if (KV_WORD(s, len, "flush_all"))
 		return KV_CMD_FLUSH;
+	if (KV_WORD(s, len, "mg"))
+		return KV_CMD_META_GET;
+	if (KV_WORD(s, len, "ms"))
+		return KV_CMD_META_SET;
+	if (KV_WORD(s, len, "md") || KV_WORD(s, len, "ma"))
+		return KV_CMD_META_WRITE;
+	if (KV_WORD(s, len, "me"))
+		return KV_CMD_META_READ;
 	return KV_CMD_UNKNOWN;
 }
 

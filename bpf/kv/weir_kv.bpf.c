@@ -3,11 +3,11 @@
  * weir_kv - the memcached switch (XDP), after MemSwitch (seed 004).
  *
  * UDP datagrams to the memcached VIP port are parsed (frame header, ASCII
- * get/gets/storage/delete/incr/decr/touch/flush_all, binary GET and every
- * binary write) and forwarded to the server that twemproxy's hashing names
+ * get/gets/storage/delete/incr/decr/touch/flush_all, the meta commands
+ * mg/ms/md/ma/me, binary GET and every binary write) and forwarded to the server that twemproxy's hashing names
  * for the key, keeping the client's source address so the server answers
- * the client directly. Single-key GETs of hot keys are answered from
- * kv_cache with XDP_TX. Every write the switch sees invalidates the key
+ * the client directly. Single-key GETs (and mg whose flags the cache can
+ * answer) of hot keys are answered from kv_cache with XDP_TX. Every write the switch sees invalidates the key
  * before it is forwarded; flush_all clears the whole cache. Anything the
  * switch cannot route goes to the kernel (the user-space path), counted.
  */
@@ -22,6 +22,7 @@
 #include "memcached.h"
 #include "md5.h"
 #include "kv_cache.h"
+#include "kv_meta.h"
 
 static __always_inline int kv_pass(__u32 stat)
 {
@@ -146,6 +147,40 @@ static __always_inline int kv_single_get(struct xdp_md *ctx, struct packet *pkt,
 	return kv_route_verdict(ctx, pkt, rc, server, NULL, 1);
 }
 
+/* An mg that changes nothing: the cache answers it when it holds the key
+ * and can answer every flag (KV_META_SERVABLE in `flags`), else its server
+ * does. */
+static __always_inline int kv_meta_get(struct xdp_md *ctx, struct packet *pkt,
+				       struct kv_scratch *s, int flags)
+{
+	struct weir_kv_entry *e = NULL;
+	struct kv_hit hit = {};
+	__u32 hash = kv_fnv1a_64(&s->key), server = 0;
+	int rc;
+
+	kv_stat(WEIR_KV_STAT_GET);
+	kv_stat(WEIR_KV_STAT_GET_KEYS);
+	if (cfg_kv_cache && (flags & KV_META_SERVABLE) &&
+	    kv_cache_lookup(s, hash, KV_REPLY_META, &hit, &e) && e) {
+		kv_sample(s, 0xffffffff, WEIR_KV_SAMPLE_HIT);
+		if (kv_meta_render(s, &hit, e->has_cas, !!(flags & KV_META_VALUE)) == 0) {
+			rc = kv_reply(ctx, pkt, s, e, &hit, KV_REPLY_META, 0, 0);
+			if (rc == XDP_TX) {
+				kv_stat(WEIR_KV_STAT_META_CACHE_TX);
+				return XDP_TX;
+			}
+			if (rc >= 0) {
+				kv_stat(WEIR_KV_STAT_DROP_INTERNAL);
+				return XDP_DROP;
+			}
+		}
+		kv_stat(WEIR_KV_STAT_CACHE_BYPASS);
+	}
+	rc = kv_route(s, hash, &server);
+	kv_sample(s, rc == 0 ? server : 0xffffffff, 0);
+	return kv_route_verdict(ctx, pkt, rc, server, NULL, 1);
+}
+
 /* A write: invalidate, then route (and track a multi-datagram request). */
 static __always_inline int kv_write(struct xdp_md *ctx, struct packet *pkt, struct kv_scratch *s,
 				    const struct weir_kv_req_key *rk, __u16 total)
@@ -235,6 +270,34 @@ static __always_inline int kv_multi_get(struct xdp_md *ctx, struct packet *pkt,
 	return kv_route_verdict(ctx, pkt, rc, server, NULL, 1);
 }
 
+/*
+ * A meta request: base64 keys go to the kernel; ms, md, ma and an mg with T
+ * or N invalidate the key before it is forwarded, as classic writes do; me
+ * and other mg are reads.
+ */
+static __always_inline int kv_meta(struct xdp_md *ctx, struct packet *pkt, struct kv_scratch *s,
+				   __u32 body_off, int cmd, const struct weir_kv_req_key *rk,
+				   __u16 total)
+{
+	int f = kv_meta_flags(s, cmd == KV_CMD_META_SET ? 3 : 2);
+	__u32 hash, server = 0;
+	int rc;
+
+	if (f & KV_META_BASE64)
+		return kv_pass(WEIR_KV_STAT_PASS_META_BASE64);
+	if (kv_key_load(ctx, s, body_off + s->tok_start[1], s->tok_len[1]) < 0)
+		return kv_pass(WEIR_KV_STAT_PASS_BAD_KEY);
+	kv_stat(WEIR_KV_STAT_META);
+	if (cmd == KV_CMD_META_GET && !(f & KV_META_CHANGES))
+		return kv_meta_get(ctx, pkt, s, f);
+	if (cmd == KV_CMD_META_READ) {
+		hash = kv_fnv1a_64(&s->key);
+		rc = kv_route(s, hash, &server);
+		return kv_route_verdict(ctx, pkt, rc, server, NULL, 1);
+	}
+	return kv_write(ctx, pkt, s, rk, total);
+}
+
 static __always_inline int kv_ascii(struct xdp_md *ctx, struct packet *pkt, struct kv_scratch *s,
 				    __u32 body_off, __u32 body_len, __u32 scan,
 				    const struct weir_kv_req_key *rk, __u16 total)
@@ -288,6 +351,26 @@ static __always_inline int kv_ascii(struct xdp_md *ctx, struct packet *pkt, stru
 		if (total != 1 || line_end != body_len)
 			return kv_pass(WEIR_KV_STAT_PASS_MULTI_CMD);
 		break;
+	case KV_CMD_META_GET:
+	case KV_CMD_META_WRITE:
+	case KV_CMD_META_READ:
+		if (ntok < 2)
+			return kv_pass(WEIR_KV_STAT_PASS_UNKNOWN_CMD);
+		if (total != 1 || line_end != body_len)
+			return kv_pass(WEIR_KV_STAT_PASS_MULTI_CMD);
+		return kv_meta(ctx, pkt, s, body_off, cmd, rk, total);
+	case KV_CMD_META_SET:
+		/* ms <key> <datalen> <flags>* */
+		if (ntok < 3)
+			return kv_pass(WEIR_KV_STAT_PASS_UNKNOWN_CMD);
+		bytes = kv_token_u32(s, 2);
+		if (bytes < 0)
+			return kv_pass(WEIR_KV_STAT_PASS_UNKNOWN_CMD);
+		if (total == 1 && body_len < line_end + bytes + 2)
+			return kv_pass(WEIR_KV_STAT_PASS_TRUNCATED);
+		if (total == 1 && body_len > line_end + bytes + 2)
+			return kv_pass(WEIR_KV_STAT_PASS_MULTI_CMD);
+		return kv_meta(ctx, pkt, s, body_off, cmd, rk, total);
 	default:
 		return kv_pass(WEIR_KV_STAT_PASS_UNKNOWN_CMD);
 	}

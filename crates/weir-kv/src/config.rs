@@ -13,7 +13,8 @@
 //! | `backlog`, `client_connections`, `preconnect`, `tcpkeepalive` | honoured |
 //! | `server_connections` | accepted; weir keeps one pipelined connection per server per worker |
 //! | `auto_eject_hosts`, `server_failure_limit`, `server_retry_timeout` | honoured: ejection and return as nutcracker's, the keys rehashed bit for bit |
-//! | `eject_mode: rehash \| failover` (weir's own) | `failover` moves only an ejected server's keys (to the next live point of the ring) |
+//! | `eject_mode: rehash \| failover` (weir's own) | `failover` moves only an ejected server's keys (to the failover server, or the next live point of the ring) |
+//! | `failover_server: host:port [name]` (weir's own) | the spare that serves an ejected server's keys in `failover` mode; not on the ring |
 //! | `redis: true`, `redis_auth`, `redis_db` | refused: weir switches memcached only |
 //! | `stats_listen`, `stats_port` style keys, anything else | refused as unknown (nutcracker refuses them too) |
 
@@ -150,9 +151,16 @@ pub struct KvConfig {
     pub tcpkeepalive: bool,
     /// `auto_eject_hosts` and how: off, nutcracker's rehash, or failover.
     pub eject: EjectPolicy,
+    /// The ring's servers, then the failover server if there is one
+    /// (`spare`): every per-server table (connections, health, counters,
+    /// the XDP switch's server slots) covers both.
     pub servers: Vec<Server>,
     /// `servers[i]` resolved.
     pub server_addrs: Vec<SocketAddr>,
+    /// Whether the last of `servers` is the pool's failover server: it
+    /// serves the keys of ejected servers in `failover` mode and has no
+    /// point on the ring.
+    pub spare: bool,
     pub workers: usize,
     pub metrics: Option<SocketAddr>,
     pub udp: Option<UdpConfig>,
@@ -162,9 +170,27 @@ pub struct KvConfig {
 impl KvConfig {
     /// The key-to-server map of this pool.
     pub fn distribution(&self) -> Distribution {
-        Distribution::build(self.distribution, self.hash, &self.servers)
+        Distribution::build(self.distribution, self.hash, self.ring_servers())
             .expect("validated at load")
             .with_hash_tag(self.hash_tag)
+    }
+
+    /// The servers on the ring: all of `servers` but the failover server.
+    pub fn ring_servers(&self) -> &[Server] {
+        &self.servers[..self.servers.len() - usize::from(self.spare)]
+    }
+
+    /// The failover server's index in `servers`, if the pool has one.
+    pub fn spare_index(&self) -> Option<usize> {
+        self.spare.then(|| self.servers.len() - 1)
+    }
+
+    /// How the status and the log name server `i`: its name, or `host:port`.
+    pub fn server_name(&self, i: usize) -> String {
+        let s = &self.servers[i];
+        s.name
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", s.addr, s.port))
     }
 
     /// The first setting of this pool that `new` (the same pool, re-read)
@@ -184,6 +210,13 @@ impl KvConfig {
             ("preconnect", self.preconnect != new.preconnect),
             ("tcpkeepalive", self.tcpkeepalive != new.tcpkeepalive),
             ("auto_eject_hosts", self.eject != new.eject),
+            (
+                "failover_server",
+                self.spare != new.spare
+                    || (self.spare
+                        && (self.servers.last() != new.servers.last()
+                            || self.server_addrs.last() != new.server_addrs.last())),
+            ),
             (
                 "servers",
                 self.servers != new.servers || self.server_addrs != new.server_addrs,
@@ -252,6 +285,7 @@ fn defaults(file: &str, pool: &str, listen: SocketAddr) -> KvConfig {
         eject: EjectPolicy::default(),
         servers: Vec::new(),
         server_addrs: Vec::new(),
+        spare: false,
         workers: 1,
         metrics: Some(SocketAddr::from(([127, 0, 0, 1], 9122))),
         udp: None,
@@ -328,6 +362,45 @@ pub fn parse_server(v: &str) -> Result<(Server, SocketAddr), String> {
         addr: h.to_string(),
         port,
         weight,
+        name: name.filter(|n| !n.is_empty()),
+    };
+    Ok((server, addr))
+}
+
+/// Parse weir's `failover_server: host:port [name]`. It has no weight: it
+/// is not on the ring.
+pub fn parse_spare(v: &str) -> Result<(Server, SocketAddr), String> {
+    let (hp, name) = match v.trim().rsplit_once(' ') {
+        Some((a, n)) => (a.trim(), Some(n.trim().to_string())),
+        None => (v.trim(), None),
+    };
+    if hp.is_empty() || hp.starts_with('/') {
+        return Err(format!(
+            "`{v}` is not \"host:port [name]\" (unix sockets are not supported)"
+        ));
+    }
+    if hp.matches(':').count() == 2 && parse_server(v).is_ok() {
+        return Err(format!(
+            "`{v}` has a weight; the failover server is not on the ring, give \"host:port [name]\""
+        ));
+    }
+    let Some((h, p)) = hp.rsplit_once(':') else {
+        return Err(format!("`{v}` is not \"host:port [name]\""));
+    };
+    let port: u16 = p
+        .parse()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("invalid port `{p}` in `{v}`"))?;
+    let addr = (h, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve `{h}`: {e}"))?
+        .next()
+        .ok_or_else(|| format!("`{h}` resolves to no address"))?;
+    let server = Server {
+        addr: h.to_string(),
+        port,
+        weight: 1,
         name: name.filter(|n| !n.is_empty()),
     };
     Ok((server, addr))
@@ -570,6 +643,7 @@ fn pool_config(e: &Err_, pool: &YamlPool) -> Result<KvConfig, ConfigError> {
     let mut have_listen = false;
     let mut auto_eject = false;
     let mut eject_mode: Option<(usize, EjectMode)> = None;
+    let mut spare: Option<(usize, Server, SocketAddr)> = None;
     let mut seen = std::collections::HashSet::new();
     for (line, key, val) in &pool.keys {
         let line = *line;
@@ -608,6 +682,10 @@ fn pool_config(e: &Err_, pool: &YamlPool) -> Result<KvConfig, ConfigError> {
             }
             "auto_eject_hosts" => auto_eject = parse_bool(val).map_err(bad)?,
             "eject_mode" => eject_mode = Some((line, val.parse().map_err(bad)?)),
+            "failover_server" => {
+                let (server, addr) = parse_spare(val).map_err(bad)?;
+                spare = Some((line, server, addr));
+            }
             "redis" => {
                 if parse_bool(val).map_err(bad)? {
                     return Err(bad(
@@ -641,7 +719,68 @@ fn pool_config(e: &Err_, pool: &YamlPool) -> Result<KvConfig, ConfigError> {
         cfg.servers.push(server);
         cfg.server_addrs.push(addr);
     }
+    if let Some((line, server, addr)) = spare {
+        add_spare(
+            e,
+            &mut cfg,
+            line,
+            &format!("{p}.failover_server"),
+            server,
+            addr,
+        )?;
+    }
     finish(e, cfg, pool.servers_line)
+}
+
+/// Appends the failover server after the ring's servers: only in `failover`
+/// mode, and never one of the ring's servers (by address or by name).
+fn add_spare(
+    e: &Err_,
+    cfg: &mut KvConfig,
+    line: usize,
+    field: &str,
+    server: Server,
+    addr: SocketAddr,
+) -> Result<(), ConfigError> {
+    if cfg.eject.mode != EjectMode::Failover {
+        return Err(e.at(
+            line,
+            field,
+            "serves ejected servers' keys in weir's failover mode only; set \
+             auto_eject_hosts to true and eject_mode to failover, or remove it",
+        ));
+    }
+    let name = server
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("{}:{}", server.addr, server.port));
+    for (i, ring) in cfg.servers.iter().enumerate() {
+        let ring_name = ring
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{}:{}", ring.addr, ring.port));
+        if cfg.server_addrs[i] == addr {
+            return Err(e.at(
+                line,
+                field,
+                format!(
+                    "{addr} is the ring's server `{ring_name}`; the failover server must be \
+                     another one (it holds no keys of its own)"
+                ),
+            ));
+        }
+        if ring_name == name {
+            return Err(e.at(
+                line,
+                field,
+                format!("`{name}` is the name of a server on the ring; give it another name"),
+            ));
+        }
+    }
+    cfg.servers.push(server);
+    cfg.server_addrs.push(addr);
+    cfg.spare = true;
+    Ok(())
 }
 
 /// The ejection mode of `auto_eject_hosts` and weir's `eject_mode` (which
@@ -665,7 +804,7 @@ fn eject_mode_of(
 }
 
 fn finish(e: &Err_, cfg: KvConfig, servers_line: usize) -> Result<KvConfig, ConfigError> {
-    Distribution::build(cfg.distribution, cfg.hash, &cfg.servers)
+    Distribution::build(cfg.distribution, cfg.hash, cfg.ring_servers())
         .map_err(|m| e.at(servers_line, "servers", m.0))?;
     for (i, a) in cfg.server_addrs.iter().enumerate() {
         if cfg.server_addrs[..i].contains(a) {
@@ -722,6 +861,22 @@ struct TomlPool {
     #[serde(default)]
     metrics: Option<Spanned<String>>,
     server: Spanned<Vec<Spanned<TomlServer>>>,
+    #[serde(default)]
+    failover_server: Option<Spanned<TomlSpare>>,
+}
+
+/// `[pool.failover_server]`: a server with no weight (it is not on the ring).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TomlSpare {
+    address: String,
+    #[serde(default = "default_port")]
+    port: u16,
+    #[serde(default)]
+    name: Option<String>,
+    /// Next-hop MAC for the UDP path.
+    #[serde(default)]
+    mac: Option<String>,
 }
 
 fn pool_name() -> String {
@@ -889,6 +1044,32 @@ pub fn parse_toml(file: &str, src: &str) -> Result<KvConfig, ConfigError> {
             name: s.name,
         });
         cfg.server_addrs.push(addr);
+    }
+    if let Some(s) = p.failover_server {
+        let l = ln(&s.span());
+        let s = s.into_inner();
+        macs.push(match &s.mac {
+            None => None,
+            Some(m) => Some(parse_mac(m).map_err(|msg| e.at(l, "pool.failover_server.mac", msg))?),
+        });
+        let addr = (s.address.as_str(), s.port)
+            .to_socket_addrs()
+            .map_err(|err| {
+                e.at(
+                    l,
+                    "pool.failover_server.address",
+                    format!("cannot resolve: {err}"),
+                )
+            })?
+            .next()
+            .ok_or_else(|| e.at(l, "pool.failover_server.address", "resolves to no address"))?;
+        let server = Server {
+            addr: s.address,
+            port: s.port,
+            weight: 1,
+            name: s.name.filter(|n| !n.is_empty()),
+        };
+        add_spare(&e, &mut cfg, l, "pool.failover_server", server, addr)?;
     }
     if let Some(u) = f.udp {
         let l = ln(&u.span());
@@ -1141,6 +1322,71 @@ alpha:
             (Some(7), "pool.eject_mode"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_failover_server_is_off_the_ring_and_refused_with_its_line_when_bad() {
+        let on = NC
+            .replace("auto_eject_hosts: false", "auto_eject_hosts: true")
+            .replace(
+                "  redis: false\n",
+                "  eject_mode: failover\n  failover_server: 127.0.0.1:11219 spare\n",
+            );
+        let c = parse_nutcracker("nc.yml", &on, None).unwrap();
+        assert!(c.spare);
+        assert_eq!((c.servers.len(), c.ring_servers().len()), (3, 2));
+        assert_eq!(c.spare_index(), Some(2));
+        assert_eq!(c.server_name(2), "spare");
+        assert_eq!(c.server_addrs[2], "127.0.0.1:11219".parse().unwrap());
+        // the ring is the one without the spare: same owners for every key
+        let without = parse_nutcracker("nc.yml", NC, None).unwrap().distribution();
+        assert_eq!(c.distribution().continuum(), without.continuum());
+        let at = |src: &str| {
+            let e = nc_err(src);
+            (e.line, e.field.clone(), e.message)
+        };
+        let field = "alpha.failover_server".to_string();
+        for (bad, says) in [
+            ("127.0.0.1:11212 spare", "is the ring's server `server2`"),
+            (
+                "127.0.0.1:11219 server2",
+                "is the name of a server on the ring",
+            ),
+            ("127.0.0.1:11219:1 spare", "has a weight"),
+            ("127.0.0.1 spare", "is not \"host:port [name]\""),
+            ("127.0.0.1:0 spare", "invalid port"),
+            ("no-such-host.invalid:11211", "cannot resolve"),
+        ] {
+            let (line, f, msg) = at(&on.replace("127.0.0.1:11219 spare", bad));
+            assert_eq!((line, &f), (Some(9), &field), "{bad}: {msg}");
+            assert!(msg.contains(says), "{bad}: {msg}");
+        }
+        // only in failover mode
+        let (line, f, msg) = at(&on.replace("  eject_mode: failover\n", ""));
+        assert_eq!((line, f), (Some(8), field.clone()), "{msg}");
+        assert!(msg.contains("eject_mode to failover"), "{msg}");
+        let toml = TOML.replace(
+            "workers = 2",
+            "workers = 2\nauto_eject_hosts = true\neject_mode = \"failover\"",
+        )
+            + "\n[pool.failover_server]\naddress = \"127.0.0.1\"\nport = 11219\nname = \"spare\"\n";
+        // [udp] and [cache] come before it in TOML, so the spare goes last
+        let toml = toml.replace(
+            "[udp]\ninterfaces = [\"eth0\"]\n\n[cache]\ntop_k = 16\n",
+            "",
+        );
+        let c = parse_toml("kv.toml", &toml).unwrap();
+        assert_eq!((c.spare, c.server_name(2)), (true, "spare".to_string()));
+        let e = parse_toml("kv.toml", &toml.replace("port = 11219", "port = 11212")).unwrap_err();
+        assert_eq!(e.field, "pool.failover_server", "{e}");
+        assert!(e.message.contains("is the ring's server `b`"), "{e}");
+        let e = parse_toml("kv.toml", &toml.replace("name = \"spare\"", "weight = 2")).unwrap_err();
+        assert_eq!(e.field, "pool.failover_server.weight", "{e}");
+        // a reload that changes only the spare names it
+        let other = parse_nutcracker("nc.yml", &on.replace(":11219", ":11220"), None).unwrap();
+        assert_eq!(c.change_to(&c.clone()), None);
+        let first = parse_nutcracker("nc.yml", &on, None).unwrap();
+        assert_eq!(first.change_to(&other), Some("failover_server"));
     }
 
     #[test]

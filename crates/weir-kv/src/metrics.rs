@@ -123,6 +123,38 @@ fn server_health(enc: &mut DescriptorEncoder, pools: &[Status]) -> fmt::Result {
         }
     }
     let mut fam = enc.encode_descriptor(
+        "weir_kv_server_role",
+        "Each server's role, 1 on it: ring, or failover (the pool's failover server, no ring point of its own).",
+        None,
+        MetricType::Gauge,
+    )?;
+    for st in pools {
+        for srv in &st.servers {
+            ConstGauge::new(1).encode(fam.encode_family(&[
+                ("pool", st.pool.as_str()),
+                ("server", srv.name.as_str()),
+                ("role", srv.role.as_str()),
+            ])?)?;
+        }
+    }
+    let mut fam = enc.encode_descriptor(
+        "weir_kv_server_serving_for",
+        "1 for each server (server) that now serves keys of an ejected one (ejected), in failover mode.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for st in pools {
+        for srv in &st.servers {
+            for ejected in &srv.serving_for {
+                ConstGauge::new(1).encode(fam.encode_family(&[
+                    ("pool", st.pool.as_str()),
+                    ("server", srv.name.as_str()),
+                    ("ejected", ejected.as_str()),
+                ])?)?;
+            }
+        }
+    }
+    let mut fam = enc.encode_descriptor(
         "weir_kv_server_state_since_seconds",
         "When each server's state began (Unix time).",
         None,

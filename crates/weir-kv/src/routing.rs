@@ -5,10 +5,12 @@
 //! - `rehash` (nutcracker's `auto_eject_hosts: true`): the continuum is
 //!   rebuilt over the live servers exactly as nutcracker rebuilds it.
 //! - `failover` (weir's): the full continuum stays; the points of an ejected
-//!   server go to the next live point's owner, so no other key moves.
+//!   server go to the pool's failover server while it is live, else to the
+//!   next live point's owner, so no other key moves.
 //!
-//! With every server ejected the full distribution is used, so that each
-//! key's own server answers with its error rather than none at all.
+//! With every server ejected (the failover server too) the full
+//! distribution is used, so that each key's own server answers with its
+//! error rather than none at all.
 
 use std::sync::{Arc, Mutex};
 
@@ -21,7 +23,10 @@ pub struct Routing {
     kind: DistKind,
     hash: HashKind,
     hash_tag: Option<[u8; 2]>,
+    /// The ring's servers (not the failover server).
     servers: Vec<Server>,
+    /// The failover server's index, past the ring's servers.
+    spare: Option<usize>,
     mode: EjectMode,
     health: Arc<Health>,
     /// The distribution built for a generation of `health`.
@@ -38,7 +43,8 @@ impl Routing {
             kind: cfg.distribution,
             hash: cfg.hash,
             hash_tag: cfg.hash_tag,
-            servers: cfg.servers.clone(),
+            servers: cfg.ring_servers().to_vec(),
+            spare: cfg.spare_index(),
             mode: cfg.eject.mode,
             health,
         }
@@ -66,17 +72,41 @@ impl Routing {
     }
 
     fn build(&self, live: &[bool]) -> Distribution {
-        if live.iter().all(|&l| l) || !live.iter().any(|&l| l) {
+        let ring = &live[..self.servers.len()];
+        if ring.iter().all(|&l| l) || !live.iter().any(|&l| l) {
             return (*self.full).clone();
         }
         match self.mode {
             EjectMode::Off => (*self.full).clone(),
-            EjectMode::Failover => self.full.failover(live),
+            EjectMode::Failover => self.full.failover_to(live, self.spare.filter(|&s| live[s])),
             EjectMode::Rehash => {
-                Distribution::build_live(self.kind, self.hash, &self.servers, live)
+                Distribution::build_live(self.kind, self.hash, &self.servers, ring)
                     .expect("the servers were validated at load and one is live")
                     .with_hash_tag(self.hash_tag)
             }
         }
+    }
+
+    /// For each server (the failover server included), the servers whose
+    /// keys it serves now in their place, by index: in `failover` mode, the
+    /// ejected servers whose ring points it took over. Empty lists in the
+    /// other modes (nutcracker's rehash spreads them over every live server)
+    /// and while no server is ejected.
+    pub fn serving_for(&self) -> Vec<Vec<usize>> {
+        let mut out = vec![Vec::new(); self.health.live().len()];
+        if self.mode != EjectMode::Failover {
+            return out;
+        }
+        let (_, now) = self.current();
+        for (&(_, own), &(_, by)) in self.full.continuum().iter().zip(now.continuum()) {
+            let (own, by) = (own as usize, by as usize);
+            if own != by && !out[by].contains(&own) {
+                out[by].push(own);
+            }
+        }
+        for v in &mut out {
+            v.sort_unstable();
+        }
+        out
     }
 }

@@ -76,8 +76,20 @@ pub struct ServerStatus {
     /// `host:port`, as the configuration writes it.
     pub address: String,
     pub weight: u32,
+    /// `ring`, or `failover` for the pool's failover server (no ring point
+    /// of its own; it serves ejected servers' keys).
+    #[serde(default = "ring_role")]
+    pub role: String,
+    /// The ejected servers whose keys this one serves now, by name
+    /// (`failover` mode; empty otherwise).
+    #[serde(default)]
+    pub serving_for: Vec<String>,
     #[serde(flatten)]
     pub health: HealthReport,
+}
+
+fn ring_role() -> String {
+    "ring".into()
 }
 
 fn eject_off() -> String {
@@ -93,20 +105,30 @@ pub fn status_of(proxy: &Proxy, cfg: &KvConfig, udp: Option<&StatusHandle>) -> S
         hash: cfg.hash.to_string(),
         distribution: cfg.distribution.to_string(),
         eject: cfg.eject.mode.as_str().into(),
-        servers: cfg
-            .servers
-            .iter()
-            .zip(proxy.health())
-            .map(|(s, health)| {
-                let address = format!("{}:{}", s.addr, s.port);
-                ServerStatus {
-                    name: s.name.clone().unwrap_or_else(|| address.clone()),
-                    address,
-                    weight: s.weight,
-                    health,
-                }
-            })
-            .collect(),
+        servers: {
+            let serving_for = proxy.routing().serving_for();
+            cfg.servers
+                .iter()
+                .zip(proxy.health())
+                .enumerate()
+                .map(|(i, (s, health))| {
+                    let spare = cfg.spare_index() == Some(i);
+                    ServerStatus {
+                        name: cfg.server_name(i),
+                        address: format!("{}:{}", s.addr, s.port),
+                        weight: if spare { 0 } else { s.weight },
+                        role: if spare { "failover" } else { "ring" }.into(),
+                        serving_for: serving_for
+                            .get(i)
+                            .into_iter()
+                            .flatten()
+                            .map(|&o| cfg.server_name(o))
+                            .collect(),
+                        health,
+                    }
+                })
+                .collect()
+        },
         stats: proxy.stats(),
         hot_keys: udp.as_ref().map(|u| u.hot_keys.clone()).unwrap_or_default(),
         udp,
@@ -309,15 +331,30 @@ fn servers_table(st: &Status, now_ms: u64) -> String {
             (Some(e), None) => e.clone(),
             (None, _) => "-".into(),
         };
+        let weight = if srv.role == "failover" {
+            "-".to_string()
+        } else {
+            srv.weight.to_string()
+        };
         out.push_str(&format!(
             "{:<20} {:<22} {:>6} {:<14} {:>10} {:>8} {:>8}  {error}\n",
             srv.name,
             srv.address,
-            srv.weight,
+            weight,
             state,
             st.stats.server_requests.get(i).copied().unwrap_or(0),
             h.failures,
             h.ejections,
+        ));
+    }
+    for srv in st.servers.iter().filter(|s| s.role == "failover") {
+        out.push_str(&format!("failover server: {}\n", srv.name));
+    }
+    for srv in st.servers.iter().filter(|s| !s.serving_for.is_empty()) {
+        out.push_str(&format!(
+            "{} serves the keys of {}\n",
+            srv.name,
+            srv.serving_for.join(", ")
         ));
     }
     out
@@ -332,6 +369,8 @@ pub(crate) mod tests {
             name: name.into(),
             address: address.into(),
             weight: 1,
+            role: "ring".into(),
+            serving_for: Vec::new(),
             health,
         }
     }

@@ -204,6 +204,7 @@ pub const STAT_NAMES: [&str; WEIR_KV_STAT_MAX as usize] = [
     "pass_flush",
     "pass_no_server",
     "pass_hash",
+    "pass_meta_base64",
     "tx",
     "redirect",
     "drop_redirect",
@@ -223,6 +224,8 @@ pub const STAT_NAMES: [&str; WEIR_KV_STAT_MAX as usize] = [
     "sample",
     "sample_lost",
     "l3_rewrite",
+    "meta",
+    "meta_cache_tx",
 ];
 
 /// The outcome counters (each packet ends in exactly one): indices into

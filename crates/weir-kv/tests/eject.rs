@@ -25,7 +25,8 @@ fn keys() -> Vec<String> {
         .collect()
 }
 
-/// Three memcached servers; the pool's YAML names them in this order.
+/// Three memcached servers (and a fourth, the failover server, when asked
+/// for); the pool's YAML names them in this order.
 struct Servers {
     ports: Vec<u16>,
     procs: Vec<Option<Proc>>,
@@ -33,7 +34,11 @@ struct Servers {
 
 impl Servers {
     fn start() -> Servers {
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        Servers::start_n(3)
+    }
+
+    fn start_n(n: usize) -> Servers {
+        let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let procs = ports
             .iter()
             .map(|&p| Some(memcached("127.0.0.1", p, false, 1).unwrap()))
@@ -55,7 +60,7 @@ impl Servers {
     }
 
     fn flush_live(&self) {
-        for i in 0..3 {
+        for i in 0..self.ports.len() {
             if self.procs[i].is_some() {
                 assert_eq!(self.direct(i).cmd("flush_all\r\n").unwrap(), "OK\r\n");
             }
@@ -64,12 +69,13 @@ impl Servers {
 
     /// The server that holds each key (exactly one must).
     fn owners(&self, keys: &[String]) -> Vec<usize> {
-        let mut direct: Vec<Option<McClient>> = (0..3)
+        let n = self.ports.len();
+        let mut direct: Vec<Option<McClient>> = (0..n)
             .map(|i| self.procs[i].as_ref().map(|_| self.direct(i)))
             .collect();
         keys.iter()
             .map(|k| {
-                let on: Vec<usize> = (0..3)
+                let on: Vec<usize> = (0..n)
                     .filter(|&s| {
                         direct[s]
                             .as_mut()
@@ -255,6 +261,117 @@ fn failover_mode_moves_only_the_ejected_servers_keys() {
         assert_eq!(weir.health()[1].state, ServerState::Ejected);
         weir.stop();
     }
+}
+
+#[test]
+fn failover_mode_sends_the_ejected_servers_keys_to_the_failover_server() {
+    let keys = keys();
+    // servers 0..2 on the ring, server 3 the failover server
+    let mut servers = Servers::start_n(4);
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let extra = format!(
+        "  eject_mode: failover\n  failover_server: 127.0.0.1:{} spare\n  \
+         server_failure_limit: 1\n  server_retry_timeout: 60000\n",
+        servers.ports[3]
+    );
+    let mut cfg = parse_nutcracker(
+        "weir.yml",
+        &servers.yaml("127.0.0.1:0".parse().unwrap(), "md5", "ketama", &extra),
+        None,
+    )
+    .unwrap();
+    cfg.metrics = Some(metrics);
+    let full = cfg.distribution();
+    let running = start(std::slice::from_ref(&cfg)).unwrap();
+    let proxy = running.proxy_addr();
+    let status = || -> Status {
+        let st: KvStatus = serde_json::from_str(&http_get(metrics, "/status").unwrap()).unwrap();
+        st.pools[0].clone()
+    };
+    let await_ejected = |s: usize| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while status().servers[s].health.state != ServerState::Ejected {
+            assert!(Instant::now() < deadline, "server {s} never ejected");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // all up: every key on its ring owner, none on the failover server
+    assert_eq!(set_all(proxy, &keys), 0);
+    let before = servers.owners(&keys);
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(before[i], full.server_for_key(k.as_bytes()), "{k}");
+    }
+    let st = status();
+    assert_eq!(
+        (st.servers[3].name.as_str(), st.servers[3].role.as_str()),
+        ("spare", "failover")
+    );
+    assert!(
+        st.servers.iter().all(|s| s.serving_for.is_empty()),
+        "{st:?}"
+    );
+
+    // server 1 stops: its keys go to the failover server, no other key moves
+    servers.stop(1);
+    await_ejected(1);
+    servers.flush_live();
+    assert_eq!(set_all(proxy, &keys), 0);
+    let after = servers.owners(&keys);
+    let mut moved = 0;
+    for (i, k) in keys.iter().enumerate() {
+        if before[i] == 1 {
+            moved += 1;
+            assert_eq!(
+                after[i], 3,
+                "{k} of the ejected server not on the failover server"
+            );
+        } else {
+            assert_eq!(after[i], before[i], "{k} of a live server moved");
+        }
+    }
+    assert!(moved > 10, "only {moved} keys on the ejected server");
+    let st = status();
+    assert_eq!(st.servers[3].serving_for, ["beta"], "{st:?}");
+    assert!(
+        st.servers[..3].iter().all(|s| s.serving_for.is_empty()),
+        "{st:?}"
+    );
+    let text = http_get(metrics, "/metrics").unwrap();
+    for line in [
+        "weir_kv_server_serving_for{pool=\"pool\",server=\"spare\",ejected=\"beta\"} 1",
+        "weir_kv_server_role{pool=\"pool\",server=\"spare\",role=\"failover\"} 1",
+        "weir_kv_server_role{pool=\"pool\",server=\"beta\",role=\"ring\"} 1",
+    ] {
+        assert!(text.contains(line), "{line} not in\n{text}");
+    }
+
+    // the failover server stops too: the ejected keys go to the next live
+    // point of the ring, and still no other key moves
+    servers.stop(3);
+    // its closed connection, or this request to it, is the failure that
+    // ejects it
+    let probe = key_of(&cfg, 1);
+    let r = McClient::connect(proxy).unwrap().set(&probe, b"x").unwrap();
+    assert!(r == "STORED\r\n" || r.starts_with("SERVER_ERROR"), "{r}");
+    await_ejected(3);
+    servers.flush_live();
+    assert_eq!(set_all(proxy, &keys), 0);
+    let last = servers.owners(&keys);
+    let want = full.failover(&[true, false, true]);
+    for (i, k) in keys.iter().enumerate() {
+        if before[i] == 1 {
+            assert_eq!(last[i], want.server_for_key(k.as_bytes()), "{k}");
+        } else {
+            assert_eq!(last[i], before[i], "{k} of a live server moved");
+        }
+    }
+    let st = status();
+    assert!(st.servers[3].serving_for.is_empty(), "{st:?}");
+    assert!(
+        st.servers[0].serving_for == ["beta"] || st.servers[2].serving_for == ["beta"],
+        "{st:?}"
+    );
+    running.stop();
 }
 
 #[test]

@@ -7,6 +7,8 @@
 //!   a get never returns the old value, while the hot-key loop keeps
 //!   refilling the cache;
 //! - libmemcached's `memccp -U` writes a cached key over UDP through XDP;
+//! - memcached's meta commands over UDP: routed by key, `mg` hits answered
+//!   by XDP, and no `mg` stale after a meta (or classic) write;
 //! - L3 forwarding; refused and clean attach/detach.
 
 use std::net::{IpAddr, SocketAddr};
@@ -220,6 +222,156 @@ fn udp_through_the_xdp_switch_with_cache() {
     proxy.stop();
     sw.stop();
     assert_eq!(kc0_prog(&lab), None, "weir_kv is still attached after stop");
+}
+
+/// The body of a meta reply as text, for messages.
+fn text(r: &[u8]) -> String {
+    String::from_utf8_lossy(r).into_owned()
+}
+
+#[test]
+fn meta_commands_over_udp_through_the_xdp_switch() {
+    let lab = KvLab::new(2, 1).unwrap();
+    let cfg = lab.config("l2", true).unwrap();
+    let dist = cfg.distribution();
+    let c2 = cfg.clone();
+    let sw = in_ns(&lab.switch, move || UdpSwitch::start(&c2)).unwrap();
+    let (c3, cache) = (cfg.clone(), sw.cache());
+    let proxy = in_ns(&lab.switch, move || {
+        Proxy::start(
+            &c3,
+            Arc::new(c3.distribution()),
+            Some(Invalidation::new(Arc::new(XdpInvalidator(cache)))),
+        )
+    })
+    .unwrap();
+
+    // placement: `ms` over UDP lands on the key's server, `mg` reads it back
+    let keys: Vec<String> = (0..100).map(|i| format!("meta:{i}")).collect();
+    let owners: Vec<usize> = keys
+        .iter()
+        .map(|k| dist.server_for_key(k.as_bytes()))
+        .collect();
+    assert!((0..2).all(|s| owners.contains(&s)));
+    let k2 = keys.clone();
+    in_ns(&lab.client, move || {
+        let mut udp = UdpMc::new(vip())?;
+        for k in &k2 {
+            let r = udp.request(format!("ms {k} {} F7\r\nv-{k}\r\n", k.len() + 2).as_bytes())?;
+            assert_eq!(text(&r), "HD\r\n", "ms {k}");
+            let r = udp.request(format!("mg {k} v f k\r\n").as_bytes())?;
+            assert_eq!(
+                text(&r),
+                format!("VA {} f7 k{k}\r\nv-{k}\r\n", k.len() + 2),
+                "mg {k}"
+            );
+        }
+        let mut direct: Vec<McClient> = (0..2)
+            .map(|i| McClient::connect(SocketAddr::new(IpAddr::V4(server_ip(i)), MC_PORT)))
+            .collect::<anyhow::Result<_>>()?;
+        for (k, &o) in k2.iter().zip(&owners) {
+            assert_eq!(
+                direct[o].get(k)?,
+                Some(format!("v-{k}").into_bytes()),
+                "{k} on {o}"
+            );
+            assert_eq!(direct[1 - o].get(k)?, None, "{k} also on {}", 1 - o);
+        }
+        Ok(())
+    })
+    .unwrap();
+    let st = fresh(&sw.status_handle());
+    assert_eq!(st.xdp["meta"], 200, "{:?}", st.xdp);
+
+    let client = lab.client.clone();
+    let swr: &UdpSwitch = &sw;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            weir_lab::netns::enter(&client).unwrap();
+            let mut udp = UdpMc::new(vip()).unwrap();
+            let mut tcp =
+                McClient::connect(SocketAddr::new(IpAddr::V4(SWITCH_IP), PROXY_PORT)).unwrap();
+            let mg = |udp: &mut UdpMc, ask: &str| text(&udp.request(ask.as_bytes()).unwrap());
+            // mg alone makes a key hot; XDP then answers it
+            let warm = |udp: &mut UdpMc, want: &str| {
+                let t0 = Instant::now();
+                while !swr.cache().is_served(b"mhot").unwrap() {
+                    assert!(t0.elapsed() < Duration::from_secs(5), "mhot never cached");
+                    assert_eq!(mg(udp, "mg mhot v f\r\n"), want, "mhot while warming");
+                }
+            };
+            assert_eq!(mg(&mut udp, "ms mhot 2 F3\r\nm0\r\n"), "HD\r\n");
+            warm(&mut udp, "VA 2 f3\r\nm0\r\n");
+            let before = fresh(&swr.status_handle()).xdp["meta_cache_tx"];
+            for _ in 0..50 {
+                assert_eq!(mg(&mut udp, "mg mhot v f\r\n"), "VA 2 f3\r\nm0\r\n");
+                assert_eq!(mg(&mut udp, "mg mhot s k v\r\n"), "VA 2 s2 kmhot\r\nm0\r\n");
+            }
+            let st = fresh(&swr.status_handle());
+            assert!(
+                st.xdp["meta_cache_tx"] >= before + 100,
+                "mg hits {before} -> {}: {:?}",
+                st.xdp["meta_cache_tx"],
+                st.xdp
+            );
+            // a flag only the server answers: the server's reply (t: no TTL)
+            assert_eq!(mg(&mut udp, "mg mhot v t\r\n"), "VA 2 t-1\r\nm0\r\n");
+
+            // meta writes over UDP, classic ones over TCP, each read at once
+            // with mg: never the old value
+            let mut stale = Vec::new();
+            for i in 1..=40 {
+                let v = format!("m{i}");
+                match i % 4 {
+                    0 => assert_eq!(
+                        mg(&mut udp, &format!("ms mhot {} F3\r\n{v}\r\n", v.len())),
+                        "HD\r\n"
+                    ),
+                    1 => assert_eq!(
+                        mg(
+                            &mut udp,
+                            &format!("ms mhot {} T0 F3 MS\r\n{v}\r\n", v.len())
+                        ),
+                        "HD\r\n"
+                    ),
+                    2 => {
+                        assert_eq!(mg(&mut udp, "md mhot\r\n"), "HD\r\n");
+                        assert_eq!(mg(&mut udp, "mg mhot v f\r\n"), "EN\r\n", "after md");
+                        assert_eq!(
+                            mg(&mut udp, &format!("ms mhot {} F3\r\n{v}\r\n", v.len())),
+                            "HD\r\n"
+                        );
+                    }
+                    _ => {
+                        let mut body = format!("set mhot 3 0 {}\r\n", v.len()).into_bytes();
+                        body.extend_from_slice(v.as_bytes());
+                        body.extend_from_slice(b"\r\n");
+                        assert_eq!(
+                            tcp.cmd(std::str::from_utf8(&body).unwrap()).unwrap(),
+                            "STORED\r\n"
+                        );
+                    }
+                }
+                let got = mg(&mut udp, "mg mhot v f\r\n");
+                if got != format!("VA {} f3\r\n{v}\r\n", v.len()) {
+                    stale.push((i, got));
+                }
+                if i % 8 == 0 {
+                    warm(&mut udp, &format!("VA {} f3\r\n{v}\r\n", v.len()));
+                }
+            }
+            assert!(stale.is_empty(), "stale mg after writes: {stale:?}");
+            // ma on a cached counter
+            assert_eq!(mg(&mut udp, "ms mhot 1 F3\r\n5\r\n"), "HD\r\n");
+            warm(&mut udp, "VA 1 f3\r\n5\r\n");
+            assert_eq!(mg(&mut udp, "ma mhot v\r\n"), "VA 1\r\n6\r\n");
+            assert_eq!(mg(&mut udp, "mg mhot v f\r\n"), "VA 1 f3\r\n6\r\n");
+            let st = fresh(&swr.status_handle());
+            assert!(st.xdp["invalidate"] >= 30, "{:?}", st.xdp);
+        });
+    });
+    proxy.stop();
+    sw.stop();
 }
 
 #[test]

@@ -434,8 +434,8 @@ fn parsing_and_routing_table() {
             Want::Pass(WEIR_KV_STAT_PASS_UNKNOWN_CMD),
         ),
         case(
-            "meta get",
-            req(b"mg foo v\r\n"),
+            "meta no-op (no key to route)",
+            req(b"mn\r\n"),
             Want::Pass(WEIR_KV_STAT_PASS_UNKNOWN_CMD),
         ),
         case(
@@ -727,6 +727,10 @@ fn truncated_at_every_length_with(hash: HashKind) {
         b"delete foo\r\n".to_vec(),
         bin_req(0x00, b"foo", &[], &[], 1),
         bin_req(0x01, b"foo", &[0; 8], b"abc", 1),
+        b"mg foo v f s k Oab c\r\n".to_vec(),
+        b"mg hot s v\r\n".to_vec(),
+        b"ms foo 3 T0\r\nabc\r\n".to_vec(),
+        b"md hot q\r\n".to_vec(),
     ];
     let mut n = 0;
     for r in &requests {
@@ -1307,6 +1311,216 @@ fn invalidation_on_every_mutating_command() {
     );
 }
 
+/// memcached's meta commands over UDP: routed by key like the classic ones;
+/// `ms`, `md`, `ma` and an `mg` with T or N invalidate the key first; a
+/// base64 key goes to the kernel; an `mg` of a cached key whose flags the
+/// cache can answer is answered as memcached 1.6 answers it over UDP (the
+/// returned flags in the request's order), every other `mg` goes to the
+/// key's server.
+#[test]
+fn meta_commands_route_invalidate_and_answer_mg_hits() {
+    let kv = standard();
+    let fwd = |k: &[u8]| Want::Fwd(kv.dist.server_for_key(k));
+    put(&kv, b"mkey", 3, b"hello", Some(77));
+    put(&kv, b"even", 0, b"four", Some(12345678901234));
+    put(&kv, b"nocas", 9, b"v", None);
+    let answer = |fam: Fam, line: &str, value: Option<&[u8]>| {
+        let mut b = line.as_bytes().to_vec();
+        if let Some(v) = value {
+            b.extend_from_slice(v);
+            b.extend_from_slice(b"\r\n");
+        }
+        Want::Reply(reply_frame(fam, 0x1234, &b))
+    };
+    let hello = Some(&b"hello"[..]);
+    let mut cases = Vec::new();
+    for fam in [Fam::V4, Fam::V6] {
+        let q = |body: &[u8]| client_req(fam, &memcached_udp(0x1234, 0, 1, body));
+        // lines of odd and even length, values of odd and even length
+        for (ask, line, value) in [
+            ("mg mkey v", "VA 5\r\n", hello),
+            ("mg mkey v f", "VA 5 f3\r\n", hello),
+            (
+                "mg mkey v f s k Oabc c q",
+                "VA 5 f3 s5 kmkey Oabc c77\r\n",
+                hello,
+            ),
+            ("mg mkey s v f", "VA 5 s5 f3\r\n", hello),
+            (
+                "mg mkey q v O12345678901234567890123456789012",
+                "VA 5 O12345678901234567890123456789012\r\n",
+                hello,
+            ),
+            ("mg mkey", "HD\r\n", None),
+            ("mg mkey f k", "HD f3 kmkey\r\n", None),
+            (
+                "mg even v c",
+                "VA 4 c12345678901234\r\n",
+                Some(&b"four"[..]),
+            ),
+            ("mg even k v", "VA 4 keven\r\n", Some(&b"four"[..])),
+            ("mg nocas v f", "VA 1 f9\r\n", Some(&b"v"[..])),
+        ] {
+            cases.push(
+                case(
+                    format!("{ask}, {}", if fam == Fam::V4 { "v4" } else { "v6" }),
+                    q(format!("{ask}\r\n").as_bytes()),
+                    answer(fam, line, value),
+                )
+                .ev(&[
+                    (WEIR_KV_STAT_META, 1),
+                    (WEIR_KV_STAT_META_CACHE_TX, 1),
+                    (WEIR_KV_STAT_INVALIDATE, 0),
+                ]),
+            );
+        }
+    }
+    // flags only the server can answer, or malformed ones: the server answers
+    for ask in [
+        "mg mkey v t",
+        "mg mkey v h",
+        "mg mkey v l",
+        "mg mkey v R30",
+        "mg mkey v E5",
+        "mg mkey v f f",
+        "mg mkey v O123456789012345678901234567890123",
+        "mg mkey v O",
+        "mg mkey vv",
+        "mg mkey v k1",
+    ] {
+        cases.push(
+            case(ask, req(format!("{ask}\r\n").as_bytes()), fwd(b"mkey")).ev(&[
+                (WEIR_KV_STAT_META, 1),
+                (WEIR_KV_STAT_CACHE_MISS, 0),
+                (WEIR_KV_STAT_INVALIDATE, 0),
+            ]),
+        );
+    }
+    cases.push(
+        case(
+            "mg c without a cas",
+            req(b"mg nocas v c\r\n"),
+            fwd(b"nocas"),
+        )
+        .ev(&[(WEIR_KV_STAT_CACHE_BYPASS, 1)]),
+    );
+    cases.push(
+        case(
+            "mg of a key not cached",
+            req(b"mg cold v\r\n"),
+            fwd(b"cold"),
+        )
+        .ev(&[(WEIR_KV_STAT_CACHE_MISS, 1), (WEIR_KV_STAT_META, 1)]),
+    );
+    cases.push(
+        case("me reads", req(b"me mkey\r\n"), fwd(b"mkey"))
+            .ev(&[(WEIR_KV_STAT_INVALIDATE, 0), (WEIR_KV_STAT_META, 1)]),
+    );
+    for (ask, want) in [
+        ("mg bWtleQ== b v\r\n", WEIR_KV_STAT_PASS_META_BASE64),
+        ("ms bWtleQ== 1 b\r\nx\r\n", WEIR_KV_STAT_PASS_META_BASE64),
+        ("md bWtleQ== b q\r\n", WEIR_KV_STAT_PASS_META_BASE64),
+        ("mn\r\n", WEIR_KV_STAT_PASS_UNKNOWN_CMD),
+        ("mg\r\n", WEIR_KV_STAT_PASS_UNKNOWN_CMD),
+        ("ms mkey\r\n", WEIR_KV_STAT_PASS_UNKNOWN_CMD),
+        ("ms mkey x\r\nabc\r\n", WEIR_KV_STAT_PASS_UNKNOWN_CMD),
+        ("ms mkey 5\r\nabc\r\n", WEIR_KV_STAT_PASS_TRUNCATED),
+        ("ms mkey 1\r\nabc\r\n", WEIR_KV_STAT_PASS_MULTI_CMD),
+        ("mg mkey v\r\nmg mkey v\r\n", WEIR_KV_STAT_PASS_MULTI_CMD),
+        ("mg mkey v", WEIR_KV_STAT_PASS_TRUNCATED),
+    ] {
+        cases.push(case(
+            ask.escape_debug().to_string(),
+            req(ask.as_bytes()),
+            Want::Pass(want),
+        ));
+    }
+    let long = format!("mg {} v\r\n", "k".repeat(251));
+    cases.push(case(
+        "mg, key of 251 bytes",
+        req(long.as_bytes()),
+        Want::Pass(WEIR_KV_STAT_PASS_BAD_KEY),
+    ));
+    for c in &cases {
+        check(&kv, c);
+    }
+
+    // every meta write (and mg with T or N) invalidates before forwarding
+    let c = kv.kv.cache();
+    let hit = answer(Fam::V4, "VA 5 f3\r\n", hello);
+    for write in [
+        "ms mkey 3 T0\r\nnew\r\n",
+        "ms mkey 3 q MA\r\nnew\r\n",
+        "md mkey q\r\n",
+        "md mkey I T30\r\n",
+        "ma mkey\r\n",
+        "ma mkey MD D2 N0\r\n",
+        "mg mkey v T30\r\n",
+        "mg mkey N30 v\r\n",
+    ] {
+        let name = write.escape_debug().to_string();
+        put(&kv, b"mkey", 3, b"hello", Some(77));
+        check(
+            &kv,
+            &case(
+                format!("{name}: hit before"),
+                req(b"mg mkey v f\r\n"),
+                hit.clone(),
+            ),
+        );
+        let racing = c.ticket(b"mkey").unwrap().unwrap();
+        check(
+            &kv,
+            &case(
+                format!("{name}: the write"),
+                req(write.as_bytes()),
+                fwd(b"mkey"),
+            )
+            .ev(&[
+                (WEIR_KV_STAT_META, 1),
+                (WEIR_KV_STAT_INVALIDATE, 1),
+                (WEIR_KV_STAT_INVALIDATE_HIT, 1),
+            ]),
+        );
+        check(
+            &kv,
+            &case(
+                format!("{name}: mg after"),
+                req(b"mg mkey v f\r\n"),
+                fwd(b"mkey"),
+            )
+            .ev(&[(WEIR_KV_STAT_META_CACHE_TX, 0)]),
+        );
+        check(
+            &kv,
+            &case(
+                format!("{name}: get after"),
+                req(b"get mkey\r\n"),
+                fwd(b"mkey"),
+            )
+            .ev(&[(WEIR_KV_STAT_CACHE_TX, 0)]),
+        );
+        assert!(
+            !c.put(&racing, 3, b"hello", Some(77)).unwrap(),
+            "{name}: a ticket from before the write must not install"
+        );
+    }
+    // a classic write voids what mg would answer too
+    put(&kv, b"mkey", 3, b"hello", Some(77));
+    check(
+        &kv,
+        &case("classic delete", req(b"delete mkey\r\n"), fwd(b"mkey")),
+    );
+    check(
+        &kv,
+        &case(
+            "mg after a classic delete",
+            req(b"mg mkey v\r\n"),
+            fwd(b"mkey"),
+        ),
+    );
+}
+
 #[test]
 fn multi_datagram_requests_stay_on_one_server() {
     let kv = standard();
@@ -1537,6 +1751,10 @@ fn fuzz_with(hash: HashKind) {
         bin_req(0x00, b"foo", &[], &[], 1),
         bin_req(0x0c, b"hot", &[], &[], 1),
         bin_req(0x01, b"foo", &[0; 8], b"abc", 1),
+        b"mg foo v f s k Oab c\r\n".to_vec(),
+        b"mg hot s v\r\n".to_vec(),
+        b"ms foo 3 T0\r\nabc\r\n".to_vec(),
+        b"md hot q\r\n".to_vec(),
     ];
     let mut rng = rand::rngs::StdRng::seed_from_u64(42);
     let before = stats(&kv);

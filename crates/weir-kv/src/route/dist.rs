@@ -277,7 +277,24 @@ impl Distribution {
     /// continuum over the live servers, see [`Distribution::build_live`]).
     /// With no live server at all the owners stay as they are.
     pub fn failover(&self, live: &[bool]) -> Distribution {
+        self.failover_to(live, None)
+    }
+
+    /// [`Distribution::failover`] with a failover server: every point of a
+    /// server whose `live` flag is clear goes to server `spare` (an index
+    /// past the ring's servers, which has no point of its own) instead of
+    /// the next live point. Without a spare (or with it down) it is
+    /// `failover`. The ring's other points keep their owners either way.
+    pub fn failover_to(&self, live: &[bool], spare: Option<usize>) -> Distribution {
         let mut d = self.clone();
+        if let Some(spare) = spare {
+            for p in &mut d.continuum {
+                if !live.get(p.1 as usize).copied().unwrap_or(false) {
+                    p.1 = spare as u32;
+                }
+            }
+            return d;
+        }
         let n = self.continuum.len();
         if !live.iter().any(|&l| l) {
             return d;
@@ -357,7 +374,9 @@ impl Distribution {
     /// The index (into the servers given to `build`) of the server owning `key`.
     pub fn server_for_key(&self, key: &[u8]) -> usize {
         if self.nservers == 1 {
-            return 0;
+            // nutcracker does not hash for one server; its every point has
+            // one owner (itself, or the failover server standing in).
+            return self.continuum[0].1 as usize;
         }
         match self.dist {
             DistKind::Random => {
@@ -539,6 +558,41 @@ mod tests {
             let none = all.failover(&[false; 4]);
             assert_eq!(none.continuum(), all.continuum());
         }
+    }
+
+    #[test]
+    fn failover_to_a_spare_moves_only_the_failed_servers_keys_onto_it() {
+        for kind in [DistKind::Ketama, DistKind::Modula] {
+            let s = pool(3);
+            let all = Distribution::build(kind, HashKind::Md5, &s).unwrap();
+            // server 3 is the spare: no point of its own
+            let f = all.failover_to(&[true, false, true, true], Some(3));
+            let mut moved = 0;
+            for i in 0..2000 {
+                let k = format!("key:{i}");
+                let (a, b) = (
+                    all.server_for_key(k.as_bytes()),
+                    f.server_for_key(k.as_bytes()),
+                );
+                if a == 1 {
+                    moved += 1;
+                    assert_eq!(b, 3, "{kind}: {k} of the failed server not on the spare");
+                } else {
+                    assert_eq!(a, b, "{kind}: {k} moved although its server lives");
+                }
+            }
+            assert!(
+                moved > 0,
+                "{kind}: no key of the failed server in the sample"
+            );
+            // every ring server down: the spare serves all
+            let alone = all.failover_to(&[false, false, false, true], Some(3));
+            assert!(alone.continuum().iter().all(|p| p.1 == 3), "{kind}");
+        }
+        // a one-server ring: nutcracker does not hash, the spare takes it all
+        let one = Distribution::build(DistKind::Ketama, HashKind::Md5, &pool(1)).unwrap();
+        let f = one.failover_to(&[false, true], Some(1));
+        assert_eq!((one.server_for_key(b"k"), f.server_for_key(b"k")), (0, 1));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 // weir dashboard: the view of a memcached switch (weir kv's
 // /api/v1/status): for each pool it runs, the pool, its hit ratios over time
 // (gets through the TCP proxy; the XDP cache's GETs with the UDP path),
-// requests per server over time and in a table with each server's state,
+// requests per server over time and in a table with each server's role
+// (ring or failover server), state and the ejected servers it serves for,
 // the hot keys, errors and the XDP counters.
 
 import { h, count, num, pct, rate, table, cell, stat, rates, clock } from "./dom.js";
@@ -124,7 +125,7 @@ function servers(hist) {
   const now = hist[hist.length - 1].t;
   return table(
     "servers",
-    ["server", "address", "state", "last error", "requests (TCP)", "requests (UDP, XDP)", "share", "per second"],
+    ["server", "address", "role", "state", "serving for", "last error", "requests (TCP)", "requests (UDP, XDP)", "share", "per second"],
     d.servers.map((srv, i) => {
       const r = rates(hist, (x) =>
         (x.stats?.server_requests?.[i] ?? 0) + (x.udp?.server_requests?.[i] ?? 0)).pop()?.[1];
@@ -135,7 +136,9 @@ function servers(hist) {
         { "data-server": srv.name, "data-state": srv.state },
         h("td", { class: "id" }, srv.name),
         h("td", { class: "address" }, srv.address),
+        cell("role", srv.role ?? "ring", srv.role === "failover" ? "failover server" : "ring"),
         cell("state", srv.state, `${srv.state}${since}`),
+        cell("serving_for", (srv.serving_for ?? []).join(","), srv.serving_for?.length ? srv.serving_for.join(", ") : "–"),
         cell("last_error", srv.last_error ?? "", error),
         cell("requests", tcp[i] ?? 0, count(tcp[i] ?? 0)),
         cell("udp_requests", udp?.[i] ?? "", udp ? count(udp[i] ?? 0) : "–"),
