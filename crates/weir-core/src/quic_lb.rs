@@ -3,6 +3,8 @@
 //! the first octet's top three bits are the config rotation codepoint, the
 //! next `server_id_len` octets the server ID, the rest a nonce. The XDP
 //! tier decodes the same layout (bpf/lib/quic.h); backends encode it.
+//! [`classify`] is the sans-IO statement of which datagrams the XDP tier
+//! routes by that ID; its tests hold the program to it packet by packet.
 
 use weir_abi::{WEIR_QUIC_CID_MAX, WEIR_QUIC_CONFIG_ID_MAX, WEIR_QUIC_SID_MAX};
 
@@ -49,6 +51,64 @@ impl CidLayout {
             return None;
         }
         Some(&dcid[1..end])
+    }
+}
+
+/// QUIC version 1 (RFC 9000).
+pub const QUIC_V1: u32 = 0x0000_0001;
+/// QUIC version 2 (RFC 9369), whose long-header packet types are permuted.
+pub const QUIC_V2: u32 = 0x6b33_43cf;
+
+/// What a QUIC VIP's datagram says about the server that owns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Classified<'a> {
+    /// The destination connection ID carries this server ID in the VIP's
+    /// layout. `server_chosen` is true when a server issued the ID (a short
+    /// header, or a Handshake or Retry of QUIC v1 or v2), so an ID that no
+    /// DIP owns names a server that is gone; a client's Initial or 0-RTT,
+    /// or a long header of another version, may carry one it made up.
+    ServerId { id: &'a [u8], server_chosen: bool },
+    /// No routable ID: empty, truncated or malformed headers, version
+    /// negotiation, a DCID too short for the layout or of another config
+    /// rotation. Such a datagram goes by the 5-tuple connection table.
+    Unroutable,
+}
+
+/// Classifies a UDP payload sent to a QUIC VIP with `layout`, by the
+/// version-independent invariants (RFC 8999) and the long-header types of
+/// QUIC v1 and v2.
+pub fn classify<'a>(layout: &CidLayout, payload: &'a [u8]) -> Classified<'a> {
+    let Some(&first) = payload.first() else {
+        return Classified::Unroutable;
+    };
+    let (dcid, server_chosen) = if first & 0x80 == 0 {
+        // A short header's DCID runs to where only the connection knows.
+        (&payload[1..], true)
+    } else {
+        let Some(head) = payload.get(..6) else {
+            return Classified::Unroutable;
+        };
+        let version = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+        let len = usize::from(head[5]);
+        if version == 0 || len > CID_MAX {
+            return Classified::Unroutable;
+        }
+        let Some(dcid) = payload.get(6..6 + len) else {
+            return Classified::Unroutable;
+        };
+        let kind = (first >> 4) & 3;
+        let from_client = match version {
+            QUIC_V1 => kind <= 1,
+            QUIC_V2 => kind == 1 || kind == 2,
+            // An unknown version's types mean nothing here: its ID may be
+            // the client's own, so an unowned one is not a gone server's.
+            _ => true,
+        };
+        (dcid, !from_client)
+    };
+    match layout.server_id(dcid) {
+        Some(id) => Classified::ServerId { id, server_chosen },
+        None => Classified::Unroutable,
     }
 }
 
@@ -106,5 +166,86 @@ mod tests {
         assert!(parse_server_id("0g", 1).unwrap_err().contains("not hex"));
         assert!(parse_server_id("aéb", 2).unwrap_err().contains("not hex"));
         assert_eq!(format_server_id(&[0x0a, 0x1b]), "0a1b");
+    }
+
+    const LAYOUT: CidLayout = CidLayout {
+        config_id: 1,
+        server_id_len: 2,
+    };
+
+    fn long(first: u8, version: u32, dcid: &[u8]) -> Vec<u8> {
+        let mut p = vec![first];
+        p.extend_from_slice(&version.to_be_bytes());
+        p.push(dcid.len() as u8);
+        p.extend_from_slice(dcid);
+        p.extend_from_slice(&[0; 8]);
+        p
+    }
+
+    #[test]
+    fn short_headers_and_server_issued_long_headers_carry_server_chosen_ids() {
+        let cid = LAYOUT.encode(&[0xab, 0xcd], &[9; 5]);
+        let id = &[0xab, 0xcd][..];
+        let mut short = vec![0x40];
+        short.extend_from_slice(&cid);
+        assert_eq!(
+            classify(&LAYOUT, &short),
+            Classified::ServerId {
+                id,
+                server_chosen: true
+            }
+        );
+        // v1: Initial 0, 0-RTT 1, Handshake 2, Retry 3; v2 permutes them
+        // (Retry 0, Initial 1, 0-RTT 2, Handshake 3).
+        for (version, kind, from_client) in [
+            (QUIC_V1, 0, true),
+            (QUIC_V1, 1, true),
+            (QUIC_V1, 2, false),
+            (QUIC_V2, 1, true),
+            (QUIC_V2, 2, true),
+            (QUIC_V2, 3, false),
+            (0x1a2a_3a4a, 2, true),
+        ] {
+            let p = long(0xc0 | kind << 4, version, &cid);
+            assert_eq!(
+                classify(&LAYOUT, &p),
+                Classified::ServerId {
+                    id,
+                    server_chosen: !from_client
+                },
+                "version {version:#x} type {kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_carries_no_routable_id_is_left_to_the_connection_table() {
+        let cid = LAYOUT.encode(&[0xab, 0xcd], &[9; 5]);
+        let other_rotation = CidLayout {
+            config_id: 2,
+            ..LAYOUT
+        }
+        .encode(&[0xab, 0xcd], &[9; 5]);
+        let full = long(0xc0, QUIC_V1, &cid);
+        for (what, p) in [
+            ("empty", vec![]),
+            (
+                "a long header cut before its DCID length",
+                full[..5].to_vec(),
+            ),
+            ("a long header cut inside its DCID", full[..8].to_vec()),
+            ("version negotiation", long(0xc0, 0, &cid)),
+            ("a 21-octet DCID", long(0xc0, QUIC_V1, &[0x20; 21])),
+            (
+                "another config rotation",
+                long(0xe0, QUIC_V1, &other_rotation),
+            ),
+            (
+                "a short header too short for the ID",
+                vec![0x40, 0x20, 0xab],
+            ),
+        ] {
+            assert_eq!(classify(&LAYOUT, &p), Classified::Unroutable, "{what}");
+        }
     }
 }

@@ -20,7 +20,7 @@ use weir_abi::*;
 use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::Proto;
 use weir_core::flow_hash::{flow_hash, DEFAULT_SEED};
-use weir_core::quic_lb::CidLayout;
+use weir_core::quic_lb::{classify, CidLayout, Classified};
 use weir_dataplane::maps::QuicCounters;
 use weir_dataplane::testrun::XdpAction::Tx;
 use weir_testkit::quic::{
@@ -575,39 +575,18 @@ enum Reference {
     Fallback,
 }
 
-/// What RFC 8999 (invariants), RFC 9000/9369 and QUIC-LB say about
-/// `payload`: the DCID, whether a server chose it, and the DIP whose ID
-/// (as `sid` gives them) it carries.
+/// What weir-core's sans-IO classifier (`quic_lb::classify`) says of
+/// `payload`, with the DIP whose ID (as `sid` gives them) it carries.
 fn reference_route(layout: &CidLayout, payload: &[u8]) -> Reference {
-    let sid_len = usize::from(layout.server_id_len);
-    let (dcid, server_chosen) = match payload.first() {
-        None => return Reference::Fallback,
-        Some(b) if b & 0x80 != 0 => {
-            if payload.len() < 6 {
-                return Reference::Fallback;
+    match classify(layout, payload) {
+        Classified::Unroutable => Reference::Fallback,
+        Classified::ServerId { id, server_chosen } => {
+            match (1..=3).find(|d| sid(*d, layout.server_id_len) == id) {
+                Some(d) => Reference::Routed(d),
+                None if server_chosen => Reference::ServerChosen,
+                None => Reference::Fallback,
             }
-            let version = u32::from_be_bytes(payload[1..5].try_into().unwrap());
-            let len = usize::from(payload[5]);
-            if version == 0 || len > 20 || payload.len() < 6 + len {
-                return Reference::Fallback;
-            }
-            let kind = (b >> 4) & 3;
-            let client = match version {
-                QUIC_V1 => kind <= 1,
-                QUIC_V2 => kind == 1 || kind == 2,
-                _ => true,
-            };
-            (&payload[6..6 + len], !client)
         }
-        Some(_) => (&payload[1..], true),
-    };
-    let Some(id) = layout.server_id(dcid) else {
-        return Reference::Fallback;
-    };
-    match (1..=3).find(|d| sid(*d, layout.server_id_len) == id) {
-        Some(d) => Reference::Routed(d),
-        None if server_chosen && id.len() == sid_len => Reference::ServerChosen,
-        None => Reference::Fallback,
     }
 }
 

@@ -4,8 +4,7 @@
 //! packet number, an opaque payload). Nothing is encrypted: the load
 //! balancer never reads past the destination connection ID.
 
-pub const QUIC_V1: u32 = 0x0000_0001;
-pub const QUIC_V2: u32 = 0x6b33_43cf;
+pub use weir_core::quic_lb::{QUIC_V1, QUIC_V2};
 
 /// Long-header packet types (RFC 9000 17.2; RFC 9369 encodes them as
 /// (v1 type + 1) % 4).
