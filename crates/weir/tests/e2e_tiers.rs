@@ -95,14 +95,25 @@ fn check_traffic(lab: &Lab, d: &mut Daemon, dataplane: &str) {
 /// over, the successor's worker starts with an empty table, and every
 /// keep-alive connection stays on its backend (the tables are the same, so
 /// a connection the new worker has not seen is dispatched where it was).
+/// Requests of each keep-alive connection that lives through a takeover, one
+/// every 50 ms: the takeover comes 0.5 s in, and the successor must see
+/// enough of them (at least 100 nat replies) whatever the load start-up takes.
+const LIVE_REQUESTS: usize = 60;
+
 fn restart_keeps_connections(lab: &Lab, d: &mut Daemon) {
     let (nat, dsr): (SocketAddr, SocketAddr) = (NAT_VIP.parse().unwrap(), DSR_VIP.parse().unwrap());
-    let mut live = spawn_http(&lab.client, nat, 10, 40, Duration::from_millis(50));
+    let mut live = spawn_http(
+        &lab.client,
+        nat,
+        10,
+        LIVE_REQUESTS,
+        Duration::from_millis(50),
+    );
     live.extend(spawn_http(
         &lab.client,
         dsr,
         10,
-        40,
+        LIVE_REQUESTS,
         Duration::from_millis(50),
     ));
     std::thread::sleep(Duration::from_millis(500));
@@ -110,7 +121,7 @@ fn restart_keeps_connections(lab: &Lab, d: &mut Daemon) {
     for h in live {
         let r = h.join().unwrap();
         assert!(
-            !r.violated() && r.served_by.len() == 40,
+            !r.violated() && r.served_by.len() == LIVE_REQUESTS,
             "a connection moved or broke across the takeover: {r:?}"
         );
     }
@@ -135,7 +146,11 @@ fn software_tier_serves_nat_dsr_and_udp() {
     assert!(counter(&status, "drop_no_worker") < 500, "{status}");
     // The successor's worker took over the 20 keep-alive connections.
     assert!(worker_counter(&d, weir_abi::WEIR_STAT_CONN_NEW) >= 20);
-    assert!(worker_counter(&d, weir_abi::WEIR_STAT_REV_NAT) > 100);
+    let rev_nat = worker_counter(&d, weir_abi::WEIR_STAT_REV_NAT);
+    assert!(
+        rev_nat > 100,
+        "the successor's workers rewrote {rev_nat} replies"
+    );
     // Every frame the worker took ended in one of its outcome counters.
     let rx = worker_counter(&d, weir_abi::WEIR_STAT_RX);
     let outcomes: u64 = (weir_abi::WEIR_STAT_PASS_NOT_IP..=weir_abi::WEIR_STAT_DROP_REPLY_NO_STATE)
