@@ -2,10 +2,12 @@
 //! loopback or inside a namespace the caller entered. Every process is
 //! killed and reaped on drop, also when a test panics.
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -41,12 +43,23 @@ impl Drop for Proc {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (racy by nature; good enough for tests).
+/// A free TCP port on 127.0.0.1, never one this process was given before:
+/// the kernel may hand a closed port out again, and two callers that both
+/// bind later would then collide. (Another process can still take it
+/// between this call and the bind; good enough for tests.)
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..64 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or(0);
+        if port != 0 && given.insert(port) {
+            return port;
+        }
+    }
+    0
 }
 
 /// Wait until `addr` accepts TCP connections.
