@@ -122,6 +122,14 @@ static __always_inline __u32 kv_meta_dec(struct kv_scratch *s, __u32 off, __u64 
 	return off + n;
 }
 
+/* Appends " <flag><v>", a returned flag with a number. */
+static __always_inline __u32 kv_meta_number(struct kv_scratch *s, __u32 off, __u8 flag, __u64 v)
+{
+	off = kv_meta_put(s, off, ' ');
+	off = kv_meta_put(s, off, flag);
+	return kv_meta_dec(s, off, v);
+}
+
 /* Step 0 of an mg hit's reply line: "VA <size>" or "HD"; step i > 0: what
  * flag token i + 1 returns. */
 static long kv_meta_step(__u64 i, void *arg)
@@ -156,23 +164,17 @@ static long kv_meta_step(__u64 i, void *arg)
 	case 'q':
 		return 0;
 	case 'f':
-		off = kv_meta_put(s, off, ' ');
-		off = kv_meta_put(s, off, 'f');
-		off = kv_meta_dec(s, off, s->meta_flags);
+		off = kv_meta_number(s, off, 'f', s->meta_flags);
 		break;
 	case 's':
-		off = kv_meta_put(s, off, ' ');
-		off = kv_meta_put(s, off, 's');
-		off = kv_meta_dec(s, off, s->meta_vlen);
+		off = kv_meta_number(s, off, 's', s->meta_vlen);
 		break;
 	case 'c':
 		if (!s->meta_has_cas) {
 			s->meta_err = 1;
 			return 1;
 		}
-		off = kv_meta_put(s, off, ' ');
-		off = kv_meta_put(s, off, 'c');
-		off = kv_meta_dec(s, off, s->meta_cas);
+		off = kv_meta_number(s, off, 'c', s->meta_cas);
 		break;
 	case 'k':
 		off = kv_meta_put(s, off, ' ');

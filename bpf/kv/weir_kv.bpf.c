@@ -120,53 +120,31 @@ static __always_inline int kv_route_verdict(struct xdp_md *ctx, struct packet *p
 	return kv_forward(ctx, pkt, server);
 }
 
-/* A single-key read: cache first, then route. */
+/* A single-key read: cache first, then route. An mg (kind KV_REPLY_META)
+ * that changes nothing is answered from the cache only when it can answer
+ * every flag (KV_META_SERVABLE in `meta`) and the reply line renders; its
+ * other flags are KV_META_VALUE. */
 static __always_inline int kv_single_get(struct xdp_md *ctx, struct packet *pkt,
-					 struct kv_scratch *s, int kind, __u8 op, __u32 opaque)
+					 struct kv_scratch *s, int kind, __u8 op, __u32 opaque,
+					 int meta)
 {
 	struct weir_kv_entry *e = NULL;
 	struct kv_hit hit = {};
 	__u32 hash = kv_fnv1a_64(&s->key), server = 0;
+	int is_meta = kind == KV_REPLY_META;
 	int rc;
 
 	kv_stat(WEIR_KV_STAT_GET);
 	kv_stat(WEIR_KV_STAT_GET_KEYS);
-	if (cfg_kv_cache && kv_cache_lookup(s, hash, kind, &hit, &e) && e) {
+	if (cfg_kv_cache && (!is_meta || (meta & KV_META_SERVABLE)) &&
+	    kv_cache_lookup(s, hash, kind, &hit, &e) && e) {
 		kv_sample(s, 0xffffffff, WEIR_KV_SAMPLE_HIT);
-		rc = kv_reply(ctx, pkt, s, e, &hit, kind, op, opaque);
-		if (rc == XDP_TX)
-			return XDP_TX;
-		if (rc >= 0) {
-			kv_stat(WEIR_KV_STAT_DROP_INTERNAL);
-			return XDP_DROP;
-		}
-		kv_stat(WEIR_KV_STAT_CACHE_BYPASS);
-	}
-	rc = kv_route(s, hash, &server);
-	kv_sample(s, rc == 0 ? server : 0xffffffff, 0);
-	return kv_route_verdict(ctx, pkt, rc, server, NULL, 1);
-}
-
-/* An mg that changes nothing: the cache answers it when it holds the key
- * and can answer every flag (KV_META_SERVABLE in `flags`), else its server
- * does. */
-static __always_inline int kv_meta_get(struct xdp_md *ctx, struct packet *pkt,
-				       struct kv_scratch *s, int flags)
-{
-	struct weir_kv_entry *e = NULL;
-	struct kv_hit hit = {};
-	__u32 hash = kv_fnv1a_64(&s->key), server = 0;
-	int rc;
-
-	kv_stat(WEIR_KV_STAT_GET);
-	kv_stat(WEIR_KV_STAT_GET_KEYS);
-	if (cfg_kv_cache && (flags & KV_META_SERVABLE) &&
-	    kv_cache_lookup(s, hash, KV_REPLY_META, &hit, &e) && e) {
-		kv_sample(s, 0xffffffff, WEIR_KV_SAMPLE_HIT);
-		if (kv_meta_render(s, &hit, e->has_cas, !!(flags & KV_META_VALUE)) == 0) {
-			rc = kv_reply(ctx, pkt, s, e, &hit, KV_REPLY_META, 0, 0);
+		if (!is_meta ||
+		    kv_meta_render(s, &hit, e->has_cas, !!(meta & KV_META_VALUE)) == 0) {
+			rc = kv_reply(ctx, pkt, s, e, &hit, kind, op, opaque);
 			if (rc == XDP_TX) {
-				kv_stat(WEIR_KV_STAT_META_CACHE_TX);
+				if (is_meta)
+					kv_stat(WEIR_KV_STAT_META_CACHE_TX);
 				return XDP_TX;
 			}
 			if (rc >= 0) {
@@ -233,7 +211,7 @@ static __always_inline int kv_binary(struct xdp_md *ctx, struct packet *pkt, str
 		if (total != 1)
 			return kv_pass(WEIR_KV_STAT_PASS_MULTI_CMD);
 		return kv_single_get(ctx, pkt, s, (op == 0x0c || op == 0x0d) ? KV_REPLY_BINK :
-						KV_REPLY_BIN, op, opaque);
+						KV_REPLY_BIN, op, opaque, 0);
 	}
 	return kv_write(ctx, pkt, s, rk, total);
 }
@@ -289,7 +267,7 @@ static __always_inline int kv_meta(struct xdp_md *ctx, struct packet *pkt, struc
 		return kv_pass(WEIR_KV_STAT_PASS_BAD_KEY);
 	kv_stat(WEIR_KV_STAT_META);
 	if (cmd == KV_CMD_META_GET && !(f & KV_META_CHANGES))
-		return kv_meta_get(ctx, pkt, s, f);
+		return kv_single_get(ctx, pkt, s, KV_REPLY_META, 0, 0, f);
 	if (cmd == KV_CMD_META_READ) {
 		hash = kv_fnv1a_64(&s->key);
 		rc = kv_route(s, hash, &server);
@@ -330,7 +308,7 @@ static __always_inline int kv_ascii(struct xdp_md *ctx, struct packet *pkt, stru
 		if (kv_key_load(ctx, s, body_off + s->tok_start[1], s->tok_len[1]) < 0)
 			return kv_pass(WEIR_KV_STAT_PASS_BAD_KEY);
 		return kv_single_get(ctx, pkt, s,
-				     cmd == KV_CMD_GET ? KV_REPLY_GET : KV_REPLY_GETS, 0, 0);
+				     cmd == KV_CMD_GET ? KV_REPLY_GET : KV_REPLY_GETS, 0, 0, 0);
 	case KV_CMD_STORE:
 	case KV_CMD_CAS:
 		/* <cmd> <key> <flags> <exptime> <bytes> [<cas>] [noreply] */

@@ -211,6 +211,25 @@ fn xdp_case(c: ForwardCase) -> Case {
     }
 }
 
+/// A TCP connection from `client`:`sport` to VIP `vip` at `vip_addr`:80:
+/// its SYN, the ACK that completes its handshake, and the DIP the VIP gives
+/// it (weir-core's prediction).
+fn handshake(
+    h: &Harness,
+    client: &str,
+    sport: u16,
+    vip_addr: &str,
+    vip: u32,
+) -> (Frame, Frame, Dip) {
+    let syn = tcp(client, sport, vip_addr, 80, TcpFlags::SYN);
+    let ack = Frame {
+        l4: L4::Tcp(TcpFlags::ACK),
+        ..syn.clone()
+    };
+    let dip = h.fx.predict(vip, &syn.tuple()).unwrap().clone();
+    (syn, ack, dip)
+}
+
 /// A nat or dsr forwarding case for a new flow `f` to VIP `vip`, with the
 /// DIP predicted by weir-core.
 fn new_flow(h: &Harness, name: &str, f: &Frame, vip: u32) -> Case {
@@ -796,12 +815,7 @@ fn a_retransmitted_syn_keeps_its_dip_when_the_table_has_none_left() {
 #[test]
 fn a_new_connection_is_dated_by_the_coarse_clock() {
     let h = Harness::new(&test_options());
-    let syn = tcp("192.0.2.95", 41095, "10.0.0.100", 80, TcpFlags::SYN);
-    let ack = Frame {
-        l4: L4::Tcp(TcpFlags::ACK),
-        ..syn.clone()
-    };
-    let d = h.fx.predict(0, &syn.tuple()).unwrap().clone();
+    let (syn, ack, d) = handshake(&h, "192.0.2.95", 41095, "10.0.0.100", 0);
     let u = udp("192.0.2.96", 40096, "10.0.0.100", 53);
     let t = syn.tuple();
     let before = weir_sys::monotonic_coarse_ns();
@@ -957,18 +971,8 @@ fn next_hop_needs_the_ingress_interface_and_a_dip_mac() {
 #[test]
 fn a_hit_or_reply_that_is_not_sent_counts_event_and_drop() {
     let h = Harness::new(&test_options());
-    let syn = tcp("192.0.2.63", 40063, "10.0.0.100", 80, TcpFlags::SYN);
-    let ack = Frame {
-        l4: L4::Tcp(TcpFlags::ACK),
-        ..syn.clone()
-    };
-    let d = h.fx.predict(0, &syn.tuple()).unwrap().clone();
-    let dsyn = tcp("192.0.2.64", 40064, "10.0.0.101", 80, TcpFlags::SYN);
-    let dack = Frame {
-        l4: L4::Tcp(TcpFlags::ACK),
-        ..dsyn.clone()
-    };
-    let dd = h.fx.predict(2, &dsyn.tuple()).unwrap().clone();
+    let (syn, ack, d) = handshake(&h, "192.0.2.63", 40063, "10.0.0.100", 0);
+    let (dsyn, dack, dd) = handshake(&h, "192.0.2.64", 40064, "10.0.0.101", 2);
     let no_iface = |h: &Harness| {
         let ifaces = &h.maps.ifaces.as_ref().unwrap().1;
         ifaces.delete(&TEST_IFINDEX.to_ne_bytes()).unwrap()
@@ -1665,13 +1669,8 @@ fn fx_dip(h: &Harness, id: u32) -> Dip {
 /// no connection does.
 fn an_evicted_reverse_entry_is_left_to_the_reply_with(opts: &LoadOptions) {
     let h = Harness::new(opts);
-    let syn = tcp("192.0.2.77", 41000, "10.0.0.100", 80, TcpFlags::SYN);
-    let ack = Frame {
-        l4: L4::Tcp(TcpFlags::ACK),
-        ..syn.clone()
-    };
+    let (syn, ack, dip) = handshake(&h, "192.0.2.77", 41000, "10.0.0.100", 0);
     let t = syn.tuple();
-    let dip = h.fx.predict(0, &t).unwrap().clone();
     let rkey = rev_key_of(&t, &dip);
     let evict = move |h: &Harness| assert!(h.maps.rev_nat.delete(&rkey).unwrap());
     let no_rev = move |h: &Harness| {

@@ -353,11 +353,7 @@ pub fn parse_server(v: &str) -> Result<(Server, SocketAddr), String> {
         .ok()
         .filter(|p| *p > 0)
         .ok_or_else(|| format!("invalid port `{p}` in `{v}`"))?;
-    let addr = (h, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve `{h}`: {e}"))?
-        .next()
-        .ok_or_else(|| format!("`{h}` resolves to no address"))?;
+    let addr = resolve(h, port)?;
     let server = Server {
         addr: h.to_string(),
         port,
@@ -392,18 +388,34 @@ pub fn parse_spare(v: &str) -> Result<(Server, SocketAddr), String> {
         .ok()
         .filter(|p| *p > 0)
         .ok_or_else(|| format!("invalid port `{p}` in `{v}`"))?;
-    let addr = (h, port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve `{h}`: {e}"))?
-        .next()
-        .ok_or_else(|| format!("`{h}` resolves to no address"))?;
+    spare_server(h, port, name)
+}
+
+/// The failover server at `host`:`port` named `name` (none when empty),
+/// resolved: what both the YAML and the TOML reader give [`add_spare`]. Its
+/// weight is 1 only for the server list's sake: it is not on the ring.
+fn spare_server(
+    host: &str,
+    port: u16,
+    name: Option<String>,
+) -> Result<(Server, SocketAddr), String> {
+    let addr = resolve(host, port)?;
     let server = Server {
-        addr: h.to_string(),
+        addr: host.to_string(),
         port,
         weight: 1,
         name: name.filter(|n| !n.is_empty()),
     };
     Ok((server, addr))
+}
+
+/// A server's address: `host` resolved, with `port`.
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, String> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve `{host}`: {e}"))?
+        .next()
+        .ok_or_else(|| format!("`{host}` resolves to no address"))
 }
 
 /// The largest value the XDP cache answers with (WEIR_KV_MAX_VALUE).
@@ -1052,23 +1064,8 @@ pub fn parse_toml(file: &str, src: &str) -> Result<KvConfig, ConfigError> {
             None => None,
             Some(m) => Some(parse_mac(m).map_err(|msg| e.at(l, "pool.failover_server.mac", msg))?),
         });
-        let addr = (s.address.as_str(), s.port)
-            .to_socket_addrs()
-            .map_err(|err| {
-                e.at(
-                    l,
-                    "pool.failover_server.address",
-                    format!("cannot resolve: {err}"),
-                )
-            })?
-            .next()
-            .ok_or_else(|| e.at(l, "pool.failover_server.address", "resolves to no address"))?;
-        let server = Server {
-            addr: s.address,
-            port: s.port,
-            weight: 1,
-            name: s.name.filter(|n| !n.is_empty()),
-        };
+        let (server, addr) = spare_server(&s.address, s.port, s.name)
+            .map_err(|msg| e.at(l, "pool.failover_server.address", msg))?;
         add_spare(&e, &mut cfg, l, "pool.failover_server", server, addr)?;
     }
     if let Some(u) = f.udp {

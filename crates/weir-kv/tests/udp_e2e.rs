@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use weir_dataplane::attach::attached_prog_id;
 use weir_dataplane::iface::Iface;
+use weir_kv::route::Distribution;
 use weir_kv::{Invalidation, Proxy, UdpSwitch, XdpInvalidator};
 use weir_lab::kv::lab::{in_ns, server_ip, KvLab, UdpMc, MC_PORT, PROXY_PORT, SWITCH_IP, VIP};
 use weir_lab::kv::testbed::McClient;
@@ -53,11 +54,11 @@ fn until_cached(udp: &mut UdpMc, sw: &UdpSwitch, key: &str, want: &[u8]) {
     }
 }
 
-#[test]
-fn udp_through_the_xdp_switch_with_cache() {
-    let lab = KvLab::new(2, 1).unwrap();
+/// In the switch's namespace of `lab`: the l2 XDP switch with its cache,
+/// and the TCP proxy beside it, whose writes invalidate that cache; with
+/// the distribution both route keys by.
+fn start_cached_switch(lab: &KvLab) -> (Distribution, UdpSwitch, Proxy) {
     let cfg = lab.config("l2", true).unwrap();
-    let dist = cfg.distribution();
     let c2 = cfg.clone();
     let sw = in_ns(&lab.switch, move || UdpSwitch::start(&c2)).unwrap();
     let (c3, cache) = (cfg.clone(), sw.cache());
@@ -69,6 +70,46 @@ fn udp_through_the_xdp_switch_with_cache() {
         )
     })
     .unwrap();
+    (cfg.distribution(), sw, proxy)
+}
+
+/// Asked directly (from the client's namespace), each of `keys` holds
+/// `v-{key}` on its owner in `owners` and is absent from the other server.
+fn assert_on_owners(keys: &[String], owners: &[usize]) -> anyhow::Result<()> {
+    let mut direct: Vec<McClient> = (0..2)
+        .map(|i| McClient::connect(SocketAddr::new(IpAddr::V4(server_ip(i)), MC_PORT)))
+        .collect::<anyhow::Result<_>>()?;
+    for (k, &o) in keys.iter().zip(owners) {
+        assert_eq!(
+            direct[o].get(k)?,
+            Some(format!("v-{k}").into_bytes()),
+            "{k} on {o}"
+        );
+        assert_eq!(direct[1 - o].get(k)?, None, "{k} also on {}", 1 - o);
+    }
+    Ok(())
+}
+
+/// Runs `f` in the client's namespace of `lab` with a UDP client of the VIP
+/// and a TCP client of the proxy. UdpSwitch is not Send (it owns a join
+/// handle only; fine), so `f` runs on a scoped thread that enters the
+/// namespace, not through in_ns.
+fn as_client(lab: &KvLab, f: impl FnOnce(UdpMc, McClient) + Send) {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            weir_lab::netns::enter(&lab.client).unwrap();
+            let udp = UdpMc::new(vip()).unwrap();
+            let tcp =
+                McClient::connect(SocketAddr::new(IpAddr::V4(SWITCH_IP), PROXY_PORT)).unwrap();
+            f(udp, tcp);
+        });
+    });
+}
+
+#[test]
+fn udp_through_the_xdp_switch_with_cache() {
+    let lab = KvLab::new(2, 1).unwrap();
+    let (dist, sw, proxy) = start_cached_switch(&lab);
     assert!(kc0_prog(&lab).is_some());
 
     // The client's half, in the client namespace.
@@ -92,21 +133,7 @@ fn udp_through_the_xdp_switch_with_cache() {
             .map(|k| dist.server_for_key(k.as_bytes()))
             .collect();
         let k3 = keys.clone();
-        in_ns(&client, move || {
-            let mut direct: Vec<McClient> = (0..2)
-                .map(|i| McClient::connect(SocketAddr::new(IpAddr::V4(server_ip(i)), MC_PORT)))
-                .collect::<anyhow::Result<_>>()?;
-            for (k, &o) in k3.iter().zip(&owners) {
-                assert_eq!(
-                    direct[o].get(k)?,
-                    Some(format!("v-{k}").into_bytes()),
-                    "{k} on {o}"
-                );
-                assert_eq!(direct[1 - o].get(k)?, None, "{k} also on {}", 1 - o);
-            }
-            Ok(())
-        })
-        .unwrap();
+        in_ns(&client, move || assert_on_owners(&k3, &owners)).unwrap();
         let st = fresh(&sw_status);
         let per: Vec<u64> = (0..2)
             .map(|s| {
@@ -124,99 +151,90 @@ fn udp_through_the_xdp_switch_with_cache() {
 
     // Cache hits: a hot key is answered by XDP with the right value; then
     // every write through the switch is seen by the next get.
-    let client = lab.client.clone();
     let swr: &UdpSwitch = &sw;
-    // UdpSwitch is not Send (it owns a join handle only; fine), so the
-    // client runs on a scoped thread that enters the namespace.
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            weir_lab::netns::enter(&client).unwrap();
-            let mut udp = UdpMc::new(vip()).unwrap();
-            let mut tcp =
-                McClient::connect(SocketAddr::new(IpAddr::V4(SWITCH_IP), PROXY_PORT)).unwrap();
-            assert_eq!(udp.set("hot", b"h0").unwrap(), "STORED");
-            until_cached(&mut udp, swr, "hot", b"h0");
-            let hits0 = swr.status().cache_hits;
-            for _ in 0..50 {
-                assert_eq!(
-                    udp.get("hot").unwrap().map(|v| v.1).as_deref(),
-                    Some(&b"h0"[..])
-                );
-            }
-            let st = fresh(&swr.status_handle());
-            assert!(
-                st.cache_hits >= hits0 + 50,
-                "hits {} -> {}: {st:?}",
-                hits0,
-                st.cache_hits
+    as_client(&lab, |mut udp, mut tcp| {
+        assert_eq!(udp.set("hot", b"h0").unwrap(), "STORED");
+        until_cached(&mut udp, swr, "hot", b"h0");
+        let hits0 = swr.status().cache_hits;
+        for _ in 0..50 {
+            assert_eq!(
+                udp.get("hot").unwrap().map(|v| v.1).as_deref(),
+                Some(&b"h0"[..])
             );
-            assert!(st.hot_keys.iter().any(|k| k == "hot"), "{:?}", st.hot_keys);
+        }
+        let st = fresh(&swr.status_handle());
+        assert!(
+            st.cache_hits >= hits0 + 50,
+            "hits {} -> {}: {st:?}",
+            hits0,
+            st.cache_hits
+        );
+        assert!(st.hot_keys.iter().any(|k| k == "hot"), "{:?}", st.hot_keys);
 
-            // writes through the switch, UDP and TCP, each followed at once by a get
-            let mut stale = 0;
-            for i in 1..=60 {
-                let v = format!("h{i}");
-                if i % 2 == 0 {
-                    assert_eq!(udp.set("hot", v.as_bytes()).unwrap(), "STORED");
-                } else {
-                    assert_eq!(tcp.set("hot", v.as_bytes()).unwrap(), "STORED\r\n");
-                }
-                let got = udp.get("hot").unwrap().map(|x| x.1);
-                if got.as_deref() != Some(v.as_bytes()) {
-                    stale += 1;
-                }
-                if i % 10 == 0 {
-                    // let the loop re-install it, so the next write hits a cached key
-                    until_cached(&mut udp, swr, "hot", v.as_bytes());
-                }
+        // writes through the switch, UDP and TCP, each followed at once by a get
+        let mut stale = 0;
+        for i in 1..=60 {
+            let v = format!("h{i}");
+            if i % 2 == 0 {
+                assert_eq!(udp.set("hot", v.as_bytes()).unwrap(), "STORED");
+            } else {
+                assert_eq!(tcp.set("hot", v.as_bytes()).unwrap(), "STORED\r\n");
             }
-            assert_eq!(stale, 0, "stale reads after writes through the switch");
-            // delete (UDP) and flush_all (TCP) of a cached key
-            until_cached(&mut udp, swr, "hot", b"h60");
-            assert_eq!(udp.delete("hot").unwrap(), "DELETED");
-            assert_eq!(udp.get("hot").unwrap(), None);
-            assert_eq!(udp.set("hot", b"again").unwrap(), "STORED");
-            until_cached(&mut udp, swr, "hot", b"again");
-            assert_eq!(tcp.cmd("flush_all\r\n").unwrap(), "OK\r\n");
-            assert_eq!(udp.get("hot").unwrap(), None);
+            let got = udp.get("hot").unwrap().map(|x| x.1);
+            if got.as_deref() != Some(v.as_bytes()) {
+                stale += 1;
+            }
+            if i % 10 == 0 {
+                // let the loop re-install it, so the next write hits a cached key
+                until_cached(&mut udp, swr, "hot", v.as_bytes());
+            }
+        }
+        assert_eq!(stale, 0, "stale reads after writes through the switch");
+        // delete (UDP) and flush_all (TCP) of a cached key
+        until_cached(&mut udp, swr, "hot", b"h60");
+        assert_eq!(udp.delete("hot").unwrap(), "DELETED");
+        assert_eq!(udp.get("hot").unwrap(), None);
+        assert_eq!(udp.set("hot", b"again").unwrap(), "STORED");
+        until_cached(&mut udp, swr, "hot", b"again");
+        assert_eq!(tcp.cmd("flush_all\r\n").unwrap(), "OK\r\n");
+        assert_eq!(udp.get("hot").unwrap(), None);
 
-            // libmemcached as a real UDP client: `memccp -U` (UDP writes are
-            // noreply in libmemcached) replaces a cached key through XDP; once
-            // the new value shows, the old one never comes back.
-            let dir = std::env::temp_dir().join(format!("weir-udp-e2e-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            let file = dir.join("memkey");
-            std::fs::write(&file, b"from-libmemcached").unwrap();
-            assert_eq!(udp.set("memkey", b"old").unwrap(), "STORED");
-            until_cached(&mut udp, swr, "memkey", b"old");
-            let out = std::process::Command::new("memccp")
-                .arg("-U")
-                .arg(format!("--servers={VIP}:{MC_PORT}"))
-                .arg(&file)
-                .output()
-                .expect("memccp (apt-get install libmemcached-tools)");
-            assert!(out.status.success(), "memccp: {out:?}");
-            let _ = std::fs::remove_dir_all(&dir);
-            let t0 = Instant::now();
-            loop {
-                let got = udp.get("memkey").unwrap().map(|v| v.1);
-                if got.as_deref() == Some(&b"from-libmemcached"[..]) {
-                    break;
-                }
-                assert!(
-                    t0.elapsed() < Duration::from_secs(2),
-                    "memccp's set never showed"
-                );
+        // libmemcached as a real UDP client: `memccp -U` (UDP writes are
+        // noreply in libmemcached) replaces a cached key through XDP; once
+        // the new value shows, the old one never comes back.
+        let dir = std::env::temp_dir().join(format!("weir-udp-e2e-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("memkey");
+        std::fs::write(&file, b"from-libmemcached").unwrap();
+        assert_eq!(udp.set("memkey", b"old").unwrap(), "STORED");
+        until_cached(&mut udp, swr, "memkey", b"old");
+        let out = std::process::Command::new("memccp")
+            .arg("-U")
+            .arg(format!("--servers={VIP}:{MC_PORT}"))
+            .arg(&file)
+            .output()
+            .expect("memccp (apt-get install libmemcached-tools)");
+        assert!(out.status.success(), "memccp: {out:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+        let t0 = Instant::now();
+        loop {
+            let got = udp.get("memkey").unwrap().map(|v| v.1);
+            if got.as_deref() == Some(&b"from-libmemcached"[..]) {
+                break;
             }
-            for _ in 0..50 {
-                let got = udp.get("memkey").unwrap().map(|v| v.1);
-                assert_eq!(got.as_deref(), Some(&b"from-libmemcached"[..]));
-            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(2),
+                "memccp's set never showed"
+            );
+        }
+        for _ in 0..50 {
+            let got = udp.get("memkey").unwrap().map(|v| v.1);
+            assert_eq!(got.as_deref(), Some(&b"from-libmemcached"[..]));
+        }
 
-            let st = fresh(&swr.status_handle());
-            assert!(st.installs >= 3, "{st:?}");
-            assert!(st.xdp["invalidate"] > 0);
-        });
+        let st = fresh(&swr.status_handle());
+        assert!(st.installs >= 3, "{st:?}");
+        assert!(st.xdp["invalidate"] > 0);
     });
     assert!(proxy.stats().invalidations > 0);
     proxy.stop();
@@ -232,19 +250,7 @@ fn text(r: &[u8]) -> String {
 #[test]
 fn meta_commands_over_udp_through_the_xdp_switch() {
     let lab = KvLab::new(2, 1).unwrap();
-    let cfg = lab.config("l2", true).unwrap();
-    let dist = cfg.distribution();
-    let c2 = cfg.clone();
-    let sw = in_ns(&lab.switch, move || UdpSwitch::start(&c2)).unwrap();
-    let (c3, cache) = (cfg.clone(), sw.cache());
-    let proxy = in_ns(&lab.switch, move || {
-        Proxy::start(
-            &c3,
-            Arc::new(c3.distribution()),
-            Some(Invalidation::new(Arc::new(XdpInvalidator(cache)))),
-        )
-    })
-    .unwrap();
+    let (dist, sw, proxy) = start_cached_switch(&lab);
 
     // placement: `ms` over UDP lands on the key's server, `mg` reads it back
     let keys: Vec<String> = (0..100).map(|i| format!("meta:{i}")).collect();
@@ -266,109 +272,91 @@ fn meta_commands_over_udp_through_the_xdp_switch() {
                 "mg {k}"
             );
         }
-        let mut direct: Vec<McClient> = (0..2)
-            .map(|i| McClient::connect(SocketAddr::new(IpAddr::V4(server_ip(i)), MC_PORT)))
-            .collect::<anyhow::Result<_>>()?;
-        for (k, &o) in k2.iter().zip(&owners) {
-            assert_eq!(
-                direct[o].get(k)?,
-                Some(format!("v-{k}").into_bytes()),
-                "{k} on {o}"
-            );
-            assert_eq!(direct[1 - o].get(k)?, None, "{k} also on {}", 1 - o);
-        }
-        Ok(())
+        assert_on_owners(&k2, &owners)
     })
     .unwrap();
     let st = fresh(&sw.status_handle());
     assert_eq!(st.xdp["meta"], 200, "{:?}", st.xdp);
 
-    let client = lab.client.clone();
     let swr: &UdpSwitch = &sw;
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            weir_lab::netns::enter(&client).unwrap();
-            let mut udp = UdpMc::new(vip()).unwrap();
-            let mut tcp =
-                McClient::connect(SocketAddr::new(IpAddr::V4(SWITCH_IP), PROXY_PORT)).unwrap();
-            let mg = |udp: &mut UdpMc, ask: &str| text(&udp.request(ask.as_bytes()).unwrap());
-            // mg alone makes a key hot; XDP then answers it
-            let warm = |udp: &mut UdpMc, want: &str| {
-                let t0 = Instant::now();
-                while !swr.cache().is_served(b"mhot").unwrap() {
-                    assert!(t0.elapsed() < Duration::from_secs(5), "mhot never cached");
-                    assert_eq!(mg(udp, "mg mhot v f\r\n"), want, "mhot while warming");
-                }
-            };
-            assert_eq!(mg(&mut udp, "ms mhot 2 F3\r\nm0\r\n"), "HD\r\n");
-            warm(&mut udp, "VA 2 f3\r\nm0\r\n");
-            let before = fresh(&swr.status_handle()).xdp["meta_cache_tx"];
-            for _ in 0..50 {
-                assert_eq!(mg(&mut udp, "mg mhot v f\r\n"), "VA 2 f3\r\nm0\r\n");
-                assert_eq!(mg(&mut udp, "mg mhot s k v\r\n"), "VA 2 s2 kmhot\r\nm0\r\n");
+    as_client(&lab, |mut udp, mut tcp| {
+        let mg = |udp: &mut UdpMc, ask: &str| text(&udp.request(ask.as_bytes()).unwrap());
+        // mg alone makes a key hot; XDP then answers it
+        let warm = |udp: &mut UdpMc, want: &str| {
+            let t0 = Instant::now();
+            while !swr.cache().is_served(b"mhot").unwrap() {
+                assert!(t0.elapsed() < Duration::from_secs(5), "mhot never cached");
+                assert_eq!(mg(udp, "mg mhot v f\r\n"), want, "mhot while warming");
             }
-            let st = fresh(&swr.status_handle());
-            assert!(
-                st.xdp["meta_cache_tx"] >= before + 100,
-                "mg hits {before} -> {}: {:?}",
-                st.xdp["meta_cache_tx"],
-                st.xdp
-            );
-            // a flag only the server answers: the server's reply (t: no TTL)
-            assert_eq!(mg(&mut udp, "mg mhot v t\r\n"), "VA 2 t-1\r\nm0\r\n");
+        };
+        assert_eq!(mg(&mut udp, "ms mhot 2 F3\r\nm0\r\n"), "HD\r\n");
+        warm(&mut udp, "VA 2 f3\r\nm0\r\n");
+        let before = fresh(&swr.status_handle()).xdp["meta_cache_tx"];
+        for _ in 0..50 {
+            assert_eq!(mg(&mut udp, "mg mhot v f\r\n"), "VA 2 f3\r\nm0\r\n");
+            assert_eq!(mg(&mut udp, "mg mhot s k v\r\n"), "VA 2 s2 kmhot\r\nm0\r\n");
+        }
+        let st = fresh(&swr.status_handle());
+        assert!(
+            st.xdp["meta_cache_tx"] >= before + 100,
+            "mg hits {before} -> {}: {:?}",
+            st.xdp["meta_cache_tx"],
+            st.xdp
+        );
+        // a flag only the server answers: the server's reply (t: no TTL)
+        assert_eq!(mg(&mut udp, "mg mhot v t\r\n"), "VA 2 t-1\r\nm0\r\n");
 
-            // meta writes over UDP, classic ones over TCP, each read at once
-            // with mg: never the old value
-            let mut stale = Vec::new();
-            for i in 1..=40 {
-                let v = format!("m{i}");
-                match i % 4 {
-                    0 => assert_eq!(
+        // meta writes over UDP, classic ones over TCP, each read at once
+        // with mg: never the old value
+        let mut stale = Vec::new();
+        for i in 1..=40 {
+            let v = format!("m{i}");
+            match i % 4 {
+                0 => assert_eq!(
+                    mg(&mut udp, &format!("ms mhot {} F3\r\n{v}\r\n", v.len())),
+                    "HD\r\n"
+                ),
+                1 => assert_eq!(
+                    mg(
+                        &mut udp,
+                        &format!("ms mhot {} T0 F3 MS\r\n{v}\r\n", v.len())
+                    ),
+                    "HD\r\n"
+                ),
+                2 => {
+                    assert_eq!(mg(&mut udp, "md mhot\r\n"), "HD\r\n");
+                    assert_eq!(mg(&mut udp, "mg mhot v f\r\n"), "EN\r\n", "after md");
+                    assert_eq!(
                         mg(&mut udp, &format!("ms mhot {} F3\r\n{v}\r\n", v.len())),
                         "HD\r\n"
-                    ),
-                    1 => assert_eq!(
-                        mg(
-                            &mut udp,
-                            &format!("ms mhot {} T0 F3 MS\r\n{v}\r\n", v.len())
-                        ),
-                        "HD\r\n"
-                    ),
-                    2 => {
-                        assert_eq!(mg(&mut udp, "md mhot\r\n"), "HD\r\n");
-                        assert_eq!(mg(&mut udp, "mg mhot v f\r\n"), "EN\r\n", "after md");
-                        assert_eq!(
-                            mg(&mut udp, &format!("ms mhot {} F3\r\n{v}\r\n", v.len())),
-                            "HD\r\n"
-                        );
-                    }
-                    _ => {
-                        let mut body = format!("set mhot 3 0 {}\r\n", v.len()).into_bytes();
-                        body.extend_from_slice(v.as_bytes());
-                        body.extend_from_slice(b"\r\n");
-                        assert_eq!(
-                            tcp.cmd(std::str::from_utf8(&body).unwrap()).unwrap(),
-                            "STORED\r\n"
-                        );
-                    }
+                    );
                 }
-                let got = mg(&mut udp, "mg mhot v f\r\n");
-                if got != format!("VA {} f3\r\n{v}\r\n", v.len()) {
-                    stale.push((i, got));
-                }
-                if i % 8 == 0 {
-                    warm(&mut udp, &format!("VA {} f3\r\n{v}\r\n", v.len()));
+                _ => {
+                    let mut body = format!("set mhot 3 0 {}\r\n", v.len()).into_bytes();
+                    body.extend_from_slice(v.as_bytes());
+                    body.extend_from_slice(b"\r\n");
+                    assert_eq!(
+                        tcp.cmd(std::str::from_utf8(&body).unwrap()).unwrap(),
+                        "STORED\r\n"
+                    );
                 }
             }
-            assert!(stale.is_empty(), "stale mg after writes: {stale:?}");
-            // ma on a cached counter
-            assert_eq!(mg(&mut udp, "ms mhot 1 F3\r\n5\r\n"), "HD\r\n");
-            warm(&mut udp, "VA 1 f3\r\n5\r\n");
-            assert_eq!(mg(&mut udp, "ma mhot v\r\n"), "VA 1\r\n6\r\n");
-            assert_eq!(mg(&mut udp, "mg mhot v f\r\n"), "VA 1 f3\r\n6\r\n");
-            let st = fresh(&swr.status_handle());
-            assert!(st.xdp["invalidate"] >= 30, "{:?}", st.xdp);
-        });
+            let got = mg(&mut udp, "mg mhot v f\r\n");
+            if got != format!("VA {} f3\r\n{v}\r\n", v.len()) {
+                stale.push((i, got));
+            }
+            if i % 8 == 0 {
+                warm(&mut udp, &format!("VA {} f3\r\n{v}\r\n", v.len()));
+            }
+        }
+        assert!(stale.is_empty(), "stale mg after writes: {stale:?}");
+        // ma on a cached counter
+        assert_eq!(mg(&mut udp, "ms mhot 1 F3\r\n5\r\n"), "HD\r\n");
+        warm(&mut udp, "VA 1 f3\r\n5\r\n");
+        assert_eq!(mg(&mut udp, "ma mhot v\r\n"), "VA 1\r\n6\r\n");
+        assert_eq!(mg(&mut udp, "mg mhot v f\r\n"), "VA 1 f3\r\n6\r\n");
+        let st = fresh(&swr.status_handle());
+        assert!(st.xdp["invalidate"] >= 30, "{:?}", st.xdp);
     });
     proxy.stop();
     sw.stop();

@@ -19,11 +19,11 @@
 //!   each a clear error, with nothing attached or pinned.
 
 use std::collections::BTreeSet;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use weir_dataplane::maps::Maps;
+use weir_core::flow::Proto;
 use weir_lab::backend::{Backend, BackendOptions};
 use weir_lab::client::{http_once, spawn_http};
 use weir_lab::daemon::Daemon;
@@ -31,7 +31,7 @@ use weir_lab::frr::Frr;
 use weir_lab::scale::topology::{node_addr, ClusterLab, Speakers, VIP, VIP_PORT};
 
 mod common;
-use common::{exe, serial, text, wait_for, weir_in};
+use common::{exe, pinned_connections, serial, start_nodes, text, wait_for, weir_in};
 
 const NODES: usize = 3;
 const BACKENDS: usize = 3;
@@ -90,18 +90,6 @@ fn start_backends(lab: &ClusterLab) -> Vec<Backend> {
         .collect()
 }
 
-/// The daemons of nodes 1..=NODES, started one after the other.
-fn start_nodes(lab: &ClusterLab) -> Vec<Daemon> {
-    (1..=NODES)
-        .map(|i| {
-            let mut d = Daemon::new(exe(), &lab.nodes[i - 1]).unwrap();
-            d.write_config(&lab.node_config(i, true)).unwrap();
-            d.start().unwrap_or_else(|e| panic!("node {i}: {e:#}"));
-            d
-        })
-        .collect()
-}
-
 /// Waits until every daemon applies the same version of VIP `web`.
 fn wait_agreed(daemons: &[&Daemon]) {
     assert!(
@@ -116,20 +104,13 @@ fn wait_agreed(daemons: &[&Daemon]) {
 
 /// The client tuples of the VIP's connections in the table pinned in
 /// `d`'s pin directory.
-fn vip_connections(d: &Daemon) -> BTreeSet<(u32, u16)> {
-    let maps = Maps::pinned(&d.pin_dir).expect("opening a node's pinned maps");
-    maps.conns()
-        .expect("reading a node's connection table")
-        .into_iter()
-        .map(|(k, _)| k)
-        .filter(|k| {
-            u32::from(k.family) == weir_abi::WEIR_AF_INET
-                && k.proto == libc::IPPROTO_TCP as u8
-                && k.dst[0].to_ne_bytes() == VIP.octets()
-                && u16::from_be(k.dport) == VIP_PORT
-        })
-        .map(|k| (u32::from_be(k.src[0]), u16::from_be(k.sport)))
-        .collect()
+fn vip_connections(d: &Daemon) -> BTreeSet<(IpAddr, u16)> {
+    pinned_connections(d, |f| {
+        f.proto == Proto::Tcp && f.dst == VIP && f.dport == VIP_PORT
+    })
+    .into_iter()
+    .map(|f| (f.src, f.sport))
+    .collect()
 }
 
 /// A node's daemon that must fail to start with `config`: the error names
@@ -157,7 +138,7 @@ fn a_killed_node_leaves_established_connections_intact_and_the_leader_moves() {
     let lab = ClusterLab::build(NODES + 1, BACKENDS).expect("building the cluster lab");
     let frr = lab.start_router().expect("starting FRR");
     let _backends = start_backends(&lab);
-    let mut daemons = start_nodes(&lab);
+    let mut daemons = start_nodes(&lab, NODES, |i| lab.node_config(i, true));
     // Declared after the daemons: their speakers end first, on every path.
     let _speakers = Speakers(daemons.iter().map(Daemon::run_dir).collect());
     wait_route(&lab, &frr, &[1, 2, 3], "three nodes announcing");
@@ -288,7 +269,7 @@ fn connections_opened_during_a_takeover_reach_every_node() {
     let lab = ClusterLab::build(NODES, BACKENDS).expect("building the cluster lab");
     let frr = lab.start_router().expect("starting FRR");
     let _backends = start_backends(&lab);
-    let mut daemons = start_nodes(&lab);
+    let mut daemons = start_nodes(&lab, NODES, |i| lab.node_config(i, true));
     let _speakers = Speakers(daemons.iter().map(Daemon::run_dir).collect());
     wait_route(&lab, &frr, &[1, 2, 3], "three nodes announcing");
     wait_agreed(&daemons.iter().collect::<Vec<_>>());
@@ -329,8 +310,8 @@ fn connections_opened_during_a_takeover_reach_every_node() {
     // The last connections are established and announced.
     std::thread::sleep(Duration::from_millis(1500));
 
-    let tables: Vec<BTreeSet<(u32, u16)>> = daemons.iter().map(vip_connections).collect();
-    let every: BTreeSet<(u32, u16)> = tables.iter().flatten().copied().collect();
+    let tables: Vec<BTreeSet<(IpAddr, u16)>> = daemons.iter().map(vip_connections).collect();
+    let every: BTreeSet<(IpAddr, u16)> = tables.iter().flatten().copied().collect();
     assert!(
         every.len() >= live.len(),
         "{} connections opened, {} in the nodes' tables",

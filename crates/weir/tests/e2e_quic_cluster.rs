@@ -26,11 +26,11 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use weir_dataplane::maps::Maps;
+use weir_core::flow::Proto;
 use weir_lab::daemon::Daemon;
 use weir_lab::scale::topology::{
-    backend_addr, node_addr, ClusterLab, CLIENT_ADDR, ETCD_PORT, LEASE_TTL_S, NODE_AS, ROUTER_AS,
-    ROUTER_FABRIC, VIP, VIP_PREFIX,
+    backend_addr, node_addr, ClusterLab, CLIENT_ADDR, ETCD_PORT, LEASE_TTL_S, ROUTER_FABRIC, VIP,
+    VIP_PREFIX,
 };
 
 mod common;
@@ -38,7 +38,7 @@ use common::quic::{
     assert_unbroken, count, quic_status, QuicBackends, QuicClient, QuicConn, QuicLoad, CONFIG_ID,
     SERVER_IDS, SERVER_ID_LEN,
 };
-use common::{exe, serial, wait_for, Speakers};
+use common::{pinned_connections, serial, start_nodes, wait_for, Speakers};
 
 const NODES: usize = 2;
 const PORT: u16 = 4433;
@@ -77,19 +77,9 @@ protocol = "udp"
 mode = "dsr"
 quic = {{ server_id_len = {SERVER_ID_LEN}, config_id = {CONFIG_ID} }}
 {dips}
-[bgp]
-local_as = {NODE_AS}
-router_id = "{node}"
-bfd_interval_ms = 300
-bfd_multiplier = 3
-
-[[bgp.neighbour]]
-address = "{ROUTER_FABRIC}"
-remote_as = {ROUTER_AS}
-bfd = true
-"#,
+{bgp}"#,
         key = lab.key_file().display(),
-        node = node_addr(i),
+        bgp = ClusterLab::bgp_section(i),
     )
 }
 
@@ -133,20 +123,12 @@ fn node_for_port(lab: &ClusterLab, port: u16) -> Ipv4Addr {
 /// `d` pinned: the handshakes it dispatched (a packet routed by its
 /// connection ID in dsr mode writes no entry).
 fn handshake_ports(d: &Daemon) -> BTreeSet<u16> {
-    let maps = Maps::pinned(&d.pin_dir).expect("opening a node's pinned maps");
-    maps.conns()
-        .expect("reading a node's connection table")
-        .into_iter()
-        .map(|(k, _)| k)
-        .filter(|k| {
-            u32::from(k.family) == weir_abi::WEIR_AF_INET
-                && k.proto == libc::IPPROTO_UDP as u8
-                && k.src[0].to_ne_bytes() == CLIENT_ADDR.octets()
-                && k.dst[0].to_ne_bytes() == VIP.octets()
-                && u16::from_be(k.dport) == PORT
-        })
-        .map(|k| u16::from_be(k.sport))
-        .collect()
+    pinned_connections(d, |f| {
+        f.proto == Proto::Udp && f.src == CLIENT_ADDR && f.dst == VIP && f.dport == PORT
+    })
+    .into_iter()
+    .map(|f| f.sport)
+    .collect()
 }
 
 /// The DIP index (0-based) of the backend that served `c`.
@@ -165,14 +147,7 @@ fn quic_connections_moved_by_ecmp_to_the_other_node_keep_their_backend_without_c
     let frr = lab.start_router().expect("starting FRR");
     let listen = vec![vec![VIP]; lab.backends.len()];
     let mut backends = QuicBackends::start_in(&lab.backends, &listen, &SERVER_IDS, CONFIG_ID, PORT);
-    let nodes: Vec<Daemon> = (1..=NODES)
-        .map(|i| {
-            let mut d = Daemon::new(exe(), &lab.nodes[i - 1]).unwrap();
-            d.write_config(&node_config(&lab, i)).unwrap();
-            d.start().unwrap_or_else(|e| panic!("node {i}: {e:#}"));
-            d
-        })
-        .collect();
+    let nodes = start_nodes(&lab, NODES, |i| node_config(&lab, i));
     // Declared after the daemons: their speakers end first, on every path.
     let _speakers = Speakers(nodes.iter().map(Daemon::run_dir).collect());
     let both: Vec<Ipv4Addr> = (1..=NODES).map(node_addr).collect();

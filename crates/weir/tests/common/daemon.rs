@@ -1,4 +1,5 @@
-//! Starting the lab's backends and `weir serve` in it.
+//! Starting the lab's backends and `weir serve` in it, or on the cluster
+//! lab's nodes.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -6,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use weir_lab::backend::{Backend, BackendOptions};
 use weir_lab::daemon::Daemon;
+use weir_lab::scale::topology::ClusterLab;
 use weir_lab::topology::Lab;
 
 /// The `weir` binary under test.
@@ -44,6 +46,23 @@ pub fn start_daemon(lab: &Lab, config: &str) -> Daemon {
     d.write_config(config).unwrap();
     d.start().unwrap();
     d
+}
+
+/// `weir serve` on nodes 1..=`count` of the cluster lab, node `i` with
+/// `config(i)`, started one after the other (each ready).
+pub fn start_nodes(
+    lab: &ClusterLab,
+    count: usize,
+    config: impl Fn(usize) -> String,
+) -> Vec<Daemon> {
+    (1..=count)
+        .map(|i| {
+            let mut d = Daemon::new(exe(), &lab.nodes[i - 1]).unwrap();
+            d.write_config(&config(i)).unwrap();
+            d.start().unwrap_or_else(|e| panic!("node {i}: {e:#}"));
+            d
+        })
+        .collect()
 }
 
 /// The BGP speakers (BIRD) the daemons with these run directories started:

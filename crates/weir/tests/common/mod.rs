@@ -1,8 +1,8 @@
 //! The harness of weir's end-to-end tests, so that each test file holds
 //! only its scenario: configuration text for the lab's topology
 //! (`config`), starting the lab's backends and `weir serve` (`daemon`),
-//! new and long-lived connections through the VIPs (`connections`), a
-//! fake agent (`agent`),
+//! new and long-lived connections through the VIPs (`connections`), the
+//! connection table a daemon pinned (`conn_table`), a fake agent (`agent`),
 //! reading `weir status --json` and the workers' report (`status`), HTTP
 //! calls inside a namespace (`http`), signals, namespaces and child
 //! processes (`process`), raw frames (`packet_socket`), an immutable
@@ -16,6 +16,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod conn_table;
 pub mod connections;
 pub mod daemon;
 pub mod http;
@@ -30,8 +31,11 @@ pub mod wait;
 
 pub use agent::{http_ok, FakeAgent};
 pub use config::{dataplane, dip, lab_services, vip};
+pub use conn_table::pinned_connections;
 pub use connections::{assert_some_on, join_unbroken, new_connections};
-pub use daemon::{exe, serial, start_backends, start_backends_with, start_daemon, Speakers, WEIR};
+pub use daemon::{
+    exe, serial, start_backends, start_backends_with, start_daemon, start_nodes, Speakers, WEIR,
+};
 pub use http::{call, call_with, metrics, raw};
 pub use immutable::Immutable;
 pub use leftovers::{assert_nothing_left, attached_programs};

@@ -382,7 +382,17 @@ mode = "dsr"
   rise = 1
   fall = {HEALTH_FALL}
 {dips}
-[bgp]
+{bgp}"#,
+            self.key_file().display(),
+            bgp = Self::bgp_section(i),
+        )
+    }
+
+    /// Node `i`'s `[bgp]` section (1-based): the VIP announced to the
+    /// router over eBGP, with BFD at FRR's 300 ms x 3.
+    pub fn bgp_section(i: usize) -> String {
+        format!(
+            r#"[bgp]
 local_as = {NODE_AS}
 router_id = "{node}"
 bfd_interval_ms = 300
@@ -393,7 +403,6 @@ address = "{ROUTER_FABRIC}"
 remote_as = {ROUTER_AS}
 bfd = true
 "#,
-            self.key_file().display(),
             node = node_addr(i),
         )
     }
