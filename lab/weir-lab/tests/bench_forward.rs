@@ -220,3 +220,21 @@ fn dsr_replies_skip_the_load_balancer_unless_routed_through_it() {
         "{rows:#?}"
     );
 }
+
+/// dsr via the load balancer differs from dsr only where replies exist and
+/// have a path of their own (the HTTP trials): asked for packet-rate trials
+/// alone, the bench refuses instead of measuring nothing.
+#[test]
+fn dsr_via_the_load_balancer_alone_in_packet_trials_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir-lab"))
+        .args(["bench", "forward", "--trials", "udp"])
+        .args(["--balancers", "weir-dsr-via-lb", "--runs", "1"])
+        .output()
+        .expect("running weir-lab bench forward");
+    assert!(!out.status.success(), "measured nothing and succeeded");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("weir dsr via LB: none of them takes part"),
+        "{stderr}"
+    );
+}

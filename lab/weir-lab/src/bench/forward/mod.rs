@@ -183,6 +183,16 @@ pub fn run(args: &ForwardBenchArgs) -> Result<()> {
         taking_part(TrialKind::Tcp),
         taking_part(TrialKind::Http),
     );
+    ensure!(
+        !udp.is_empty() || (!tcp.is_empty() && args.tcp_seconds > 0) || !http.is_empty(),
+        "--balancers {}: none of them takes part in the --trials given (HAProxy carries no \
+         UDP, weir-ipip has no HTTP trials, weir-dsr-via-lb only HTTP ones)",
+        args.balancers
+            .iter()
+            .map(|b| b.label())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     crate::netns::install_signal_teardown();
     let exe = crate::weir_binary::locate()?;
     let _stats = StatsEnabled::new()?;
