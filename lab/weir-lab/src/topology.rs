@@ -8,6 +8,14 @@
 //! load balancer; backends route back through it (their default gateway),
 //! which is what nat mode's reverse path needs. DSR backends also hold the
 //! VIPs on their loopback.
+//!
+//! A lab may also get the DSR return path ([`wire_direct_return`]): a link
+//! from every backend straight into the client's namespace, which replies
+//! from a VIP take while [`route_vip_replies_direct`] has it on.
+//!
+//! ```text
+//!  client rbI 10.78.I.1 ──────────────────────────── eth1 10.78.I.2 backend I
+//! ```
 
 use std::net::Ipv4Addr;
 
@@ -25,6 +33,11 @@ pub fn backend_addr(i: usize) -> Ipv4Addr {
 }
 
 pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+/// The routing table, in every backend, of replies sent from a VIP when the
+/// DSR return path is on: its one route leads to the client's namespace.
+const DIRECT_RETURN_TABLE: &str = "100";
+/// The prefix that holds the VIPs: replies from it are DSR replies.
+const VIP_PREFIX: &str = "10.77.100.0/24";
 /// The VIPs the lab's backends accept traffic for (DSR).
 pub const VIPS: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 77, 100, 1), Ipv4Addr::new(10, 77, 100, 2)];
 
@@ -134,6 +147,110 @@ impl Lab {
     pub fn teardown(&mut self) {
         self.ns.teardown();
     }
+}
+
+/// The DSR return path: a veth pair from every backend (`eth1`,
+/// 10.78.I.2) into the client's namespace (`rbI`, 10.78.I.1), and a routing
+/// table in each backend whose default route leads over it. No traffic
+/// takes it until [`route_vip_replies_direct`] turns it on, so nat's and
+/// the proxies' replies, which come from the backends' own addresses, keep
+/// going back through the load balancer.
+///
+/// The client then receives a VIP's replies on an interface other than
+/// the one its route to the VIP leaves by, and a backend receives a VIP's
+/// packets on `eth0` while replies from the VIP route over `eth1`: reverse
+/// path filtering is off on both ends, as on a DSR deployment's hosts.
+pub fn wire_direct_return(lab: &Lab) -> Result<()> {
+    let off = |ns: &str, devs: &[&str]| -> Result<()> {
+        for dev in ["all", "default"].iter().chain(devs) {
+            sysctl_in(ns, &format!("net.ipv4.conf.{dev}.rp_filter"), "0")?;
+        }
+        Ok(())
+    };
+    let mut client_ifs = vec!["eth0".to_string()];
+    for (i, b) in lab.backends.iter().enumerate() {
+        let i = i + 1;
+        let client_if = format!("rb{i}");
+        veth(b, "eth1", &lab.client, &client_if)?;
+        ip_in(
+            b,
+            &["addr", "add", &format!("10.78.{i}.2/24"), "dev", "eth1"],
+        )?;
+        ip_in(b, &["link", "set", "eth1", "up"])?;
+        ip_in(
+            &lab.client,
+            &["addr", "add", &format!("10.78.{i}.1/24"), "dev", &client_if],
+        )?;
+        ip_in(&lab.client, &["link", "set", &client_if, "up"])?;
+        ip_in(
+            b,
+            &[
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("10.78.{i}.1"),
+                "dev",
+                "eth1",
+                "table",
+                DIRECT_RETURN_TABLE,
+            ],
+        )?;
+        // As on eth0: the backend's CPU finishes its checksums, so the
+        // servers' work per reply is the same on either path.
+        ethtool_in(b, &["-K", "eth1", "tx", "off"])?;
+        off(b, &["eth0", "eth1"])?;
+        client_ifs.push(client_if);
+    }
+    let client_ifs: Vec<&str> = client_ifs.iter().map(String::as_str).collect();
+    off(&lab.client, &client_ifs)
+}
+
+/// Sends every backend's replies from a VIP over the DSR return path
+/// (`on`), or back through the load balancer as before (a source rule in
+/// each backend, added or removed). Needs [`wire_direct_return`].
+pub fn route_vip_replies_direct(lab: &Lab, on: bool) -> Result<()> {
+    let verb = if on { "add" } else { "del" };
+    for b in &lab.backends {
+        ip_in(
+            b,
+            &[
+                "rule",
+                verb,
+                "from",
+                VIP_PREFIX,
+                "lookup",
+                DIRECT_RETURN_TABLE,
+                "priority",
+                DIRECT_RETURN_TABLE,
+            ],
+        )
+        .with_context(|| format!("{verb} the DSR return rule in {b}"))?;
+    }
+    Ok(())
+}
+
+/// Packets the interfaces `devs` of namespace `ns` have received, summed
+/// (`ip -s link`'s RX packets: for a veth, XDP's frames and the kernel's).
+pub fn rx_packets(ns: &str, devs: &[String]) -> Result<u64> {
+    let out = std::process::Command::new("ip")
+        .args(["-n", ns, "-s", "-j", "link", "show"])
+        .output()
+        .context("running ip -s link")?;
+    let links: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .with_context(|| format!("ip -s -j link show in {ns}"))?;
+    let links = links
+        .as_array()
+        .with_context(|| format!("ip -s -j link show in {ns}: {links}"))?;
+    devs.iter()
+        .map(|dev| {
+            links
+                .iter()
+                .find(|l| l["ifname"] == dev.as_str())
+                .and_then(|l| l["stats64"]["rx"]["packets"].as_u64())
+                .with_context(|| format!("no RX packet count for {dev} in {ns}"))
+        })
+        .sum()
 }
 
 pub fn ethtool_in(ns: &str, args: &[&str]) -> Result<()> {

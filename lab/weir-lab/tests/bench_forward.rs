@@ -160,3 +160,81 @@ fn weir_nat_and_nftables_carry_http_keep_alive_and_close() {
         "{weir_close:#}"
     );
 }
+
+/// DSR's replies go from the backends to the client without the load
+/// balancer: through weir dsr none of them reaches the load balancer's
+/// interfaces towards the backends (nor weir's XDP there), while weir dsr
+/// via the load balancer carries every response back through it.
+#[test]
+fn dsr_replies_skip_the_load_balancer_unless_routed_through_it() {
+    let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let json = std::env::temp_dir().join(format!(
+        "weir-forward-dsr-return-test-{}.json",
+        std::process::id()
+    ));
+    let out = Command::new(env!("CARGO_BIN_EXE_weir-lab"))
+        .args(["bench", "forward", "--trials", "http"])
+        .args(["--balancers", "weir-dsr,weir-dsr-via-lb", "--dips", "2"])
+        .args(["--runs", "1", "--http-modes", "keep-alive"])
+        .args(["--http-seconds", "2", "--http-connections", "8", "--json"])
+        .arg(&json)
+        .output()
+        .expect("running weir-lab bench forward");
+    assert!(
+        out.status.success(),
+        "weir-lab bench forward failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&json);
+
+    let trials = r["http_trials"].as_array().unwrap();
+    assert_eq!(trials.len(), 2, "{trials:#?}");
+    for t in trials {
+        let requests = f(t, "requests");
+        assert!(requests > 100.0, "too few answered to judge: {t:#}");
+        assert_eq!(f(t, "failed"), 0.0, "{t:#}");
+        let through_lb = f(t, "lb_rx_from_backends") / requests;
+        // A keep-alive request is one packet each way (and a few ACKs).
+        let xdp_runs = f(t, "bpf_runs") / requests;
+        match t["balancer"].as_str().unwrap() {
+            "weir-dsr" => {
+                // Neighbour probes may cross; no response does.
+                assert!(
+                    f(t, "lb_rx_from_backends") < 20.0,
+                    "replies crossed the load balancer: {t:#}"
+                );
+                assert!(xdp_runs < 1.5, "weir's XDP saw replies: {t:#}");
+            }
+            "weir-dsr-via-lb" => {
+                assert!(through_lb >= 0.9, "responses missing at the LB: {t:#}");
+                assert!(xdp_runs >= 1.8, "weir's XDP missed the replies: {t:#}");
+            }
+            b => panic!("balancer {b}"),
+        }
+    }
+    let rows = r["http_rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .all(|x| x["lb_rx_from_backends_per_request"].is_f64()),
+        "{rows:#?}"
+    );
+}
+
+/// dsr via the load balancer differs from dsr only where replies exist and
+/// have a path of their own (the HTTP trials): asked for packet-rate trials
+/// alone, the bench refuses instead of measuring nothing.
+#[test]
+fn dsr_via_the_load_balancer_alone_in_packet_trials_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir-lab"))
+        .args(["bench", "forward", "--trials", "udp"])
+        .args(["--balancers", "weir-dsr-via-lb", "--runs", "1"])
+        .output()
+        .expect("running weir-lab bench forward");
+    assert!(!out.status.success(), "measured nothing and succeeded");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("weir dsr via LB: none of them takes part"),
+        "{stderr}"
+    );
+}

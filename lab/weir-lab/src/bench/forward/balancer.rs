@@ -18,10 +18,10 @@ use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use weir_core::flow::Proto;
 
-use super::child;
+use super::{child, TrialKind};
 use crate::daemon::Daemon;
 use crate::netns::ip_in;
-use crate::topology::{attach_pass, backend_addr, Lab};
+use crate::topology::{attach_pass, backend_addr, route_vip_replies_direct, Lab};
 
 /// Real-time priority of the NAPI threads: this machine is shared, and a
 /// receive path that other work preempts overflows its 256-entry veth ring
@@ -38,8 +38,15 @@ const LISTEN_WAIT: Duration = Duration::from_secs(5);
 pub enum Balancer {
     /// weir serve, nat VIP, default configuration.
     WeirNat,
-    /// weir serve, dsr VIP (MAC rewrite), default configuration.
+    /// weir serve, dsr VIP (MAC rewrite), default configuration; where the
+    /// lab has the DSR return path (the HTTP trials), the DIPs' replies
+    /// take it, straight to the client.
     WeirDsr,
+    /// weir dsr with the DIPs' replies routed back through the load
+    /// balancer's host (their default gateway), where weir's XDP passes them
+    /// to the kernel, which forwards them (HTTP trials only: the other
+    /// trials' dsr replies go that way already, or there are none).
+    WeirDsrViaLb,
     /// weir serve, ipip VIP (IPIP to the DIP, which decapsulates).
     WeirIpip,
     /// The kernel's stateful NAT: nftables DNAT with numgen over the DIPs.
@@ -53,6 +60,7 @@ impl Balancer {
         match self {
             Balancer::WeirNat => "weir nat",
             Balancer::WeirDsr => "weir dsr",
+            Balancer::WeirDsrViaLb => "weir dsr via LB",
             Balancer::WeirIpip => "weir ipip",
             Balancer::Nftables => "nftables DNAT",
             Balancer::Haproxy => "HAProxy",
@@ -62,13 +70,20 @@ impl Balancer {
     pub fn is_weir(self) -> bool {
         matches!(
             self,
-            Balancer::WeirNat | Balancer::WeirDsr | Balancer::WeirIpip
+            Balancer::WeirNat | Balancer::WeirDsr | Balancer::WeirDsrViaLb | Balancer::WeirIpip
         )
     }
 
-    /// Whether it forwards UDP (the packet-rate trials).
-    pub fn carries_udp(self) -> bool {
-        self != Balancer::Haproxy
+    /// Whether it takes part in trials of `kind`: HAProxy does not carry
+    /// UDP, the HTTP lab's backends do not decapsulate ipip, and dsr via
+    /// the load balancer differs from dsr only where the lab has the DSR
+    /// return path (HTTP).
+    pub fn in_trials(self, kind: TrialKind) -> bool {
+        match kind {
+            TrialKind::Udp => !matches!(self, Balancer::Haproxy | Balancer::WeirDsrViaLb),
+            TrialKind::Tcp => self != Balancer::WeirDsrViaLb,
+            TrialKind::Http => self != Balancer::WeirIpip,
+        }
     }
 }
 
@@ -85,6 +100,10 @@ pub struct Service {
     /// (weir's `encap_mtu`).
     pub encap_mtu: Option<u32>,
     pub lb_cpu: usize,
+    /// Whether the lab has the DSR return path
+    /// ([`crate::topology::wire_direct_return`]),
+    /// which weir dsr's replies then take.
+    pub direct_return: bool,
 }
 
 impl Service {
@@ -107,6 +126,8 @@ pub struct Running<'a> {
     pub prog_id: Option<u32>,
     /// The kernel threads of the receive paths, in `service.receive` order.
     pub napi_tids: Vec<u32>,
+    /// Whether the backends' replies from the VIP take the DSR return path.
+    replies_direct: bool,
 }
 
 /// Starts `balancer` on `lab` for `service`, every backend a DIP.
@@ -124,7 +145,12 @@ pub fn start<'a>(
         haproxy: None,
         prog_id: None,
         napi_tids: Vec::new(),
+        replies_direct: false,
     };
+    if balancer == Balancer::WeirDsr && service.direct_return {
+        route_vip_replies_direct(lab, true)?;
+        running.replies_direct = true;
+    }
     match balancer {
         Balancer::Nftables | Balancer::Haproxy => {
             if balancer == Balancer::Nftables {
@@ -222,6 +248,10 @@ impl Running<'_> {
                 ip_in(lb, &["link", "set", dev, "xdp", "off"])?;
             }
         }
+        if self.replies_direct {
+            route_vip_replies_direct(self.lab, false)?;
+            self.replies_direct = false;
+        }
         Ok(())
     }
 }
@@ -241,7 +271,7 @@ fn weir_config(lab: &Lab, balancer: Balancer, service: &Service) -> String {
     let vip = service.vip;
     let (mode, dip_port) = match balancer {
         // dsr and ipip keep the VIP's port: a DIP names none.
-        Balancer::WeirDsr => ("dsr", String::new()),
+        Balancer::WeirDsr | Balancer::WeirDsrViaLb => ("dsr", String::new()),
         Balancer::WeirIpip => ("ipip", String::new()),
         _ => ("nat", format!("port = {}\n", vip.port())),
     };

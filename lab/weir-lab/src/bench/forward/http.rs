@@ -7,7 +7,21 @@
 //!  client ── wc0 [lb: weir | nftables | HAProxy] wbI ── backend I [HTTP server]
 //!  HTTP clients, NAPI of eth0  NAPI of wc0, wbI; daemon/HAProxy  NAPI of eth0, server
 //!  (generator CPU)             (load balancer's CPU)             (generator CPU)
+//!     rbI ─────────────────── DSR return path ─────────────────── eth1
+//!  weir dsr's replies (from the VIP); the others' go back through the LB
 //! ```
+//! DSR's point is that the DIPs' replies reach the client without the load
+//! balancer, so the lab gives weir dsr that path: a link from every backend
+//! into the client's namespace, which replies from the VIP take while weir
+//! dsr runs (a source rule in each backend; see
+//! [`crate::topology::wire_direct_return`]). nat, nftables and HAProxy
+//! rewrite or end the connection at the load balancer, so their replies
+//! (from the backends' own addresses) go back through it; so do weir dsr's
+//! as `weir-dsr-via-lb`, the row that shows what the return path changes.
+//! The client's receive of the direct replies runs on the backends' CPU
+//! (the generator's), where its NAPI thread for the other replies runs
+//! too. Each trial counts the packets the load balancer's backend-side
+//! interfaces received: the replies that crossed it.
 //! The load balancer's CPU time in a trial is the sum of
 //! - the kernel's: the CPU time of the NAPI threads of its interfaces
 //!   (threaded NAPI puts every receive path of the namespace in a kernel
@@ -43,7 +57,7 @@ use super::http_load::{self, ClientRecord, HttpMode, HttpServer};
 use super::packet_mix::PacketMix;
 use super::run_time;
 use crate::netns::sysctl_in;
-use crate::topology::{resolve_backend_neighbours, Lab};
+use crate::topology::{resolve_backend_neighbours, rx_packets, wire_direct_return, Lab};
 
 /// The HTTP VIP; the backends serve on its port (nat's DIP port, and the
 /// port dsr keeps).
@@ -80,6 +94,10 @@ pub struct HttpTrial {
     pub process_threads_ns: BTreeMap<String, f64>,
     /// weir's packets of each kind per connection (its data-plane counters).
     pub packets_per_connection: Option<PacketMix>,
+    /// Packets the load balancer's interfaces towards the backends
+    /// received: the backends' replies (and anything else they sent) that
+    /// crossed the load balancer.
+    pub lb_rx_from_backends: u64,
     pub elapsed_s: f64,
 }
 
@@ -107,6 +125,8 @@ pub struct HttpTestbed {
     lab: Lab,
     exe: PathBuf,
     service: Service,
+    /// The load balancer's interfaces towards the backends.
+    towards_backends: Vec<String>,
     generator_cpu: usize,
 }
 
@@ -119,6 +139,7 @@ impl HttpTestbed {
         lb_cpu: usize,
     ) -> Result<HttpTestbed> {
         let lab = Lab::build(dips).context("building the HTTP lab")?;
+        wire_direct_return(&lab).context("the HTTP lab's DSR return path")?;
         // A connection per request cycles through the client's ports.
         sysctl_in(&lab.client, "net.ipv4.ip_local_port_range", "1024 65535")?;
         let vip: SocketAddr = VIP.parse().expect("the HTTP VIP parses");
@@ -134,6 +155,7 @@ impl HttpTestbed {
         balancer::thread_napi(&lab.client, "eth0", generator_cpu)?;
         resolve_backend_neighbours(&lab)?;
         let receive = lab.lb_interfaces();
+        let towards_backends = receive[1..].to_vec();
         Ok(HttpTestbed {
             _servers: servers,
             lab,
@@ -144,7 +166,9 @@ impl HttpTestbed {
                 receive,
                 encap_mtu: None,
                 lb_cpu,
+                direct_return: true,
             },
+            towards_backends,
             generator_cpu,
         })
     }
@@ -201,6 +225,8 @@ impl HttpTestbed {
         };
         let (napi0, bpf0, proc0, threads0) = (napi()?, bpf()?, process_now()?, threads_now()?);
         let counters0 = running.weir_counters()?;
+        let from_backends = || rx_packets(&self.lab.lb, &self.towards_backends);
+        let rx0 = from_backends()?;
         let start = Instant::now();
         let handles = http_load::load(
             &self.lab.client,
@@ -220,6 +246,7 @@ impl HttpTestbed {
         let elapsed = start.elapsed();
         let (napi1, bpf1, proc1, mut threads1) = (napi()?, bpf()?, process_now()?, threads_now()?);
         let counters1 = running.weir_counters()?;
+        let lb_rx_from_backends = from_backends()?.saturating_sub(rx0);
         let mut sweep_tail_ns = 0;
         if mode == HttpMode::Close && running.is_weir() {
             // The trial's last connections expire tcp_closed after their
@@ -278,6 +305,7 @@ impl HttpTestbed {
                 .filter(|&(_, ns)| ns > 0.0)
                 .collect(),
             packets_per_connection,
+            lb_rx_from_backends,
             elapsed_s: elapsed.as_secs_f64(),
         })
     }
@@ -331,6 +359,7 @@ mod tests {
             process_ns: Some(5e5),
             process_threads_ns: BTreeMap::new(),
             packets_per_connection: None,
+            lb_rx_from_backends: 5000,
             elapsed_s: 10.0,
         };
         assert_eq!(t.kernel_ns(), 2e6);

@@ -27,7 +27,10 @@
 //!   (`Connection: close`), to the lab's own HTTP servers at the backends;
 //!   the load balancer's CPU per request and per new connection, split
 //!   into the kernel's (NAPI threads), BPF run time and the daemon's or
-//!   HAProxy's process time.
+//!   HAProxy's process time. The HTTP lab has the DSR return path: weir
+//!   dsr's replies go from the backends straight to the client, as DSR
+//!   runs; `weir-dsr-via-lb` routes them back through the load balancer's
+//!   host instead, the way nat, nftables and HAProxy need theirs.
 //! - Every run starts every balancer once per kind of trial, in an order
 //!   that rotates from run to run. Rows report medians over the runs;
 //!   ratios are the medians of the per-run ratios.
@@ -73,7 +76,9 @@ pub struct ForwardBenchArgs {
     /// The kinds of trial to make.
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["udp", "tcp", "http"])]
     pub trials: Vec<TrialKind>,
-    /// The load balancers to compare (HAProxy carries only the TCP flow).
+    /// The load balancers to compare (HAProxy carries no UDP; weir's dsr
+    /// via the load balancer, whose replies skip the DSR return path, runs
+    /// only in the HTTP trials, the only ones with that path).
     #[arg(long, value_enum, value_delimiter = ',',
           default_values = ["weir-nat", "weir-dsr", "weir-ipip", "nftables", "haproxy"])]
     pub balancers: Vec<Balancer>,
@@ -163,28 +168,35 @@ pub fn run(args: &ForwardBenchArgs) -> Result<()> {
         "--http-modes: name keep-alive, close or both"
     );
     let wants = |k| args.trials.contains(&k);
-    let udp: Vec<Balancer> = if wants(TrialKind::Udp) {
+    let taking_part = |kind: TrialKind| -> Vec<Balancer> {
+        if !wants(kind) {
+            return Vec::new();
+        }
         args.balancers
             .iter()
             .copied()
-            .filter(|b| b.carries_udp())
+            .filter(|b| b.in_trials(kind))
             .collect()
-    } else {
-        Vec::new()
     };
-    let http: Vec<Balancer> = if wants(TrialKind::Http) {
+    let (udp, tcp, http) = (
+        taking_part(TrialKind::Udp),
+        taking_part(TrialKind::Tcp),
+        taking_part(TrialKind::Http),
+    );
+    ensure!(
+        !udp.is_empty() || (!tcp.is_empty() && args.tcp_seconds > 0) || !http.is_empty(),
+        "--balancers {}: none of them takes part in the --trials given (HAProxy carries no \
+         UDP, weir-ipip has no HTTP trials, weir-dsr-via-lb only HTTP ones)",
         args.balancers
             .iter()
-            .copied()
-            .filter(|&b| b != Balancer::WeirIpip)
-            .collect()
-    } else {
-        Vec::new()
-    };
+            .map(|b| b.label())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     crate::netns::install_signal_teardown();
     let exe = crate::weir_binary::locate()?;
     let _stats = StatsEnabled::new()?;
-    let tcp_runs = if args.tcp_seconds > 0 && wants(TrialKind::Tcp) {
+    let tcp_runs = if args.tcp_seconds > 0 && !tcp.is_empty() {
         args.runs
     } else {
         0
@@ -192,7 +204,7 @@ pub fn run(args: &ForwardBenchArgs) -> Result<()> {
     let progress = Progress::bar(
         "weir-lab bench forward",
         (args.runs * udp.len() * args.flows.len()
-            + tcp_runs * args.balancers.len()
+            + tcp_runs * tcp.len()
             + args.runs * http.len() * args.http_modes.len()) as u64,
     );
     let (generator_cpu, lb_cpu) = rig::cpus()?;
@@ -205,7 +217,7 @@ pub fn run(args: &ForwardBenchArgs) -> Result<()> {
     for run in 0..tcp_runs {
         // A fresh lab per run: no state of one run's balancers in the next.
         let bed = tcp::TcpTestbed::build(&exe, generator_cpu, lb_cpu)?;
-        for balancer in rotated(&args.balancers, run) {
+        for balancer in rotated(&tcp, run) {
             progress.set_message(format!("run {}: TCP flow, {}", run + 1, balancer.label()));
             let running = bed.start(balancer)?;
             let t = bed

@@ -82,6 +82,9 @@ pub struct HttpRow {
     /// weir's packets of each kind per connection (its data-plane
     /// counters), field-wise median over the runs.
     pub packets_per_connection: Option<PacketMix>,
+    /// Packets from the backends through the load balancer per request
+    /// (its backend-side interfaces' RX), median: the replies it carried.
+    pub lb_rx_from_backends_per_request: f64,
     /// Medians of the per-run ratios to nftables in the same mode.
     pub requests_per_s_vs_nftables: Option<f64>,
     pub p50_vs_nftables: Option<f64>,
@@ -144,7 +147,8 @@ const METHOD: &str = "64-byte UDP from weir_gen (live BPF_PROG_TEST_RUN, one CPU
     sum_sent.retransmits, the path's veth drop counters; HTTP: the lab's own bounded clients \
     (one thread per connection) on the generator's CPU to the lab's HTTP servers at every \
     backend, keep-alive and a connection per request (Connection: close, latency including \
-    the connect); LB CPU = utime + stime of the load balancer's threaded NAPI contexts \
+    the connect), weir dsr's replies over a return path from the backends to the client \
+    (weir dsr via LB and the others' through the load balancer); LB CPU = utime + stime of the load balancer's threaded NAPI contexts \
     (the kernel's share is that less BPF run time) + the daemon's or HAProxy's \
     /proc/PID/stat; medians over runs, ratios per run";
 
@@ -364,6 +368,9 @@ fn http_rows(balancers: &[Balancer], trials: &[HttpTrialRecord]) -> Vec<HttpRow>
                     mine.iter()
                         .map(|t| t.trial.bpf_runs.map(|r| per_request(&t.trial, r as f64))),
                 ),
+                lb_rx_from_backends_per_request: median(&of(&|t| {
+                    per_request(t, t.lb_rx_from_backends as f64)
+                })),
                 packets_per_connection: PacketMix::median(
                     &mine
                         .iter()
@@ -457,11 +464,13 @@ fn render_http(r: &Report) -> String {
     let mut out = format!(
         "\nHTTP, {} connections, {} s per trial, median of {} runs; load balancer CPU per \
          request (in close mode: per new connection), ns: all, the kernel's (NAPI threads \
-         less BPF), BPF run time, the daemon's or HAProxy's process\n",
+         less BPF), BPF run time, the daemon's or HAProxy's process; packets from the \
+         backends through the load balancer per request (weir dsr's replies take the DSR \
+         return path)\n",
         r.http_connections, r.http_seconds, r.runs
     );
     out += &format!(
-        "{:<14} {:<17} {:>26} {:>8} {:>8} {:>6} {:>8} {:>8} {:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}\n",
+        "{:<15} {:<17} {:>26} {:>8} {:>8} {:>6} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}\n",
         "balancer",
         "mode",
         "requests/s",
@@ -473,6 +482,7 @@ fn render_http(r: &Report) -> String {
         "BPF",
         "process",
         "BPF runs",
+        "DIP->LB",
         "vs nft",
         "p50/nft",
         "CPU/nft",
@@ -480,7 +490,7 @@ fn render_http(r: &Report) -> String {
     );
     for row in &r.http_rows {
         out += &format!(
-            "{:<14} {:<17} {:>8.0} ({:>7.0}..{:>7.0}) {:>8.0} {:>8.0} {:>6.0} {:>8.0} {:>8.0} {:>6} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}\n",
+            "{:<15} {:<17} {:>8.0} ({:>7.0}..{:>7.0}) {:>8.0} {:>8.0} {:>6.0} {:>8.0} {:>8.0} {:>6} {:>8} {:>8} {:>8.1} {:>7} {:>7} {:>7} {:>7}\n",
             row.balancer.label(),
             row.mode.label(),
             row.requests_per_s,
@@ -494,6 +504,7 @@ fn render_http(r: &Report) -> String {
             opt(row.bpf_ns_per_request, 0),
             opt(row.process_ns_per_request, 0),
             opt(row.bpf_runs_per_request, 1),
+            row.lb_rx_from_backends_per_request,
             ratio(row.requests_per_s_vs_nftables),
             ratio(row.p50_vs_nftables),
             ratio(row.lb_cpu_vs_nftables),
@@ -586,6 +597,7 @@ pub fn figure(r: &Report) -> Figure {
         Balancer::WeirIpip => 2,
         Balancer::Nftables => 3,
         Balancer::Haproxy => 4,
+        Balancer::WeirDsrViaLb => 5,
     };
     let bars = |value: fn(&Row) -> Option<f64>| -> Vec<Bar> {
         r.rows
@@ -785,6 +797,7 @@ mod tests {
                 .into_iter()
                 .collect(),
             packets_per_connection: None,
+            lb_rx_from_backends: 5 * 1000,
             elapsed_s: 10.0,
         }
     }

@@ -116,6 +116,7 @@ impl Testbed {
                 receive: vec!["wc0".into()],
                 encap_mtu: None,
                 lb_cpu,
+                direct_return: false,
             },
         })
     }

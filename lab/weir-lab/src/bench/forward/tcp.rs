@@ -129,6 +129,7 @@ impl TcpTestbed {
                 receive: vec!["wc0".into(), "wb1".into()],
                 encap_mtu: Some(BACKEND_MTU),
                 lb_cpu,
+                direct_return: false,
             },
             generator_cpu,
         };
