@@ -144,7 +144,6 @@ impl Live {
             return Ok(());
         };
         program.widen_for(next).map(|_| ()).map_err(|e| {
-            log::warn!("change refused, the running program and configuration stay: {e:#}");
             ChangeError::Failed(format!(
                 "the configuration needs weir_lb to carry {}, and the program that does could \
                  not be swapped in ({e:#}); the running program and configuration stay",
@@ -200,7 +199,7 @@ impl Live {
             log::info!("reload refused: {why}");
             return Err(ChangeError::Invalid(why));
         }
-        Self::widen_for(st, &next)?;
+        Self::widen_for(st, &next).inspect_err(|e| log::warn!("reload refused: {e}"))?;
         let report = match self.apply(&st.maps, &next) {
             Ok(r) => r,
             Err(e) => {
@@ -275,7 +274,7 @@ impl Live {
                  and reload"
             ))
         })?;
-        Self::widen_for(&mut st, &next)?;
+        Self::widen_for(&mut st, &next).inspect_err(|e| log::warn!("api: change refused: {e}"))?;
         let report = match self.apply(&st.maps, &next) {
             Ok(r) => r,
             Err(e) => return Err(self.restore(&mut st, format!("applying the change failed: {e}"))),
