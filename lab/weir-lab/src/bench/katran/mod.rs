@@ -49,6 +49,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use weir_abi::*;
 use weir_core::splitmix::SplitMix;
+use weir_dataplane::features::Features;
 use weir_dataplane::testrun::XdpAction;
 use weir_progress::Progress;
 
@@ -231,6 +232,8 @@ pub fn measure(args: &KatranBenchArgs) -> Result<Report> {
                 &egress,
                 NextHopSource::Resolved,
                 Lru::Shared,
+                // What `weir serve` loads for a dsr and a nat VIP.
+                Features::NAT,
             )?;
             inst.fill(&progress)?;
             inst.verify_installed(&mut rng)?;
@@ -242,7 +245,7 @@ pub fn measure(args: &KatranBenchArgs) -> Result<Report> {
         }
         if sizes_of.is_none() {
             sizes_of = Some(Sizes {
-                weir: program_size(weir[0].prog())?,
+                weir: weir[0].program_size()?,
                 katran: program_size(&katran[0].prog()?)?,
             });
         }
