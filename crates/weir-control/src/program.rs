@@ -90,7 +90,9 @@ impl Program {
         let wider = loader::load_into(&opts, &self.lb)
             .with_context(|| format!("loading weir_lb with {}", opts.features))?;
         self.attachment.swap(wider.prog_fd())?;
-        let was = self.id.map_or("the older one".to_string(), |id| id.to_string());
+        let was = self
+            .id
+            .map_or("the older one".to_string(), |id| id.to_string());
         // The older program goes once nothing holds it; its maps are the
         // new one's.
         self.lb = wider;
@@ -99,7 +101,8 @@ impl Program {
         log::info!(
             "weir_lb now carries {}: program {} swapped in for {was} on {}",
             self.lb.features,
-            self.id.map_or("(id unknown)".to_string(), |id| id.to_string()),
+            self.id
+                .map_or("(id unknown)".to_string(), |id| id.to_string()),
             self.interfaces()
                 .iter()
                 .map(|(n, _)| n.as_str())

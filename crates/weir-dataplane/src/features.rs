@@ -83,7 +83,10 @@ mod tests {
         let wanted = Features::NAT.union(Features::QUIC);
         assert_eq!(wanted.to_string(), "dsr, nat, quic");
         assert_eq!(Features::DSR_ONLY.to_string(), "dsr");
-        assert_eq!(Features::ALL.to_string(), "dsr, nat, ipip, gue, quic, telemetry");
+        assert_eq!(
+            Features::ALL.to_string(),
+            "dsr, nat, ipip, gue, quic, telemetry"
+        );
         assert!(!running.contains(wanted));
         assert_eq!(wanted.missing_from(running), Features::QUIC);
         assert!(wanted.missing_from(wanted).is_empty());

@@ -89,7 +89,8 @@ fn a_change_that_needs_more_features_swaps_the_program_and_keeps_connections() {
     let dsr: SocketAddr = DSR_VIP.parse().unwrap();
     let nat: SocketAddr = NAT_VIP.parse().unwrap();
 
-    // Connections made before the swap.
+    // The dsr VIP answers; then connections made before the swap.
+    assert!(!new_connections(&lab.client, dsr, 4).is_empty());
     let live = spawn_http(&lab.client, dsr, 8, REQUESTS, Duration::from_millis(100));
     std::thread::sleep(Duration::from_millis(800));
     let said = d.reload(&config(true, false, "")).unwrap();

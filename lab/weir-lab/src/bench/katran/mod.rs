@@ -53,6 +53,7 @@ use weir_dataplane::features::Features;
 use weir_dataplane::testrun::XdpAction;
 use weir_progress::Progress;
 
+use crate::bench::xdp::features_of;
 use crate::bench::xdp::instance::{check_delta, timed, Capacity, Inst, Lru, NextHopSource};
 use crate::bench::xdp::packet::{packet, Family};
 use crate::bench::xdp::{
@@ -102,6 +103,11 @@ pub struct KatranBenchArgs {
     #[arg(long, value_enum, value_delimiter = ',',
           default_values_t = [Mode::Dsr, Mode::Nat])]
     pub modes: Vec<Mode>,
+    /// Load weir_lb with every feature (nat, ipip, gue, QUIC, telemetry), as
+    /// a configuration that uses them all does, instead of only what the
+    /// timed modes need (what `weir serve` loads for such VIPs).
+    #[arg(long)]
+    pub all_features: bool,
     /// Seed of the random choice of measured connections.
     #[arg(long, default_value_t = 0x6b61_7472)]
     pub seed: u64,
@@ -232,8 +238,11 @@ pub fn measure(args: &KatranBenchArgs) -> Result<Report> {
                 &egress,
                 NextHopSource::Resolved,
                 Lru::Shared,
-                // What `weir serve` loads for a dsr and a nat VIP.
-                Features::NAT,
+                // What `weir serve` loads for VIPs of the timed modes.
+                match args.all_features {
+                    true => Features::ALL,
+                    false => features_of(&args.modes),
+                },
             )?;
             inst.fill(&progress)?;
             inst.verify_installed(&mut rng)?;

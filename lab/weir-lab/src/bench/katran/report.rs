@@ -128,7 +128,7 @@ pub fn render(report: &Report) -> String {
     s += &crate::text_table::aligned(&header, &rows);
     let _ = writeln!(
         s,
-        "program size (translated / jited bytes): weir_lb {} / {} (carrying {}: what weir serve loads for a dsr and a nat VIP), Katran {} / {} (weir/Katran {:.2} / {:.2})",
+        "program size (translated / jited bytes): weir_lb {} / {} (carrying {}), Katran {} / {} (weir/Katran {:.2} / {:.2})",
         report.weir_program.xlated_bytes,
         report.weir_program.jited_bytes,
         report.weir_program.features.as_deref().unwrap_or("-"),
@@ -260,7 +260,7 @@ mod tests {
             conn_capacity: 10,
             half_open_capacity: 2,
             target_over_katran: TARGET_OVER_KATRAN,
-            weir_program: size,
+            weir_program: size.clone(),
             katran_program: ProgramSize {
                 features: None,
                 xlated_bytes: 1000,

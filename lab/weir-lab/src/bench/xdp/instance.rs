@@ -74,6 +74,7 @@ pub enum NextHopSource {
 }
 
 impl Inst {
+    #[allow(clippy::too_many_arguments)]
     pub(in crate::bench) fn new(
         family: Family,
         size: u64,
