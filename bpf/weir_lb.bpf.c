@@ -21,6 +21,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "weir.h"
+#include "lib/features.h"
 #include "lib/parse.h"
 #include "lib/maps.h"
 #include "lib/stats.h"
@@ -49,6 +50,13 @@ const volatile __u32 cfg_hash_seed = 0x77656972; /* "weir" */
 /* Run-time switches in the program's .bss, which the control plane writes
  * while the program runs: a reload turns them on and off. */
 volatile __u32 passive_telemetry_on = 0; /* 1: time nat requests (telemetry.h) */
+
+/* Whether to time nat requests and replies now: only a program that
+ * carries telemetry (features.h) reads the switch. */
+static __always_inline int telemetry_on(void)
+{
+	return feature_on(WEIR_FEAT_TELEMETRY) && passive_telemetry_on;
+}
 
 static __always_inline int verdict(__u32 action, __u32 pass_stat, __u32 drop_stat)
 {
@@ -135,7 +143,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 					     const struct weir_vip *vip, struct handshake *hs,
 					     struct weir_conn *entry)
 {
-	__u32 rev_vip = vip->mode == WEIR_MODE_NAT ? vip->vip_id : NO_REVERSE;
+	__u32 rev_vip = nat_mode(vip->mode) ? vip->vip_id : NO_REVERSE;
 	struct weir_dip *fresh = NULL, *dip = NULL;
 	struct weir_half_open *half;
 	__u32 now = hs->now;
@@ -159,7 +167,7 @@ static __always_inline struct weir_dip *handshake(struct xdp_md *ctx, const stru
 		*entry = half->conn;
 		entry->atime = now;
 		conn_note_close(entry, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
-		if (passive_telemetry_on && rev_vip != NO_REVERSE)
+		if (rev_vip != NO_REVERSE && telemetry_on())
 			telemetry_request(entry, pkt, entry->dip_id);
 		if (conn_update(&pkt->key, entry) == 0) {
 			stat_inc(WEIR_STAT_CONN_NEW);
@@ -211,7 +219,7 @@ static __always_inline int to_dip(struct xdp_md *ctx, struct packet *pkt,
 	traffic_add(&vip_traffic, vip->vip_id, bytes, new_conn);
 	traffic_add(&dip_traffic, dip_id, bytes, new_conn);
 
-	if (vip->mode == WEIR_MODE_NAT) {
+	if (nat_mode(vip->mode)) {
 		if (rewrite_endpoint(data, data_end, pkt, 1, dip->addr, dip->port) < 0) {
 			stat_outcome(event, WEIR_STAT_DROP_MALFORMED);
 			return XDP_DROP;
@@ -246,7 +254,7 @@ static __noinline struct weir_dip *new_connection(struct xdp_md *ctx, struct pac
 						  const struct weir_vip *vip,
 						  struct weir_conn *entry, struct new_conn *nc)
 {
-	int nat = vip->mode == WEIR_MODE_NAT;
+	int nat = nat_mode(vip->mode);
 	struct weir_dip *dip;
 
 	if (!nc->stale)
@@ -274,7 +282,7 @@ static __noinline struct weir_dip *new_connection(struct xdp_md *ctx, struct pac
 		return NULL;
 	}
 	nc->dip_id = entry->dip_id;
-	if (passive_telemetry_on && nat)
+	if (nat && telemetry_on())
 		telemetry_request(entry, pkt, nc->dip_id);
 	if (conn_update(&pkt->key, entry) == 0)
 		stat_inc(WEIR_STAT_CONN_NEW);
@@ -295,12 +303,12 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 {
 	int tcp = pkt->key.proto == IPPROTO_TCP;
 	int syn = tcp && (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
-	int nat = vip->mode == WEIR_MODE_NAT;
+	int nat = nat_mode(vip->mode);
 	__u64 now_ns = bpf_ktime_get_coarse_ns();
 	__u32 now = ticks_of(now_ns), dip_id = 0;
 	struct weir_conn *conn, entry = {};
 	__u32 quic = QUIC_NOT_QUIC, event = STAT_NO_EVENT;
-	int quic_vip = vip->quic_sid_len && !tcp;
+	int quic_vip = feature_on(WEIR_FEAT_QUIC) && vip->quic_sid_len && !tcp;
 	struct weir_dip *dip = NULL;
 	int new_conn = 0, stale = 0;
 
@@ -336,7 +344,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			conn_touch(conn, now);
 			if (tcp)
 				conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
-			if (passive_telemetry_on && nat)
+			if (nat && telemetry_on())
 				telemetry_request(conn, pkt, dip_id);
 			event = WEIR_STAT_CONN_HIT;
 		} else if (syn) {
@@ -385,7 +393,7 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 {
 	int tcp = pkt->key.proto == IPPROTO_TCP;
 	int syn = tcp && (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
-	int nat = vip->mode == WEIR_MODE_NAT;
+	int nat = nat_mode(vip->mode);
 	__u32 now = now_ticks(), dip_id;
 	struct weir_conn *conn;
 	struct weir_dip *dip;
@@ -418,7 +426,7 @@ static __always_inline int fast_path(struct xdp_md *ctx, struct packet *pkt,
 	conn_touch(conn, now);
 	if (tcp)
 		conn_note_close(conn, pkt->tcp_flags, WEIR_CONN_F_FIN_CLIENT, now);
-	if (passive_telemetry_on && nat)
+	if (nat && telemetry_on())
 		telemetry_request(conn, pkt, dip_id);
 	return to_dip(ctx, pkt, vip, dip, dip_id, 0, WEIR_STAT_CONN_HIT);
 miss:
@@ -446,7 +454,7 @@ static __always_inline int reverse_nat(struct xdp_md *ctx, struct packet *pkt,
 	if (pkt->key.proto == IPPROTO_TCP && (pkt->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST)))
 		server_closing(pkt, rev);
 	traffic_add(&vip_traffic, rev->vip_id, data_end - data, 0);
-	if (passive_telemetry_on)
+	if (telemetry_on())
 		telemetry_reply(pkt, rev);
 	if (rewrite_endpoint(data, data_end, pkt, 0, rev->vip, rev->vport) < 0) {
 		stat_outcome(WEIR_STAT_REV_NAT, WEIR_STAT_DROP_MALFORMED);
@@ -552,7 +560,10 @@ int weir_lb(struct xdp_md *ctx)
 		return balance(ctx, &pkt, vip);
 	}
 
-	/* The software tier keeps every reverse entry itself. */
+	/* Replies come from the DIPs of nat VIPs only. The software tier
+	 * keeps every reverse entry itself. */
+	if (!feature_on(WEIR_FEAT_NAT))
+		return verdict(cfg_not_vip_action, WEIR_STAT_PASS_NOT_VIP, WEIR_STAT_DROP_NOT_VIP);
 	rev = cfg_tier != WEIR_TIER_SOFTWARE ? rev_lookup(&pkt.key) : NULL;
 	if (!rev)
 		return not_a_known_reply(ctx, &pkt);

@@ -25,6 +25,16 @@
 #define WEIR_MODE_IPIP 2 /* encapsulate in IP (IPIP, IPv6-in-IPv6) to the DIP */
 #define WEIR_MODE_GUE 3  /* encapsulate in IP + UDP (GUE variant 1) to the DIP */
 
+/* What weir_lb carries (rodata cfg_features, lib/features.h): the loader
+ * sets the features the configuration being served uses, and the verifier
+ * removes the code of the others. dsr is always carried. */
+#define WEIR_FEAT_NAT 0x1       /* nat VIPs: the rewrite, reverse entries, replies */
+#define WEIR_FEAT_IPIP 0x2      /* ipip VIPs: IP-in-IP encapsulation */
+#define WEIR_FEAT_GUE 0x4       /* gue VIPs: GUE encapsulation */
+#define WEIR_FEAT_QUIC 0x8      /* QUIC VIPs: routing by connection ID */
+#define WEIR_FEAT_TELEMETRY 0x10 /* passive telemetry of nat DIPs */
+#define WEIR_FEAT_ALL 0x1f
+
 /* GUE's UDP destination port unless configured (Katran's). */
 #define WEIR_GUE_PORT 6080
 /* The outer source of an encapsulated packet, unless configured, is derived

@@ -24,6 +24,7 @@
 #include <bpf/bpf_endian.h>
 #include "weir.h"
 #include "csum.h"
+#include "features.h"
 #include "parse.h"
 
 #define IP_DF 0x4000
@@ -35,9 +36,11 @@ const volatile __be32 cfg_encap_src_v4 = 0;   /* 0: derived from the flow */
 const volatile __be32 cfg_encap_src_v6[4] = {}; /* all 0: derived from the flow */
 const volatile __be16 cfg_gue_port = bpf_htons(WEIR_GUE_PORT);
 
+/* Whether a VIP of `mode` encapsulates in this program (features.h). */
 static __always_inline int is_encap_mode(__u8 mode)
 {
-	return mode == WEIR_MODE_IPIP || mode == WEIR_MODE_GUE;
+	return (feature_on(WEIR_FEAT_IPIP) && mode == WEIR_MODE_IPIP) ||
+	       (feature_on(WEIR_FEAT_GUE) && mode == WEIR_MODE_GUE);
 }
 
 /* Stable per flow, spread over flows: the client's address and both ports,
@@ -200,7 +203,9 @@ static __always_inline __u32 encap_v6(struct xdp_md *ctx, const struct packet *p
 static __noinline __u32 encapsulate(struct xdp_md *ctx, const struct packet *pkt,
 					 const struct weir_dip *dip, __u8 mode)
 {
-	int gue = mode == WEIR_MODE_GUE;
+	/* Called for an encapsulating mode only: without ipip, it is gue. */
+	int gue = feature_on(WEIR_FEAT_GUE) &&
+		  (!feature_on(WEIR_FEAT_IPIP) || mode == WEIR_MODE_GUE);
 	__u32 entropy = flow_entropy(&pkt->key);
 
 	if (dip->family == WEIR_AF_INET6)

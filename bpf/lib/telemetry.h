@@ -28,9 +28,9 @@ static __always_inline __u32 telemetry_now_us(void)
 }
 
 /* A client packet of an established connection to a nat DIP. Not
- * inlined, nor is telemetry_reply(): telemetry is switched on and off at
- * run time, so the verifier cannot prune it, and only with it on do they
- * run. */
+ * inlined, nor is telemetry_reply(): a program that carries telemetry
+ * (features.h) switches it on and off at run time, and only with it on do
+ * they run. */
 static __noinline void telemetry_request(struct weir_conn *conn, const struct packet *pkt,
 					      __u32 dip_id)
 {

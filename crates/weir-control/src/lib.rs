@@ -17,6 +17,7 @@ mod health;
 mod live;
 pub mod metrics;
 pub mod nexthops;
+pub mod program;
 pub mod redirect_targets;
 pub mod reload_outcome;
 pub mod reload_scope;

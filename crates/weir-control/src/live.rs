@@ -28,6 +28,7 @@ use weir_dataplane::maps::Maps;
 
 use crate::apply::{apply, prime_neighbours, ApplyReport};
 use crate::controller::{Controller, Params, Shared};
+use crate::program::Program;
 use crate::reload_outcome::ReloadOutcome;
 use crate::reload_scope::{controller_changes, refusal, restart_only_changes};
 
@@ -62,6 +63,8 @@ struct State {
     maps: Maps,
     running: Config,
     controller: Option<Controller>,
+    /// The attached program, widened before a change that needs more.
+    program: Option<Program>,
 }
 
 /// The running configuration of `weir serve` and its controller.
@@ -92,6 +95,7 @@ impl Live {
                 maps,
                 running: cfg,
                 controller: None,
+                program: None,
             }),
             reloads: AtomicU64::new(0),
         };
@@ -115,6 +119,37 @@ impl Live {
     /// The configuration in force.
     pub fn running(&self) -> Config {
         self.lock().running.clone()
+    }
+
+    /// Takes over the attached program: changes that need a feature it
+    /// lacks widen it first.
+    pub fn adopt_program(&self, program: Program) {
+        self.lock().program = Some(program);
+    }
+
+    /// The kernel id of the attached program.
+    pub fn program_id(&self) -> Option<u32> {
+        self.lock().program.as_ref().and_then(Program::id)
+    }
+
+    /// Gives the attached program back (at exit).
+    pub fn take_program(&self) -> Option<Program> {
+        self.lock().program.take()
+    }
+
+    /// Makes the attached program carry what `next` needs (program.rs),
+    /// before anything of `next` is written.
+    fn widen_for(st: &mut State, next: &Config) -> Result<(), ChangeError> {
+        let Some(program) = &mut st.program else {
+            return Ok(());
+        };
+        program.widen_for(next).map(|_| ()).map_err(|e| {
+            ChangeError::Failed(format!(
+                "the configuration needs weir_lb to carry {}, and the program that does could \
+                 not be swapped in ({e:#}); the running program and configuration stay",
+                crate::program::wanted_features(next)
+            ))
+        })
     }
 
     /// Stops the controller (at exit).
@@ -164,6 +199,7 @@ impl Live {
             log::info!("reload refused: {why}");
             return Err(ChangeError::Invalid(why));
         }
+        Self::widen_for(st, &next).inspect_err(|e| log::warn!("reload refused: {e}"))?;
         let report = match self.apply(&st.maps, &next) {
             Ok(r) => r,
             Err(e) => {
@@ -238,6 +274,7 @@ impl Live {
                  and reload"
             ))
         })?;
+        Self::widen_for(&mut st, &next).inspect_err(|e| log::warn!("api: change refused: {e}"))?;
         let report = match self.apply(&st.maps, &next) {
             Ok(r) => r,
             Err(e) => return Err(self.restore(&mut st, format!("applying the change failed: {e}"))),

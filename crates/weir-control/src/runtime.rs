@@ -21,6 +21,7 @@ use crate::apply::{apply, prime_neighbours};
 use crate::bpffs::{self, Persistence};
 use crate::controller::Shared;
 use crate::live::{log_warnings, Live};
+use crate::program::Program;
 use crate::run_record::RunRecord;
 use crate::takeover::{self, Predecessor, Takeover};
 use weir_sys::SignalSet;
@@ -179,6 +180,7 @@ fn load_options(cfg: &Config) -> LoadOptions {
             gue_port: *dp.gue_port.get_ref(),
         },
         syn_budget: dp.syn_budget(),
+        features: crate::program::wanted_features(cfg),
     }
 }
 
@@ -306,7 +308,9 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     // the run record this start created; declared before the program is
     // loaded, it runs after the pins' guard below.
     let created = CreatedByStart::note(&pin_dir, &opts.run_dir);
-    let lb = loader::load(&load_options(&cfg))?;
+    let lb_opts = load_options(&cfg);
+    let lb = loader::load(&lb_opts)?;
+    log::info!("weir_lb carries {}", lb.features);
     // Until the program is attached, any failure removes what this start
     // pinned: a failed start leaves nothing pinned.
     let start_guard = PinsOfFailedStart {
@@ -416,6 +420,7 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
         shared.clone(),
         &opts.run_dir,
     ));
+    live.adopt_program(Program::new(lb_opts, lb, attachment));
     let api = crate::api::start(live.clone(), &cfg.api, &pin_dir);
     let speaker = cfg
         .bgp
@@ -482,10 +487,10 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     });
 
     let mut handed_over = false;
-    let mut watch = match attachment.prog_id() {
-        Ok(id) => Some(crate::xdp_watch::Watch::new(id, &opts.run_dir)),
-        Err(e) => {
-            log::warn!("not watching the XDP attachment (reading the program's id: {e:#})");
+    let mut watch = match live.program_id() {
+        Some(id) => Some(crate::xdp_watch::Watch::new(id, &opts.run_dir)),
+        None => {
+            log::warn!("not watching the XDP attachment (the program's id is unknown)");
             None
         }
     };
@@ -493,7 +498,11 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     let mut targets_due = std::time::Instant::now();
     loop {
         if let Some(w) = &mut watch {
-            w.check(attachment.interfaces());
+            // A change may have swapped in a program with more features.
+            if let Some(id) = live.program_id() {
+                w.follow(id);
+            }
+            w.check(&pairs);
         }
         if std::time::Instant::now() >= targets_due {
             targets.check(&pairs);
@@ -530,11 +539,13 @@ pub fn serve(opts: &ServeOptions) -> Result<()> {
     if handed_over {
         // The successor already runs its program on our interfaces and owns
         // the run record.
-        attachment.leave_attached();
+        if let Some(p) = live.take_program() {
+            p.leave_attached();
+        }
         log::info!("handed the data plane over to a successor; exiting");
         return Ok(());
     }
-    drop(attachment);
+    drop(live.take_program());
     // `weir status` after the stop still finds the pins of this run.
     if let Err(e) = RunRecord::retire(&opts.run_dir) {
         log::warn!("keeping the run record as the last run's: {e}");

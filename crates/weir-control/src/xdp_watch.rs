@@ -95,6 +95,12 @@ impl Watch {
         }
     }
 
+    /// Watches for program `ours` from now on: weir swapped in a program
+    /// that carries more features.
+    pub fn follow(&mut self, ours: u32) {
+        self.ours = ours;
+    }
+
     /// Compares what is attached to each `(name, ifindex)` now with the
     /// program weir attached; logs and records what changed.
     pub fn check(&mut self, ifaces: &[(String, u32)]) {

@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::libbpf_sys::bpf_prog_info;
-use libbpf_rs::{MapCore, MapHandle, Program, Xdp, XdpFlags};
+use libbpf_rs::{MapCore, MapHandle, Program, XdpFlags};
 
 /// Native (driver) XDP or the generic fallback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,10 +39,10 @@ impl fmt::Display for XdpMode {
     }
 }
 
-/// Programs attached by this process; detached on drop.
-pub struct Attachment<'a> {
-    xdp: Xdp<'a>,
-    fd: BorrowedFd<'a>,
+/// Programs attached by this process; detached on drop. It holds its own
+/// handle on the program, so the program's loader need not outlive it.
+pub struct Attachment {
+    fd: OwnedFd,
     mode: XdpMode,
     ifaces: Vec<(String, u32)>,
 }
@@ -173,16 +173,26 @@ pub fn ensure_free(ifaces: &[(String, u32)]) -> Result<()> {
 
 /// Attaches `fd` to every interface or to none: refuses an interface that
 /// already has an XDP program, and rolls back on the first failure.
-pub fn attach_all<'a>(
-    fd: BorrowedFd<'a>,
+pub fn attach_all(
+    fd: BorrowedFd<'_>,
     ifaces: &[(String, u32)],
     mode: XdpMode,
-) -> Result<Attachment<'a>> {
+) -> Result<Attachment> {
     ensure_free(ifaces)?;
-    let mut att = Attachment::empty(fd, mode);
+    let mut att = Attachment::empty(fd, mode)?;
     for (name, idx) in ifaces {
-        let flags = mode.flags() | XdpFlags::UPDATE_IF_NOEXIST;
-        if let Err(e) = att.xdp.attach(*idx as i32, flags) {
+        let flags = (mode.flags() | XdpFlags::UPDATE_IF_NOEXIST).bits();
+        // SAFETY: a valid program fd; no options.
+        let rc = unsafe {
+            libbpf_rs::libbpf_sys::bpf_xdp_attach(
+                *idx as i32,
+                fd.as_raw_fd(),
+                flags,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            let e = std::io::Error::from_raw_os_error(-rc);
             let hint = match mode {
                 XdpMode::Native => "; the driver may lack native XDP: try --xdp-mode generic",
                 XdpMode::Generic => "",
@@ -200,9 +210,9 @@ pub fn attach_all<'a>(
 /// restart has no gap. Each swap replaces exactly the program that was
 /// checked; if another took its place since, the swap fails. On failure the
 /// interfaces already swapped are swapped back.
-pub fn take_over<'a>(fd: BorrowedFd<'a>, held: &[Held], mode: XdpMode) -> Result<Attachment<'a>> {
+pub fn take_over(fd: BorrowedFd<'_>, held: &[Held], mode: XdpMode) -> Result<Attachment> {
     let mut swapped: Vec<(u32, OwnedFd)> = Vec::new();
-    let mut att = Attachment::empty(fd, mode);
+    let mut att = Attachment::empty(fd, mode)?;
     for h in held {
         let result = (|| -> Result<OwnedFd> {
             if h.mode != mode {
@@ -261,14 +271,35 @@ fn replace(new: BorrowedFd<'_>, ifindex: u32, old: BorrowedFd<'_>, mode: XdpMode
     Ok(())
 }
 
-impl<'a> Attachment<'a> {
-    fn empty(fd: BorrowedFd<'a>, mode: XdpMode) -> Attachment<'a> {
-        Attachment {
-            xdp: Xdp::new(fd),
-            fd,
+impl Attachment {
+    fn empty(fd: BorrowedFd<'_>, mode: XdpMode) -> Result<Attachment> {
+        Ok(Attachment {
+            fd: fd
+                .try_clone_to_owned()
+                .context("duplicating the program's fd")?,
             mode,
             ifaces: Vec::new(),
+        })
+    }
+
+    /// Swaps `new` in for the attached program on every interface, each
+    /// atomically (no moment without a program): the way to a program
+    /// that carries more features, loaded into the same maps. If one swap
+    /// fails, those done are swapped back and the old program stays.
+    pub fn swap(&mut self, new: BorrowedFd<'_>) -> Result<()> {
+        let new_fd = new
+            .try_clone_to_owned()
+            .context("duplicating the new program's fd")?;
+        for (i, (name, idx)) in self.ifaces.iter().enumerate() {
+            if let Err(e) = replace(new, *idx, self.fd.as_fd(), self.mode) {
+                for (_, done) in &self.ifaces[..i] {
+                    let _ = replace(self.fd.as_fd(), *done, new, self.mode);
+                }
+                return Err(e.context(format!("swapping weir_lb on {name}")));
+            }
         }
+        self.fd = new_fd;
+        Ok(())
     }
 
     pub fn interfaces(&self) -> &[(String, u32)] {
@@ -277,7 +308,7 @@ impl<'a> Attachment<'a> {
 
     /// The kernel id of the program this attached.
     pub fn prog_id(&self) -> Result<u32> {
-        crate::runstats::RunStats::of(self.fd).map(|s| s.id)
+        crate::runstats::RunStats::of(self.fd.as_fd()).map(|s| s.id)
     }
 
     /// Leaves the programs attached when this is dropped: for handing the
@@ -287,7 +318,7 @@ impl<'a> Attachment<'a> {
     }
 }
 
-impl Drop for Attachment<'_> {
+impl Drop for Attachment {
     /// Detaches, but only where our program is still the one attached: a
     /// successor that took over keeps its program.
     fn drop(&mut self) {

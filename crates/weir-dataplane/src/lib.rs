@@ -2,6 +2,8 @@
 //!
 //! - [`loader`] opens the `weir_lb` skeleton, applies load-time constants and
 //!   map sizes, reuses pinned state and loads it.
+//! - [`features`] is what a load of `weir_lb` carries (its modes, QUIC,
+//!   telemetry); the loader leaves the rest out.
 //! - [`maps`] is typed access to every map, from a loaded program or from
 //!   the pins of a running one (what `weir status` reads).
 //! - [`attach`] attaches and detaches XDP on interfaces.
@@ -19,6 +21,7 @@
 pub mod attach;
 pub mod conntrack;
 pub mod decap;
+pub mod features;
 pub mod flow_table;
 pub mod iface;
 pub mod loader;

@@ -14,13 +14,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{AsRawLibbpf, MapCore, MapHandle, OpenObject};
 use weir_abi::{weir_conn, weir_flow_key, weir_rev_nat};
 
 pub use weir_core::conn_timeouts::ConnTimeouts;
 pub use weir_core::syn_budget::SynBudget;
 
+use crate::features::Features;
 use crate::maps::{read_all, Maps};
 use crate::skel::lb::{OpenWeirLbSkel, WeirLbSkel, WeirLbSkelBuilder};
 
@@ -217,6 +218,11 @@ pub struct LoadOptions {
     pub encap: Encap,
     /// Software and hybrid tiers: SYNs admitted to the workers.
     pub syn_budget: SynBudget,
+    /// What the program carries beyond dsr (features.rs): the verifier
+    /// removes the code of the rest. A VIP whose mode, or QUIC routing, the
+    /// program lacks must not be written to its maps; telemetry's run-time
+    /// switch does nothing without [`Features::TELEMETRY`].
+    pub features: Features,
 }
 
 impl Default for LoadOptions {
@@ -245,6 +251,7 @@ impl Default for LoadOptions {
             conn_sync: false,
             encap: Encap::default(),
             syn_budget: SynBudget::default(),
+            features: Features::ALL,
         }
     }
 }
@@ -305,6 +312,8 @@ const MERGED_FAMILY_TABLES: &[&str] = &["conns", "rev_nat"];
 /// A loaded (not yet attached) `weir_lb`.
 pub struct LoadedLb {
     pub skel: WeirLbSkel<'static>,
+    /// What it was loaded to carry.
+    pub features: Features,
     /// Pins this load created (the rest were reused from a previous run).
     pub created_pins: Vec<PathBuf>,
     /// Pins of another layout this load replaced (REPLACEABLE_MAPS): where
@@ -470,6 +479,7 @@ fn configure(open: &mut OpenWeirLbSkel<'static>, opts: &LoadOptions) -> Result<(
     ro.cfg_hash_seed = opts.hash_seed;
     ro.cfg_fib_lookup = u32::from(opts.fib_lookup);
     ro.cfg_tier = opts.tier.raw();
+    ro.cfg_features = opts.features.raw();
     open.maps
         .bss_data
         .as_deref_mut()
@@ -725,8 +735,53 @@ pub fn load(opts: &LoadOptions) -> Result<LoadedLb> {
     })?;
     Ok(LoadedLb {
         skel,
+        features: opts.features,
         created_pins: pins.created,
         superseded_pins: Mutex::new(pins.superseded),
+        pin_dir: opts.pin_dir.clone(),
+    })
+}
+
+/// Loads `weir_lb` for `opts` into the maps of `running`, a program loaded
+/// before: every map but the load-time constants (.rodata) is `running`'s
+/// own, its connection tables, counters, socket and interface maps and
+/// run-time switches, so the new program takes over its state as it is
+/// when it is swapped in. Nothing is created or pinned. For a program that
+/// carries more features than the one running (a configuration change that
+/// needs them); `opts` must otherwise be the options `running` was loaded
+/// with, as the maps' sizes are.
+pub fn load_into(opts: &LoadOptions, running: &LoadedLb) -> Result<LoadedLb> {
+    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut open = WeirLbSkelBuilder::default()
+        .open(storage)
+        .context("opening the weir_lb BPF object")?;
+    configure(&mut open, opts)?;
+    let object = running.skel.object();
+    for mut map in open.open_object_mut().maps_mut() {
+        let name = map.name().to_string_lossy().into_owned();
+        if name.ends_with(".rodata") {
+            continue;
+        }
+        let Some(old) = object
+            .maps()
+            .find(|m| m.name().to_string_lossy() == name.as_str())
+        else {
+            bail!("the running weir_lb has no map {name} to share");
+        };
+        map.reuse_fd(old.as_fd())
+            .with_context(|| format!("sharing map {name} with the running weir_lb"))?;
+    }
+    let skel = open.load().map_err(|e| {
+        anyhow::anyhow!(
+            "the kernel refused weir_lb with features {}: {e}; the running program stays",
+            opts.features
+        )
+    })?;
+    Ok(LoadedLb {
+        skel,
+        features: opts.features,
+        created_pins: Vec::new(),
+        superseded_pins: Mutex::new(Vec::new()),
         pin_dir: opts.pin_dir.clone(),
     })
 }

@@ -189,7 +189,7 @@ pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Resu
 pub fn attach_redirect<'a>(
     iface: &str,
     skel: &'a weir_traffic::xsk_redirect::WeirXskRedirectSkel<'static>,
-) -> Result<weir_dataplane::attach::Attachment<'a>> {
+) -> Result<weir_dataplane::attach::Attachment> {
     use std::os::fd::AsFd;
     let ifindex = weir_dataplane::iface::Iface::by_name(iface)?.ifindex;
     weir_dataplane::attach::attach_all(

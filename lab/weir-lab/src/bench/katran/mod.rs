@@ -49,9 +49,11 @@ use anyhow::{bail, ensure, Context, Result};
 use serde::Serialize;
 use weir_abi::*;
 use weir_core::splitmix::SplitMix;
+use weir_dataplane::features::Features;
 use weir_dataplane::testrun::XdpAction;
 use weir_progress::Progress;
 
+use crate::bench::xdp::features_of;
 use crate::bench::xdp::instance::{check_delta, timed, Capacity, Inst, Lru, NextHopSource};
 use crate::bench::xdp::packet::{packet, Family};
 use crate::bench::xdp::{
@@ -101,6 +103,11 @@ pub struct KatranBenchArgs {
     #[arg(long, value_enum, value_delimiter = ',',
           default_values_t = [Mode::Dsr, Mode::Nat])]
     pub modes: Vec<Mode>,
+    /// Load weir_lb with every feature (nat, ipip, gue, QUIC, telemetry), as
+    /// a configuration that uses them all does, instead of only what the
+    /// timed modes need (what `weir serve` loads for such VIPs).
+    #[arg(long)]
+    pub all_features: bool,
     /// Seed of the random choice of measured connections.
     #[arg(long, default_value_t = 0x6b61_7472)]
     pub seed: u64,
@@ -231,6 +238,11 @@ pub fn measure(args: &KatranBenchArgs) -> Result<Report> {
                 &egress,
                 NextHopSource::Resolved,
                 Lru::Shared,
+                // What `weir serve` loads for VIPs of the timed modes.
+                match args.all_features {
+                    true => Features::ALL,
+                    false => features_of(&args.modes),
+                },
             )?;
             inst.fill(&progress)?;
             inst.verify_installed(&mut rng)?;
@@ -242,7 +254,7 @@ pub fn measure(args: &KatranBenchArgs) -> Result<Report> {
         }
         if sizes_of.is_none() {
             sizes_of = Some(Sizes {
-                weir: program_size(weir[0].prog())?,
+                weir: weir[0].program_size()?,
                 katran: program_size(&katran[0].prog()?)?,
             });
         }

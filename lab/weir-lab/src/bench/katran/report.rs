@@ -128,9 +128,10 @@ pub fn render(report: &Report) -> String {
     s += &crate::text_table::aligned(&header, &rows);
     let _ = writeln!(
         s,
-        "program size (translated / jited bytes): weir_lb {} / {}, Katran {} / {} (weir/Katran {:.2} / {:.2})",
+        "program size (translated / jited bytes): weir_lb {} / {} (carrying {}), Katran {} / {} (weir/Katran {:.2} / {:.2})",
         report.weir_program.xlated_bytes,
         report.weir_program.jited_bytes,
+        report.weir_program.features.as_deref().unwrap_or("-"),
         report.katran_program.xlated_bytes,
         report.katran_program.jited_bytes,
         report.weir_program.xlated_bytes as f64 / report.katran_program.xlated_bytes.max(1) as f64,
@@ -231,6 +232,7 @@ mod tests {
     /// One row: dsr at 0.7x Katran, nat at 1.2x.
     fn sample() -> Report {
         let size = ProgramSize {
+            features: None,
             xlated_bytes: 800,
             jited_bytes: 1000,
             baseline_xlated_bytes: None,
@@ -258,8 +260,9 @@ mod tests {
             conn_capacity: 10,
             half_open_capacity: 2,
             target_over_katran: TARGET_OVER_KATRAN,
-            weir_program: size,
+            weir_program: size.clone(),
             katran_program: ProgramSize {
+                features: None,
                 xlated_bytes: 1000,
                 ..size
             },

@@ -74,6 +74,7 @@ pub enum NextHopSource {
 }
 
 impl Inst {
+    #[allow(clippy::too_many_arguments)]
     pub(in crate::bench) fn new(
         family: Family,
         size: u64,
@@ -82,6 +83,7 @@ impl Inst {
         egress: &weir_dataplane::iface::Iface,
         source: NextHopSource,
         lru: Lru,
+        features: Features,
     ) -> Result<Inst> {
         // The defaults of `weir serve`: the FIB on.
         // Only the measured family's tables get the capacity.
@@ -95,6 +97,7 @@ impl Inst {
             half_open_capacity: capacity.half_open,
             conn_lru: lru.conn_lru(),
             pin_dir: None,
+            features,
             ..LoadOptions::default()
         };
         let lb = loader::load(&opts).context("loading weir_lb (the bench needs root)")?;
@@ -136,8 +139,21 @@ impl Inst {
             lo,
             untouched: std::sync::Mutex::new(Vec::new()),
         };
-        inst.set_mode(Mode::Nat)?;
+        // A mode the program carries.
+        inst.set_mode(if features.contains(Features::NAT) {
+            Mode::Nat
+        } else {
+            Mode::Dsr
+        })?;
         Ok(inst)
+    }
+
+    /// Its size as the kernel holds it, and the features it carries.
+    pub(in crate::bench) fn program_size(&self) -> Result<ProgramSize> {
+        Ok(ProgramSize {
+            features: Some(self.lb.features.to_string()),
+            ..report::program_size(self.prog())?
+        })
     }
 
     /// Deals the installed connections out in a random order (after `fill`).

@@ -320,13 +320,14 @@ fn measure(args: &XdpBenchArgs) -> Result<LifecycleReport> {
             &egress,
             args.next_hop,
             args.lru,
+            features_of(&modes),
         )?;
         inst.fill(&progress)?;
         let mut rng = SplitMix(args.seed);
         inst.verify_installed(&mut rng)?;
         progress.set_message(format!("{}: filling the half-open table", family.name()));
         half_open_before = inst.flood_half_open(capacity.half_open)?;
-        program = Some(report::program_size(inst.prog())?);
+        program = Some(inst.program_size()?);
         // times[mode][step][run], and the floor's per run.
         let mut times = vec![vec![Vec::new(); STEPS.len()]; modes.len()];
         let mut floor_times = Vec::new();

@@ -42,6 +42,7 @@ pub(super) fn shared_against_per_cpu(
             bench.egress,
             args.next_hop,
             lru,
+            features_of(bench.modes),
         )?;
         inst.fill(progress)?;
         inst.verify_installed(rng)?;

@@ -79,6 +79,7 @@ use weir_abi::*;
 use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::{addr_words, FlowTuple, Proto};
 use weir_core::splitmix::SplitMix;
+use weir_dataplane::features::Features;
 use weir_dataplane::loader::{self, LoadOptions, LoadedLb};
 use weir_dataplane::maps::Maps;
 use weir_dataplane::testrun::{self, XdpAction};
@@ -224,6 +225,18 @@ pub enum Mode {
     Dsr,
     Ipip,
     Gue,
+}
+
+/// What weir_lb must carry to serve `modes` (dsr always).
+pub(in crate::bench) fn features_of(modes: &[Mode]) -> Features {
+    modes.iter().fold(Features::DSR_ONLY, |f, m| {
+        f.union(match m {
+            Mode::Nat => Features::NAT,
+            Mode::Dsr => Features::DSR_ONLY,
+            Mode::Ipip => Features::IPIP,
+            Mode::Gue => Features::GUE,
+        })
+    })
 }
 
 impl Mode {
@@ -464,6 +477,7 @@ impl FamilyBench<'_> {
         let largest = *self.sizes.last().unwrap();
         let mut insts = Vec::new();
         for &size in self.sizes {
+            // Its modes, and QUIC for the CID-routed rows.
             let inst = Inst::new(
                 family,
                 u64::from(size),
@@ -472,6 +486,7 @@ impl FamilyBench<'_> {
                 self.egress,
                 args.next_hop,
                 args.lru,
+                features_of(modes).union(Features::QUIC),
             )?;
             let t = Instant::now();
             inst.fill(progress)?;
@@ -487,7 +502,7 @@ impl FamilyBench<'_> {
             self.lo
         );
         part.ingress = ingress;
-        part.program = Some(report::program_size(insts[0].prog())?);
+        part.program = Some(insts[0].program_size()?);
         let fam = family.name();
         // Hot measures and the miss path use no idle connection.
         let no_idle = vec![0.0; insts.len()];

@@ -50,8 +50,11 @@ pub struct Row {
 pub const SLOWER_THAN: f64 = 1.05;
 
 /// The size of the measured `weir_lb` as the kernel holds it.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ProgramSize {
+    /// What weir_lb was loaded to carry (weir_dataplane::features), as
+    /// "dsr, nat, ..."; None for another program.
+    pub features: Option<String>,
     /// Translated (verified, rewritten) BPF instructions, in bytes (8 each).
     pub xlated_bytes: usize,
     /// Native code the JIT made of them, in bytes.
@@ -243,7 +246,8 @@ pub fn render(report: &Report) -> String {
     let p = &report.program;
     let _ = writeln!(
         s,
-        "weir_lb: {} bytes translated ({} instructions), {} bytes jited{}",
+        "weir_lb (carrying {}): {} bytes translated ({} instructions), {} bytes jited{}",
+        p.features.as_deref().unwrap_or("-"),
         p.xlated_bytes,
         p.xlated_bytes / 8,
         p.jited_bytes,
@@ -462,6 +466,7 @@ pub(in crate::bench) fn program_size(prog: &ProgramMut<'_>) -> Result<ProgramSiz
         .find(|p| p.id == id)
         .context("weir_lb is not among the kernel's programs")?;
     Ok(ProgramSize {
+        features: None,
         xlated_bytes: info.xlated_prog_insns.len(),
         jited_bytes: info.jited_prog_insns.len(),
         baseline_xlated_bytes: None,
@@ -518,6 +523,7 @@ mod tests {
                 quic_routed_over_udp_hit_max: 0.0,
             },
             program: ProgramSize {
+                features: None,
                 xlated_bytes: 8,
                 jited_bytes: 8,
                 baseline_xlated_bytes: None,
