@@ -305,10 +305,10 @@ mod tests {
         let seed = crate::flow_hash::DEFAULT_SEED;
         let dcid = [0x5a; 8];
         let opening = [
-            long(0xc0, QUIC_V1, &dcid),        // v1 Initial
-            long(0xd0, QUIC_V1, &dcid),        // v1 0-RTT
-            long(0xd0, QUIC_V2, &dcid),        // v2 Initial
-            long(0xe0, QUIC_V2, &dcid),        // v2 0-RTT
+            long(0xc0, QUIC_V1, &dcid), // v1 Initial
+            long(0xd0, QUIC_V1, &dcid), // v1 0-RTT
+            long(0xd0, QUIC_V2, &dcid), // v2 Initial
+            long(0xe0, QUIC_V2, &dcid), // v2 0-RTT
         ];
         let id = handshake_id(&opening[0], seed);
         assert_ne!(id, 0);
@@ -322,7 +322,11 @@ mod tests {
         // Another DCID, a longer one zero-padded, another seed: another id.
         let other = long(0xc0, QUIC_V1, &[0x5b; 8]);
         assert!(opens_new_connection(&other, seed, id));
-        let padded = long(0xc0, QUIC_V1, &[0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0]);
+        let padded = long(
+            0xc0,
+            QUIC_V1,
+            &[0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0],
+        );
         assert_ne!(handshake_id(&padded, seed), id);
         assert_ne!(handshake_id(&opening[0], seed ^ 1), id);
         // Nothing else opens one: short headers, Handshake and Retry

@@ -173,7 +173,12 @@ fn quic_counters_of_an_older_weir_are_replaced_and_its_connections_kept() {
     let lb = loader::load(&opts).expect("older QUIC counters must not stop a start");
     for p in &pins {
         let want = std::mem::size_of::<weir_quic_counters>() as u32;
-        assert_eq!(value_size(p), want, "{}: this version's counters", p.display());
+        assert_eq!(
+            value_size(p),
+            want,
+            "{}: this version's counters",
+            p.display()
+        );
     }
     assert_eq!(
         Maps::of(&lb.skel).unwrap().conn(&key).unwrap(),

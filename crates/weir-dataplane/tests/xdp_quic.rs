@@ -217,8 +217,7 @@ impl Quic {
         );
         if taken != Some(dip.id) {
             assert_eq!(
-                after.1.reused_tuple,
-                before.1.reused_tuple,
+                after.1.reused_tuple, before.1.reused_tuple,
                 "{name}: DIP {}'s reused_tuple",
                 dip.id
             );
@@ -807,7 +806,11 @@ fn an_established_nat_address_keeps_its_dip_through_drain_weights_and_a_new_init
         let i = q.datagram(vip, 49000 + vip as u16, &initial);
         let d = pick(&weights, &i, &q);
         let name = format!("v{vip} a new connection's Initial");
-        let events = [WEIR_STAT_CONN_REUSED, WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW];
+        let events = [
+            WEIR_STAT_CONN_REUSED,
+            WEIR_STAT_CONN_MISS,
+            WEIR_STAT_CONN_NEW,
+        ];
         q.expect_taking(&name, vip, &i, &d, &events, [0, 1, 0], Some(a));
         q.routed(&format!("v{vip} its short header"), vip, &f, a);
     }
@@ -837,7 +840,11 @@ fn client_dcid(n: u8) -> Vec<u8> {
 
 /// The handshake the 5-tuple entry of `f` records.
 fn entry_handshake_of(q: &Quic, f: &Frame) -> u32 {
-    let c = q.h.maps.conn(&f.tuple().key()).unwrap().expect("a 5-tuple entry");
+    let c =
+        q.h.maps
+            .conn(&f.tuple().key())
+            .unwrap()
+            .expect("a 5-tuple entry");
     entry_handshake(c.quic_handshake)
 }
 
@@ -866,11 +873,17 @@ fn a_retransmitted_initial_keeps_its_dip_and_a_new_one_on_the_tuple_goes_by_the_
                 q.fallback(&format!("{case}: first"), vip, &f, false);
                 let old = q.predict(vip, &f);
                 let opened = handshake_id(&first, DEFAULT_SEED);
-                assert_eq!(entry_handshake_of(&q, &f), opened, "{case}: the entry's handshake");
+                assert_eq!(
+                    entry_handshake_of(&q, &f),
+                    opened,
+                    "{case}: the entry's handshake"
+                );
 
                 // The DIP drained: a retransmission stays on it.
-                let drained: Vec<(u32, u32)> =
-                    full.iter().map(|&(d, w)| (d, if d == old.id { 0 } else { w })).collect();
+                let drained: Vec<(u32, u32)> = full
+                    .iter()
+                    .map(|&(d, w)| (d, if d == old.id { 0 } else { w }))
+                    .collect();
                 publish(&q, vip, &drained);
                 assert!(!opens_new_connection(&first, DEFAULT_SEED, opened));
                 q.expect(
@@ -888,14 +901,25 @@ fn a_retransmitted_initial_keeps_its_dip_and_a_new_one_on_the_tuple_goes_by_the_
                 let g = q.datagram(vip, sport, &next);
                 let moved = pick(&drained, &g, &q);
                 assert_ne!(moved.id, old.id);
-                let events = [WEIR_STAT_CONN_REUSED, WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW];
+                let events = [
+                    WEIR_STAT_CONN_REUSED,
+                    WEIR_STAT_CONN_MISS,
+                    WEIR_STAT_CONN_NEW,
+                ];
                 let name = format!("{case}: another DCID on the tuple");
                 q.expect_taking(&name, vip, &g, &moved, &events, [0, 1, 0], Some(old.id));
                 let reopened = handshake_id(&next, DEFAULT_SEED);
-                assert_eq!(entry_handshake_of(&q, &g), reopened, "{case}: the new handshake");
+                assert_eq!(
+                    entry_handshake_of(&q, &g),
+                    reopened,
+                    "{case}: the new handshake"
+                );
                 if is_nat(vip) {
                     assert!(
-                        q.h.maps.rev_nat(&reverse_key_of(&f, &old)).unwrap().is_none(),
+                        q.h.maps
+                            .rev_nat(&reverse_key_of(&f, &old))
+                            .unwrap()
+                            .is_none(),
                         "{case}: the old DIP's reverse entry outlived its 5-tuple entry"
                     );
                 }
@@ -928,14 +952,19 @@ fn short_headers_and_non_quic_udp_follow_a_live_entry_whatever_their_dcid() {
         let f = q.datagram(vip, sport, &first);
         q.fallback(&format!("v{vip} Initial"), vip, &f, false);
         let old = q.predict(vip, &f);
-        let drained: Vec<(u32, u32)> =
-            full.iter().map(|&(d, w)| (d, if d == old.id { 0 } else { w })).collect();
+        let drained: Vec<(u32, u32)> = full
+            .iter()
+            .map(|&(d, w)| (d, if d == old.id { 0 } else { w }))
+            .collect();
         publish(&q, vip, &drained);
         let mut unroutable = q.cid(dips[1], 12);
         unroutable[0] |= 0xe0;
         for (what, payload) in [
             ("short header", short_header(&unroutable)),
-            ("short header, the Initial's DCID", short_header(&client_dcid(1))),
+            (
+                "short header, the Initial's DCID",
+                short_header(&client_dcid(1)),
+            ),
             (
                 "Handshake",
                 long_header(LongType::Handshake, QUIC_V1, &client_dcid(3), &[0x66; 8]),
