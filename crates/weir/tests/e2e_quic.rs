@@ -195,6 +195,10 @@ fn quic_connections_keep_their_backend_through_migration_weight_change_drain_and
         for (b, dq) in (1..).zip(&dips) {
             assert!(count(dq, "cid_routed") > 0, "{vip}, backend-{b}: {dq}");
         }
+        // A new connection on a reused client port is counted for the VIP
+        // and for the DIP whose entry it took; no DIP was removed here.
+        let taken: u64 = dips.iter().map(|dq| count(dq, "reused_tuple")).sum();
+        assert_eq!(count(&q, "reused_tuple"), taken, "{vip}: {q} {dips:?}");
     }
 }
 
@@ -355,7 +359,8 @@ fn a_dip_added_with_its_server_id_is_routed_by_it_and_a_removed_dips_ids_are_cou
     );
     let text = status_text(&d);
     assert!(
-        text.contains("quic: server_id_len=2 config_id=1 cid_routed="),
+        text.contains("quic: server_id_len=2 config_id=1 cid_routed=")
+            && text.contains(" reused_tuple="),
         "weir status: {text}"
     );
     let m = metrics(&lab.lb, METRICS_PORT);
@@ -367,4 +372,10 @@ fn a_dip_added_with_its_server_id_is_routed_by_it_and_a_removed_dips_ids_are_cou
     ] {
         assert!(sample(&m, series) > 0, "{series}:\n{m}");
     }
+    // Present whether or not a client port was reused in this run.
+    sample(&m, "weir_vip_quic_reused_tuple_total{vip=\"quic\"}");
+    sample(
+        &m,
+        "weir_dip_quic_reused_tuple_total{vip=\"quic\",dip=\"10.77.1.2:4433\"}",
+    );
 }
