@@ -315,8 +315,9 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	/* A QUIC connection ID that names a DIP wins over the 5-tuple (quic.h).
 	 * nat looks up the 5-tuple entry first: its DIP, when it owns the ID,
 	 * saves the server ID's lookup; the entry of a new client address is
-	 * written. `to` in a block of its own shares its stack with later
-	 * blocks' variables. */
+	 * written. A client's Initial or 0-RTT of another handshake than its
+	 * entry's is a new connection on a reused tuple, as a SYN is. `to` in
+	 * a block of its own shares its stack with later blocks' variables. */
 	{
 		struct quic_target to = {};
 
@@ -334,6 +335,8 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 			dip_id = to.dip_id;
 			goto send;
 		}
+		if (to.handshake && quic_reused_tuple(pkt, vip, conn, &entry, to.handshake))
+			conn = NULL;
 	}
 	if (conn) {
 		dip = conn_dip(conn);

@@ -159,7 +159,9 @@ struct weir_conn {
 	__u32 atime;       /* last use, in WEIR_TICK_SHIFT ticks of the coarse clock;
 			    * refreshed at most once per conntrack.h ATIME_REFRESH */
 	__u8 close_flags;  /* WEIR_CONN_F_* */
-	__u8 pad[3];
+	__u8 quic_handshake[3]; /* QUIC VIP: the handshake that opened the entry, the
+				 * low 24 bits of the hash of the DCID its client's
+				 * Initial chose, little-endian (lib/quic.h); 0: none */
 	__u64 hits;        /* hybrid: client packets XDP forwarded by this entry (the
 			    * offload policy's measure); not atomic: RSS keeps a
 			    * connection on one CPU, a lost count costs accuracy only */

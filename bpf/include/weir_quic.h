@@ -57,7 +57,12 @@ struct weir_quic_counters {
 	__u64 cid_unknown;  /* a server-chosen DCID whose server ID no live DIP
 			     * of the VIP owns (a removed DIP, a misconfigured
 			     * backend): fell back too */
+	__u64 reused_tuple; /* a client's Initial or 0-RTT of another handshake
+			     * than the one that opened its live 5-tuple entry:
+			     * a new connection on a reused address and port,
+			     * dispatched anew (counted for the VIP and for the
+			     * DIP the entry named) */
 };
-_Static_assert(sizeof(struct weir_quic_counters) == 24, "weir_quic_counters size");
+_Static_assert(sizeof(struct weir_quic_counters) == 32, "weir_quic_counters size");
 
 #endif /* WEIR_QUIC_H */

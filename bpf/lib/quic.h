@@ -25,6 +25,14 @@
  * has used before. Otherwise (a new address after migration or rebinding,
  * an entry another connection left, a server ID that moved) the ID's owner
  * is looked up in quic_server_ids and the entry is written for it.
+ *
+ * A client's Initial and 0-RTT packets carry a DCID the client chose, the
+ * same in every retransmission of its first flight; after the server's
+ * first Initial it uses the server's CIDs. The 5-tuple entry such a packet
+ * opens keeps a hash of that DCID (weir_conn.quic_handshake), so that an
+ * Initial or 0-RTT with another one, on a client address and port whose
+ * entry is alive, is told apart as a new connection, as a SYN on a reused
+ * TCP tuple is: the entry goes and the current table decides.
  */
 #ifndef WEIR_QUIC_LIB_H
 #define WEIR_QUIC_LIB_H
@@ -33,6 +41,7 @@
 #include "conntrack.h"
 #include "encap.h"
 #include "flow_table.h"
+#include "hash.h"
 #include "maps.h"
 #include "parse.h"
 
@@ -45,12 +54,30 @@
 /* Short header: flags, DCID. */
 #define QUIC_SHORT_DCID_OFF 1
 
+/* weir_lb's flow-hash seed (weir_lb.bpf.c): it also seeds the hash of a
+ * handshake's DCID, so that a client cannot choose DCIDs that collide. */
+extern const volatile __u32 cfg_hash_seed;
+
 enum quic_verdict {
 	QUIC_NOT_QUIC = 0, /* not a QUIC VIP */
 	QUIC_ROUTED,
 	QUIC_FALLBACK,
 	QUIC_UNKNOWN,      /* a fallback whose server ID no live DIP owns */
 };
+
+/* Whether a long header with these first octet and version is a client's
+ * Initial or 0-RTT packet of QUIC v1 or v2, whose DCID, until the server's
+ * first Initial, is the one the client chose for the handshake. */
+static __always_inline int quic_opens_handshake(__u8 first, __u32 version)
+{
+	__u8 type = (first & QUIC_LONG_TYPE_MASK) >> 4;
+
+	if (version == QUIC_V1)
+		return type == 0 || type == 1;
+	if (version == QUIC_V2)
+		return type == 1 || type == 2;
+	return 0;
+}
 
 /* Whether the DCID of a long header with these first octet and version
  * may have been chosen by the client: an Initial or 0-RTT packet of QUIC
@@ -81,13 +108,23 @@ static __always_inline void quic_count(void *map, __u32 idx, __u32 verdict)
 		c->cid_unknown += 1;
 }
 
+static __always_inline void quic_count_reused(void *map, __u32 idx)
+{
+	struct weir_quic_counters *c = bpf_map_lookup_elem(map, &idx);
+
+	if (c)
+		c->reused_tuple += 1;
+}
+
 /* Reads the server ID from the UDP payload of `pkt` into `key`; returns
  * QUIC_ROUTED when there is one, QUIC_UNKNOWN when there is one in a DCID
- * a server chose, QUIC_FALLBACK when there is none. */
+ * a server chose, QUIC_FALLBACK when there is none. A client's Initial or
+ * 0-RTT sets `*handshake_dcid` to its DCID's length plus one. */
 static __always_inline __u32 quic_server_id(void *data, void *data_end,
 					     const struct packet *pkt,
 					     const struct weir_vip *vip,
-					     struct weir_quic_sid_key *key, int *server_chosen)
+					     struct weir_quic_sid_key *key, int *server_chosen,
+					     __u32 *handshake_dcid)
 {
 	__u8 *p = data + ((pkt->l4_off + sizeof(struct udphdr)) & PKT_OFF_MASK);
 	__u32 sid_len = vip->quic_sid_len, dcid_off, dcid_len;
@@ -109,6 +146,8 @@ static __always_inline __u32 quic_server_id(void *data, void *data_end,
 		    pkt->payload_len < QUIC_LONG_DCID_OFF + dcid_len)
 			return QUIC_FALLBACK;
 		*server_chosen = !quic_client_chosen(p[0], version);
+		if (quic_opens_handshake(p[0], version))
+			*handshake_dcid = dcid_len + 1;
 		dcid_off = QUIC_LONG_DCID_OFF;
 		goto dcid;
 	}
@@ -137,10 +176,54 @@ dcid:
 	return QUIC_ROUTED;
 }
 
-/* Where quic_route() sends a routed packet. */
+/* The handshake a client's Initial or 0-RTT belongs to: Murmur3-32, seeded
+ * as the flow hash, over the five little-endian words of its DCID (the
+ * `len` octets at the long header's DCID offset, zero-padded to 20), then
+ * the length; the low 24 bits, 0 taken as 1 (0 means none in an entry).
+ * weir_core::quic_lb::handshake_id computes the same. 0 when the DCID is
+ * not all in the packet. */
+static __always_inline __u32 quic_handshake_id(void *data, void *data_end,
+					       const struct packet *pkt, __u32 len)
+{
+	__u8 *dcid = data + ((pkt->l4_off + sizeof(struct udphdr) + QUIC_LONG_DCID_OFF) &
+			     PKT_OFF_MASK);
+	__u32 w[WEIR_QUIC_CID_MAX / 4] = {}, h = cfg_hash_seed;
+	__u8 *octets = (__u8 *)w;
+
+	for (__u32 i = 0; i < WEIR_QUIC_CID_MAX && i < len; i++) {
+		if ((void *)(dcid + i + 1) > data_end)
+			return 0;
+		octets[i] = dcid[i];
+	}
+#pragma unroll
+	for (int i = 0; i < WEIR_QUIC_CID_MAX / 4; i++) {
+		__u32 k = w[i];
+
+		k *= 0xcc9e2d51;
+		k = rotl32(k, 15);
+		k *= 0x1b873593;
+		h ^= k;
+		h = rotl32(h, 13);
+		h = h * 5 + 0xe6546b64;
+	}
+	h = fmix32(h ^ len) & 0xffffff;
+	return h ? h : 1;
+}
+
+/* The handshake recorded in a 5-tuple entry (0: none). */
+static __always_inline __u32 quic_entry_handshake(const struct weir_conn *conn)
+{
+	return conn->quic_handshake[0] | (__u32)conn->quic_handshake[1] << 8 |
+	       (__u32)conn->quic_handshake[2] << 16;
+}
+
+/* Where quic_route() sends a routed packet; for one it does not route, the
+ * handshake a client's Initial or 0-RTT belongs to (quic_handshake_id()),
+ * else 0. */
 struct quic_target {
 	struct weir_dip *dip;
 	__u32 dip_id;
+	__u32 handshake;
 };
 
 static __always_inline int quic_sid_key_equal(const struct weir_quic_sid_key *a,
@@ -186,9 +269,10 @@ static __noinline __u32 quic_route(struct xdp_md *ctx, const struct packet *pkt,
 	struct weir_quic_route *route;
 	struct weir_dip *dip;
 	int server_chosen = 0;
-	__u32 verdict;
+	__u32 verdict, handshake_dcid = 0;
 
-	verdict = quic_server_id(data, data_end, pkt, vip, &key, &server_chosen);
+	verdict = quic_server_id(data, data_end, pkt, vip, &key, &server_chosen,
+				 &handshake_dcid);
 	if (verdict == QUIC_ROUTED && conn) {
 		dip = quic_entry_owner(conn, &key);
 		if (dip) {
@@ -213,7 +297,43 @@ static __noinline __u32 quic_route(struct xdp_md *ctx, const struct packet *pkt,
 	}
 count:
 	quic_count(&vip_quic, vip->vip_id, verdict);
+	if (verdict != QUIC_ROUTED && handshake_dcid)
+		to->handshake = quic_handshake_id(data, data_end, pkt, handshake_dcid - 1);
 	return verdict;
+}
+
+/* A client's Initial or 0-RTT that the table routes, of handshake
+ * `handshake`: `entry`, balance()'s zeroed scratch entry, records it for
+ * the entry a dispatch writes. When `conn`, its 5-tuple's entry, is live
+ * and was opened by another handshake (or by none: an entry a routed
+ * packet wrote), the packet is a new connection on a reused address and
+ * port: the entry goes, its reverse entry with it, and the current table
+ * decides (drains and weights hold), as for a SYN on a reused TCP tuple;
+ * counted for the VIP and for the DIP the entry named. Returns 1 then. The
+ * same handshake, a retransmission, keeps its entry and DIP; an expired or
+ * stale entry is left to balance()'s rules. Not inlined: only a client's
+ * first flight runs it. */
+static __noinline int quic_reused_tuple(const struct packet *pkt, const struct weir_vip *vip,
+					const struct weir_conn *conn, struct weir_conn *entry,
+					__u32 handshake)
+{
+	struct weir_dip *dip;
+	__u32 dip_id;
+
+	entry->quic_handshake[0] = handshake;
+	entry->quic_handshake[1] = handshake >> 8;
+	entry->quic_handshake[2] = handshake >> 16;
+	if (!conn || quic_entry_handshake(conn) == handshake)
+		return 0;
+	dip = conn_dip(conn);
+	if (!dip || conn_expired(conn, pkt->key.proto, now_ticks()))
+		return 0;
+	dip_id = conn->dip_id;
+	stat_inc(WEIR_STAT_CONN_REUSED);
+	quic_count_reused(&vip_quic, vip->vip_id);
+	quic_count_reused(&dip_quic, dip_id);
+	conn_forget(pkt, dip, vip->mode == WEIR_MODE_NAT);
+	return 1;
 }
 
 /* Writes the 5-tuple entry of a nat client address whose packet was routed

@@ -104,7 +104,7 @@ fn quic_counters(m: &Maps, cfg: &Config, slots: &Slots, run_dir: &Path) -> Vec<Q
 /// A QUIC counter family: name suffix, help, and the field it exports.
 type QuicFamily = (&'static str, &'static str, fn(&QuicStatus) -> u64);
 
-const QUIC_FAMILIES: [QuicFamily; 3] = [
+const QUIC_FAMILIES: [QuicFamily; 4] = [
     (
         "quic_cid_routed",
         "QUIC packets routed by the server ID in their connection ID.",
@@ -119,6 +119,11 @@ const QUIC_FAMILIES: [QuicFamily; 3] = [
         "quic_cid_unknown",
         "QUIC packets whose server-chosen connection ID names no live DIP (a removed DIP, a misconfigured backend).",
         |c| c.cid_unknown,
+    ),
+    (
+        "quic_reused_tuple",
+        "New QUIC connections (a client's Initial or 0-RTT of another handshake) on a client address and port whose live entry named this VIP's DIP, or this DIP: dispatched anew by the current table.",
+        |c| c.reused_tuple,
     ),
 ];
 
@@ -875,6 +880,7 @@ mod tests {
             cid_routed: r,
             cid_fallback: f,
             cid_unknown: u,
+            reused_tuple: r + u,
         };
         // Without a controller as well: the QUIC counters do not come from
         // its snapshot.
@@ -897,6 +903,8 @@ mod tests {
             format!("weir_dip_quic_cid_routed_total{dip} 7"),
             format!("weir_dip_quic_cid_fallback_total{dip} 2"),
             format!("weir_dip_quic_cid_unknown_total{dip} 0"),
+            format!("weir_vip_quic_reused_tuple_total{vip} 11"),
+            format!("weir_dip_quic_reused_tuple_total{dip} 7"),
         ] {
             assert!(t.lines().any(|l| l == line), "no `{line}` in\n{t}");
         }

@@ -84,6 +84,11 @@ pub struct QuicStatus {
     pub cid_fallback: u64,
     /// Server-chosen connection IDs whose server ID no live DIP owns.
     pub cid_unknown: u64,
+    /// A client's Initial or 0-RTT of another handshake than the one that
+    /// opened the live 5-tuple entry of its address and port: a new
+    /// connection, dispatched anew (a DIP's: its entry was given up).
+    #[serde(default)]
+    pub reused_tuple: u64,
 }
 
 impl From<weir_dataplane::maps::QuicCounters> for QuicStatus {
@@ -92,6 +97,7 @@ impl From<weir_dataplane::maps::QuicCounters> for QuicStatus {
             cid_routed: c.cid_routed,
             cid_fallback: c.cid_fallback,
             cid_unknown: c.cid_unknown,
+            reused_tuple: c.reused_tuple,
         }
     }
 }

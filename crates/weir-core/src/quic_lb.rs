@@ -5,6 +5,9 @@
 //! tier decodes the same layout (bpf/lib/quic.h); backends encode it.
 //! [`classify`] is the sans-IO statement of which datagrams the XDP tier
 //! routes by that ID; its tests hold the program to it packet by packet.
+//! [`handshake_id`] and [`opens_new_connection`] state how it tells a new
+//! connection's Initial on a reused client address and port from a
+//! retransmitted one.
 
 use weir_abi::{WEIR_QUIC_CID_MAX, WEIR_QUIC_CONFIG_ID_MAX, WEIR_QUIC_SID_MAX};
 
@@ -112,6 +115,85 @@ pub fn classify<'a>(layout: &CidLayout, payload: &'a [u8]) -> Classified<'a> {
     }
 }
 
+/// The DCID a client chose for its handshake, when `payload` is an Initial
+/// or 0-RTT packet of QUIC v1 or v2 (every retransmission of the client's
+/// first flight carries the same; after the server's first Initial the
+/// client uses the server's connection IDs instead). None for anything
+/// else, a DCID past the datagram or one longer than CID_MAX included.
+pub fn client_dcid(payload: &[u8]) -> Option<&[u8]> {
+    let head = payload.get(..6)?;
+    if head[0] & 0x80 == 0 {
+        return None;
+    }
+    let version = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+    let kind = (head[0] >> 4) & 3;
+    let opens = match version {
+        QUIC_V1 => kind <= 1,
+        QUIC_V2 => kind == 1 || kind == 2,
+        _ => false,
+    };
+    let len = usize::from(head[5]);
+    if !opens || len > CID_MAX {
+        return None;
+    }
+    payload.get(6..6 + len)
+}
+
+/// Murmur3-32 finalizer, as `fmix32()` in bpf/lib/hash.h.
+fn fmix32(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85eb_ca6b);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xc2b2_ae35);
+    h ^= h >> 16;
+    h
+}
+
+/// The handshake a client's Initial or 0-RTT `payload` belongs to, as the
+/// XDP tier keeps it in the 5-tuple entry the packet opens
+/// (`weir_conn.quic_handshake`, bpf/lib/quic.h): Murmur3-32 with the flow
+/// hash's `seed` over the five little-endian words of its DCID zero-padded
+/// to 20 octets, then the DCID's length; the low 24 bits, 0 taken as 1.
+/// 0 when the payload opens no handshake ([`client_dcid`]).
+pub fn handshake_id(payload: &[u8], seed: u32) -> u32 {
+    let Some(dcid) = client_dcid(payload) else {
+        return 0;
+    };
+    let mut padded = [0u8; CID_MAX];
+    padded[..dcid.len()].copy_from_slice(dcid);
+    let mut h = seed;
+    for w in padded.chunks_exact(4) {
+        let mut k = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        k = k.wrapping_mul(0xcc9e_2d51).rotate_left(15);
+        k = k.wrapping_mul(0x1b87_3593);
+        h ^= k;
+        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
+    }
+    match fmix32(h ^ dcid.len() as u32) & 0xff_ffff {
+        0 => 1,
+        id => id,
+    }
+}
+
+/// The handshake kept in a 5-tuple entry's `quic_handshake` octets.
+pub fn entry_handshake(octets: [u8; 3]) -> u32 {
+    u32::from_le_bytes([octets[0], octets[1], octets[2], 0])
+}
+
+/// Whether a datagram the 5-tuple table routes (no live DIP owns a server
+/// ID in its DCID), sent from a client address and port whose live entry
+/// was opened by handshake `entry` (0: none, an entry a packet routed by
+/// its ID wrote), is a new connection that reuses them: a client's Initial
+/// or 0-RTT of another handshake. The XDP tier then drops the entry and
+/// dispatches the datagram by the current table, as it does a SYN on a
+/// reused TCP tuple; a retransmission of the same handshake, and anything
+/// that opens none (short headers, Handshake packets, non-QUIC), keeps the
+/// entry's DIP.
+pub fn opens_new_connection(payload: &[u8], seed: u32, entry: u32) -> bool {
+    let id = handshake_id(payload, seed);
+    id != 0 && id != entry
+}
+
 /// Parses a server ID written in hex (`"0a1b"`, optionally `0x`-prefixed)
 /// of exactly `len` octets.
 pub fn parse_server_id(text: &str, len: usize) -> Result<Vec<u8>, String> {
@@ -216,6 +298,57 @@ mod tests {
                 "version {version:#x} type {kind}"
             );
         }
+    }
+
+    #[test]
+    fn a_clients_initial_and_0rtt_open_a_handshake_that_a_new_dcid_replaces() {
+        let seed = crate::flow_hash::DEFAULT_SEED;
+        let dcid = [0x5a; 8];
+        let opening = [
+            long(0xc0, QUIC_V1, &dcid), // v1 Initial
+            long(0xd0, QUIC_V1, &dcid), // v1 0-RTT
+            long(0xd0, QUIC_V2, &dcid), // v2 Initial
+            long(0xe0, QUIC_V2, &dcid), // v2 0-RTT
+        ];
+        let id = handshake_id(&opening[0], seed);
+        assert_ne!(id, 0);
+        assert!(id < 1 << 24, "24 bits: {id:#x}");
+        for p in &opening {
+            assert_eq!(client_dcid(p), Some(&dcid[..]));
+            assert_eq!(handshake_id(p, seed), id, "one handshake, one DCID");
+            assert!(!opens_new_connection(p, seed, id), "a retransmission");
+            assert!(opens_new_connection(p, seed, 0), "an entry of no handshake");
+        }
+        // Another DCID, a longer one zero-padded, another seed: another id.
+        let other = long(0xc0, QUIC_V1, &[0x5b; 8]);
+        assert!(opens_new_connection(&other, seed, id));
+        let padded = long(
+            0xc0,
+            QUIC_V1,
+            &[0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0x5a, 0],
+        );
+        assert_ne!(handshake_id(&padded, seed), id);
+        assert_ne!(handshake_id(&opening[0], seed ^ 1), id);
+        // Nothing else opens one: short headers, Handshake and Retry
+        // packets, other versions, version negotiation, truncated DCIDs.
+        let mut short = vec![0x40];
+        short.extend_from_slice(&dcid);
+        let full = long(0xc0, QUIC_V1, &dcid);
+        for (what, p) in [
+            ("short header", short),
+            ("v1 Handshake", long(0xe0, QUIC_V1, &dcid)),
+            ("v1 Retry", long(0xf0, QUIC_V1, &dcid)),
+            ("v2 Handshake", long(0xf0, QUIC_V2, &dcid)),
+            ("unknown version", long(0xc0, 0x1a2a_3a4a, &dcid)),
+            ("version negotiation", long(0xc0, 0, &dcid)),
+            ("DCID cut short", full[..10].to_vec()),
+            ("a 21-octet DCID", long(0xc0, QUIC_V1, &[1; 21])),
+        ] {
+            assert_eq!(client_dcid(&p), None, "{what}");
+            assert_eq!(handshake_id(&p, seed), 0, "{what}");
+            assert!(!opens_new_connection(&p, seed, id), "{what}");
+        }
+        assert_eq!(entry_handshake([0x12, 0x34, 0x56]), 0x56_3412);
     }
 
     #[test]

@@ -280,18 +280,21 @@ pub const PINNED_MAPS: &[&str] = &[
     "dip_quic",
 ];
 
-/// Pinned maps whose state is short-lived or rebuilt from the
-/// configuration (`apply` rewrites nat_endpoints and rebuilds vip_slots
-/// before the program is attached): a pin of another layout (an older
+/// Pinned maps whose state is short-lived, rebuilt from the configuration
+/// (`apply` rewrites nat_endpoints and rebuilds vip_slots before the
+/// program is attached), or counters: a pin of another layout (an older
 /// weir's) is replaced rather than refused, so an upgrade keeps the
 /// established connections. What is lost: handshakes in progress (clients
-/// retransmit their SYN).
+/// retransmit their SYN), and the QUIC counters of a VIP or DIP, which
+/// start again from zero (Prometheus' `rate()` takes that as a reset).
 const REPLACEABLE_MAPS: &[&str] = &[
     "half_open",
     "nat_endpoints",
     "vip_slots",
     "quic_server_ids",
     "quic_sid_owners",
+    "vip_quic",
+    "dip_quic",
 ];
 
 /// Pinned counter maps indexed by `enum weir_stat`: a pin with another

@@ -135,14 +135,19 @@ pub struct QuicCounters {
     pub cid_fallback: u64,
     /// Fallbacks whose server-chosen connection ID named no live DIP.
     pub cid_unknown: u64,
+    /// A client's Initial or 0-RTT of another handshake than the one that
+    /// opened the live 5-tuple entry of its address and port: a new
+    /// connection, dispatched anew (a DIP's: its entry was the one given up).
+    pub reused_tuple: u64,
 }
 
 fn quic_counters(map: &MapHandle, idx: u32) -> Result<QuicCounters> {
-    let w = sum_percpu(map, idx, 3)?;
+    let w = sum_percpu(map, idx, 4)?;
     Ok(QuicCounters {
         cid_routed: w[0],
         cid_fallback: w[1],
         cid_unknown: w[2],
+        reused_tuple: w[3],
     })
 }
 

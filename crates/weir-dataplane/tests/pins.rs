@@ -1,6 +1,6 @@
 //! Saved state across weir versions: a pinned table of another layout is
 //! replaced when it only holds handshakes, configuration or counters
-//! (`half_open`, `nat_endpoints`, `stats`), and refused when it holds
+//! (`half_open`, `nat_endpoints`, `stats`, `vip_quic`), and refused when it holds
 //! established connections.
 //! A failed start puts back what it moved; a successful one drops it, and
 //! the pins of tables this version no longer has. The connections of an
@@ -147,6 +147,47 @@ fn counters_of_an_older_weir_are_replaced_and_its_connections_kept() {
         "the established connection is kept"
     );
     assert_eq!(lb.drop_superseded_pins(), vec![stats.display().to_string()]);
+}
+
+#[test]
+fn quic_counters_of_an_older_weir_are_replaced_and_its_connections_kept() {
+    let dir = PinDir::new("quic-counters");
+    let opts = options(&dir);
+    let lb = loader::load(&opts).unwrap();
+    let key = tuple(WEIR_AF_INET, 9);
+    let conn = weir_conn {
+        dip_id: 4,
+        dip_gen: 1,
+        ..Default::default()
+    };
+    Maps::of(&lb.skel).unwrap().put_conn(&key, &conn).unwrap();
+    drop(lb);
+    // An older weir's QUIC counters had three fields, not four.
+    let pins = ["dip_quic", "vip_quic"].map(|n| dir.path(n));
+    for p in &pins {
+        let entries = MapHandle::from_pinned_path(p).unwrap().max_entries();
+        fs::remove_file(p).unwrap();
+        pin_old_table(p, MapType::PercpuArray, 4, 24, entries);
+    }
+
+    let lb = loader::load(&opts).expect("older QUIC counters must not stop a start");
+    for p in &pins {
+        let want = std::mem::size_of::<weir_quic_counters>() as u32;
+        assert_eq!(
+            value_size(p),
+            want,
+            "{}: this version's counters",
+            p.display()
+        );
+    }
+    assert_eq!(
+        Maps::of(&lb.skel).unwrap().conn(&key).unwrap(),
+        Some(conn),
+        "the established connection is kept"
+    );
+    let mut dropped = lb.drop_superseded_pins();
+    dropped.sort();
+    assert_eq!(dropped, pins.map(|p| p.display().to_string()));
 }
 
 #[test]

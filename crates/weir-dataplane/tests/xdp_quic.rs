@@ -20,7 +20,9 @@ use weir_abi::*;
 use weir_core::dispatch::awfd::AwfdTable;
 use weir_core::flow::Proto;
 use weir_core::flow_hash::{flow_hash, DEFAULT_SEED};
-use weir_core::quic_lb::{classify, CidLayout, Classified};
+use weir_core::quic_lb::{
+    classify, entry_handshake, handshake_id, opens_new_connection, CidLayout, Classified,
+};
 use weir_dataplane::maps::QuicCounters;
 use weir_dataplane::testrun::XdpAction::Tx;
 use weir_testkit::quic::{
@@ -151,14 +153,34 @@ impl Quic {
 
     /// Runs `f` and checks that it went to `dip` (output frame, verdict,
     /// counters), with `events` in `enum weir_stat` and the QUIC counters of
-    /// the VIP and the DIP each up by `want` (routed, fallback, unknown).
+    /// the VIP and the DIP each up by `want` (routed, fallback, unknown),
+    /// no 5-tuple entry taken by a new connection.
     fn expect(&self, name: &str, vip: u32, f: &Frame, dip: &Dip, events: &[u32], want: [u64; 3]) {
+        self.expect_taking(name, vip, f, dip, events, want, None);
+    }
+
+    /// `expect`, and `reused_tuple` up by one for the VIP and for DIP
+    /// `taken` when `f` is a new connection that took the live 5-tuple
+    /// entry `taken` had (else up for none).
+    #[allow(clippy::too_many_arguments)]
+    fn expect_taking(
+        &self,
+        name: &str,
+        vip: u32,
+        f: &Frame,
+        dip: &Dip,
+        events: &[u32],
+        want: [u64; 3],
+        taken: Option<u32>,
+    ) {
         let (_, mode, _) = self.vip(vip);
         let out = if mode == NAT {
             nat_out(f, dip)
         } else {
             dsr_out(f, dip)
         };
+        let reused = |d: u32| self.h.maps.dip_quic(d).unwrap().reused_tuple;
+        let reused_before = taken.map(reused);
         let before = self.counters(vip, dip.id);
         let case = Case::new(
             format!("{name} -> DIP {}", dip.id),
@@ -188,6 +210,21 @@ impl Quic {
             "{name}: DIP {}'s QUIC counters",
             dip.id
         );
+        assert_eq!(
+            after.0.reused_tuple - before.0.reused_tuple,
+            u64::from(taken.is_some()),
+            "{name}: VIP {vip}'s reused_tuple"
+        );
+        if taken != Some(dip.id) {
+            assert_eq!(
+                after.1.reused_tuple, before.1.reused_tuple,
+                "{name}: DIP {}'s reused_tuple",
+                dip.id
+            );
+        }
+        if let (Some(t), Some(b)) = (taken, reused_before) {
+            assert_eq!(reused(t) - b, 1, "{name}: DIP {t}'s reused_tuple");
+        }
         if mode == NAT {
             // The reply of a client at a new address finds its way back.
             let (_, _, _) = self.vip(vip);
@@ -743,9 +780,12 @@ fn an_established_nat_address_whose_dip_loses_its_id_or_is_removed_falls_back() 
 }
 
 /// An established nat address keeps its DIP through a drain and a weight
-/// change (routed by its entry, counted as routed), and a new connection's
-/// Initial on the same address and port, whose DCID the client chose, goes
-/// by the 5-tuple entry as any fallback does (counted as one).
+/// change (routed by its entry, counted as routed), and through a new
+/// connection's Initial on the same address and port: that Initial, whose
+/// DCID the client chose, is a new connection (the entry a routed packet
+/// wrote opened no handshake), dispatched by the current table (counted as
+/// a fallback and a reused tuple), while the established connection's
+/// short headers still go to their DIP by its server ID.
 #[test]
 fn an_established_nat_address_keeps_its_dip_through_drain_weights_and_a_new_initial() {
     let q = nat_quic();
@@ -753,20 +793,246 @@ fn an_established_nat_address_keeps_its_dip_through_drain_weights_and_a_new_init
         let [a, b, c] = dips;
         let f = q.datagram(vip, 49000 + vip as u16, &short_header(&q.cid(a, 12)));
         q.routed(&format!("v{vip} established"), vip, &f, a);
-        for (step, weights) in [
+        let mut weights = vec![];
+        for (step, w) in [
             ("drained", [(a, 0), (b, 1), (c, 1)]),
             ("weights changed", [(a, 1), (b, 5), (c, 9)]),
         ] {
-            let table = AwfdTable::from_weights(&weights).unwrap();
-            let v = q.h.maps.table_version(vip).unwrap() + 1;
-            q.h.maps.publish_table(vip, v, &table).unwrap();
+            publish(&q, vip, &w);
+            weights = w.to_vec();
             q.routed(&format!("v{vip} {step}"), vip, &f, a);
         }
         let initial = long_header(LongType::Initial, QUIC_V1, &[0x77; 8], &[0x66; 8]);
         let i = q.datagram(vip, 49000 + vip as u16, &initial);
-        let d = q.h.fx.dip(a).clone();
+        let d = pick(&weights, &i, &q);
         let name = format!("v{vip} a new connection's Initial");
-        q.expect(&name, vip, &i, &d, &[WEIR_STAT_CONN_HIT], [0, 1, 0]);
+        let events = [
+            WEIR_STAT_CONN_REUSED,
+            WEIR_STAT_CONN_MISS,
+            WEIR_STAT_CONN_NEW,
+        ];
+        q.expect_taking(&name, vip, &i, &d, &events, [0, 1, 0], Some(a));
         q.routed(&format!("v{vip} its short header"), vip, &f, a);
+    }
+}
+
+/// Publishes a new table version of `vip` with `weights`.
+fn publish(q: &Quic, vip: u32, weights: &[(u32, u32)]) {
+    let table = AwfdTable::from_weights(weights).unwrap();
+    let v = q.h.maps.table_version(vip).unwrap() + 1;
+    q.h.maps.publish_table(vip, v, &table).unwrap();
+}
+
+/// The DIP a table of `weights` gives a new flow `f`.
+fn pick(weights: &[(u32, u32)], f: &Frame, q: &Quic) -> Dip {
+    let id = AwfdTable::from_weights(weights)
+        .unwrap()
+        .select(flow_hash(&f.tuple().key(), DEFAULT_SEED))
+        .unwrap();
+    q.h.fx.dip(id).clone()
+}
+
+/// A client-chosen DCID that no DIP's server ID can be read from (config
+/// rotation 7), `n` in its last octet.
+fn client_dcid(n: u8) -> Vec<u8> {
+    vec![0xe7, 0xc1, 0x1e, 0x47, 0x5e, 0x1e, 0xc7, n]
+}
+
+/// The handshake the 5-tuple entry of `f` records.
+fn entry_handshake_of(q: &Quic, f: &Frame) -> u32 {
+    let c =
+        q.h.maps
+            .conn(&f.tuple().key())
+            .unwrap()
+            .expect("a 5-tuple entry");
+    entry_handshake(c.quic_handshake)
+}
+
+/// A client's Initial or 0-RTT (QUIC v1 and v2, IPv4 and IPv6, nat and
+/// dsr) opens an entry that records its handshake (weir-core's
+/// `handshake_id` of the packet). A retransmission, with the same DCID,
+/// keeps the entry's DIP, even drained; the first flight of a new
+/// connection on the same address and port, with another DCID, is a new
+/// connection: the entry goes and the current table decides, so it never
+/// reaches the drained DIP (counted in `reused_tuple` for the VIP and the
+/// drained DIP, and as CONN_REUSED). Whether the packet moves is what
+/// weir-core's `opens_new_connection` says of it and the entry.
+#[test]
+fn a_retransmitted_initial_keeps_its_dip_and_a_new_one_on_the_tuple_goes_by_the_current_table() {
+    let q = Quic::new(LAYOUT);
+    let mut sport = 52000;
+    for (vip, _, _, dips) in QUIC_VIPS {
+        let full: Vec<(u32, u32)> = dips.iter().map(|d| (*d, 1)).collect();
+        for version in [QUIC_V1, QUIC_V2] {
+            for kind in [LongType::Initial, LongType::ZeroRtt] {
+                sport += 1;
+                let case = format!("v{vip} {version:#x} {kind:?}");
+                publish(&q, vip, &full);
+                let first = long_header(kind, version, &client_dcid(1), &[0x66; 8]);
+                let f = q.datagram(vip, sport, &first);
+                q.fallback(&format!("{case}: first"), vip, &f, false);
+                let old = q.predict(vip, &f);
+                let opened = handshake_id(&first, DEFAULT_SEED);
+                assert_eq!(
+                    entry_handshake_of(&q, &f),
+                    opened,
+                    "{case}: the entry's handshake"
+                );
+
+                // The DIP drained: a retransmission stays on it.
+                let drained: Vec<(u32, u32)> = full
+                    .iter()
+                    .map(|&(d, w)| (d, if d == old.id { 0 } else { w }))
+                    .collect();
+                publish(&q, vip, &drained);
+                assert!(!opens_new_connection(&first, DEFAULT_SEED, opened));
+                q.expect(
+                    &format!("{case}: retransmitted"),
+                    vip,
+                    &f,
+                    &old,
+                    &[WEIR_STAT_CONN_HIT],
+                    [0, 1, 0],
+                );
+
+                // A new connection's first flight on the same tuple.
+                let next = long_header(kind, version, &client_dcid(2), &[0x67; 8]);
+                assert!(opens_new_connection(&next, DEFAULT_SEED, opened));
+                let g = q.datagram(vip, sport, &next);
+                let moved = pick(&drained, &g, &q);
+                assert_ne!(moved.id, old.id);
+                let events = [
+                    WEIR_STAT_CONN_REUSED,
+                    WEIR_STAT_CONN_MISS,
+                    WEIR_STAT_CONN_NEW,
+                ];
+                let name = format!("{case}: another DCID on the tuple");
+                q.expect_taking(&name, vip, &g, &moved, &events, [0, 1, 0], Some(old.id));
+                let reopened = handshake_id(&next, DEFAULT_SEED);
+                assert_eq!(
+                    entry_handshake_of(&q, &g),
+                    reopened,
+                    "{case}: the new handshake"
+                );
+                if is_nat(vip) {
+                    assert!(
+                        q.h.maps
+                            .rev_nat(&reverse_key_of(&f, &old))
+                            .unwrap()
+                            .is_none(),
+                        "{case}: the old DIP's reverse entry outlived its 5-tuple entry"
+                    );
+                }
+                // Its retransmission stays where it went.
+                q.expect(
+                    &format!("{case}: the new one retransmitted"),
+                    vip,
+                    &g,
+                    &moved,
+                    &[WEIR_STAT_CONN_HIT],
+                    [0, 1, 0],
+                );
+            }
+        }
+    }
+}
+
+/// What opens no handshake goes by a live entry as before: short headers
+/// and Handshake packets whose DCID no DIP owns, on a tuple whose entry an
+/// Initial opened and whose DIP is drained since, and a QUIC Initial with a
+/// new DCID each time to a plain UDP VIP (no `quic` layout).
+#[test]
+fn short_headers_and_non_quic_udp_follow_a_live_entry_whatever_their_dcid() {
+    let q = Quic::new(LAYOUT);
+    for (vip, _, _, dips) in QUIC_VIPS {
+        let full: Vec<(u32, u32)> = dips.iter().map(|d| (*d, 1)).collect();
+        publish(&q, vip, &full);
+        let sport = 53000 + vip as u16;
+        let first = long_header(LongType::Initial, QUIC_V1, &client_dcid(1), &[0x66; 8]);
+        let f = q.datagram(vip, sport, &first);
+        q.fallback(&format!("v{vip} Initial"), vip, &f, false);
+        let old = q.predict(vip, &f);
+        let drained: Vec<(u32, u32)> = full
+            .iter()
+            .map(|&(d, w)| (d, if d == old.id { 0 } else { w }))
+            .collect();
+        publish(&q, vip, &drained);
+        let mut unroutable = q.cid(dips[1], 12);
+        unroutable[0] |= 0xe0;
+        for (what, payload) in [
+            ("short header", short_header(&unroutable)),
+            (
+                "short header, the Initial's DCID",
+                short_header(&client_dcid(1)),
+            ),
+            (
+                "Handshake",
+                long_header(LongType::Handshake, QUIC_V1, &client_dcid(3), &[0x66; 8]),
+            ),
+            (
+                "v2 Handshake",
+                long_header(LongType::Handshake, QUIC_V2, &client_dcid(4), &[0x66; 8]),
+            ),
+            (
+                "an unknown version's long header",
+                long_header(LongType::Initial, 0x1a2a_3a4a, &client_dcid(5), &[0x66; 8]),
+            ),
+        ] {
+            assert!(!opens_new_connection(&payload, DEFAULT_SEED, 1));
+            let g = q.datagram(vip, sport, &payload);
+            q.expect(
+                &format!("v{vip} {what}"),
+                vip,
+                &g,
+                &old,
+                &[WEIR_STAT_CONN_HIT],
+                [0, 1, 0],
+            );
+        }
+        publish(&q, vip, &full);
+    }
+
+    // Plain UDP VIPs of the fixture: every datagram of a live entry hits it.
+    for v in q.h.fx.vips.clone() {
+        if v.proto != Proto::Udp || v.weights.is_none() {
+            continue;
+        }
+        let client = if v.addr.is_ipv4() {
+            "192.0.2.51"
+        } else {
+            "2001:db8:c::51"
+        };
+        let datagram = |n: u8| {
+            let p = long_header(LongType::Initial, QUIC_V1, &client_dcid(n), &[0x66; 8]);
+            udp(client, 54000, &v.addr.to_string(), v.port).payload(&p)
+        };
+        let id = v
+            .table()
+            .select(flow_hash(&datagram(1).tuple().key(), DEFAULT_SEED))
+            .unwrap();
+        let d = q.h.fx.dip(id).clone();
+        let cases = (1..=3)
+            .map(|n| {
+                let f = datagram(n);
+                let out = if v.mode == NAT {
+                    nat_out(&f, &d)
+                } else {
+                    dsr_out(&f, &d)
+                };
+                let events: &[u32] = if n == 1 {
+                    &[WEIR_STAT_CONN_MISS, WEIR_STAT_CONN_NEW]
+                } else {
+                    &[WEIR_STAT_CONN_HIT]
+                };
+                let name = format!("plain UDP VIP {}, an Initial's DCID {n}", v.id);
+                Case::new(name, f.bytes(), Tx, WEIR_STAT_TX)
+                    .output(out.bytes())
+                    .events(events)
+            })
+            .collect();
+        run_cases(&q.h, cases);
+        let c = q.h.maps.conn(&datagram(1).tuple().key()).unwrap();
+        let c = c.expect("the plain UDP entry");
+        assert_eq!(c.quic_handshake, [0; 3], "VIP {}: no handshake kept", v.id);
     }
 }

@@ -381,15 +381,21 @@ pub fn render(s: &Status) -> String {
             let c = &q.counters;
             let _ = writeln!(
                 o,
-                "  quic: server_id_len={} config_id={} cid_routed={} cid_fallback={} cid_unknown={}",
-                q.server_id_len, q.config_id, c.cid_routed, c.cid_fallback, c.cid_unknown
+                "  quic: server_id_len={} config_id={} cid_routed={} cid_fallback={} cid_unknown={} \
+                 reused_tuple={}",
+                q.server_id_len,
+                q.config_id,
+                c.cid_routed,
+                c.cid_fallback,
+                c.cid_unknown,
+                c.reused_tuple
             );
             for d in &v.dips {
                 if let Some(c) = &d.quic {
                     let _ = writeln!(
                         o,
-                        "  {:>5}  quic: cid_routed={} cid_fallback={} cid_unknown={}",
-                        d.slot, c.cid_routed, c.cid_fallback, c.cid_unknown
+                        "  {:>5}  quic: cid_routed={} cid_fallback={} cid_unknown={} reused_tuple={}",
+                        d.slot, c.cid_routed, c.cid_fallback, c.cid_unknown, c.reused_tuple
                     );
                 }
             }

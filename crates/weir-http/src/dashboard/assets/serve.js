@@ -197,7 +197,7 @@ function dipTable(hist, v) {
   );
 }
 
-const QUIC_COUNTERS = ["cid_routed", "cid_fallback", "cid_unknown"];
+const QUIC_COUNTERS = ["cid_routed", "cid_fallback", "cid_unknown", "reused_tuple"];
 
 /** A QUIC VIP's routing counters: the VIP's, then each DIP's with its server ID. */
 function quicTable(v) {
@@ -209,7 +209,7 @@ function quicTable(v) {
     h("h3", {}, `QUIC: server_id_len ${v.quic.server_id_len}, config_id ${v.quic.config_id}`),
     table(
       "quic",
-      ["", "server ID", "CID-routed", "fallback", "unknown ID"],
+      ["", "server ID", "CID-routed", "fallback", "unknown ID", "reused tuple"],
       [
         h("tr", { "data-quic": "vip" }, h("td", { class: "id" }, "VIP"), h("td", {}, ""), ...counters(v.quic)),
         ...(v.dips ?? []).map((d) =>
