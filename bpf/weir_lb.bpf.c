@@ -304,7 +304,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	int tcp = pkt->key.proto == IPPROTO_TCP;
 	int syn = tcp && (pkt->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
 	int nat = nat_mode(vip->mode);
-	__u64 now_ns = bpf_ktime_get_coarse_ns();
+	__u64 now_ns = coarse_now_ns();
 	__u32 now = ticks_of(now_ns), dip_id = 0;
 	struct weir_conn *conn, entry = {};
 	__u32 quic = QUIC_NOT_QUIC, event = STAT_NO_EVENT;
@@ -368,7 +368,14 @@ static __always_inline int balance(struct xdp_md *ctx, struct packet *pkt,
 	}
 
 	if (__builtin_expect(!conn || stale, 0)) {
-		struct new_conn nc = { .now_ns = now_ns, .now = now, .stale = stale };
+		/* A new entry is dated by the clock itself: coarse_now_ns() may
+		 * hand a hit the reading of a jiffy before. */
+		__u64 exact_ns = bpf_ktime_get_coarse_ns();
+		struct new_conn nc = {
+			.now_ns = exact_ns,
+			.now = ticks_of(exact_ns),
+			.stale = stale,
+		};
 
 		dip = new_connection(ctx, pkt, vip, &entry, &nc);
 		if (!dip)

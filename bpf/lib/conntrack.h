@@ -43,9 +43,43 @@ static __always_inline __u32 ticks_of(__u64 coarse_ns)
 	return (__u32)(coarse_ns >> WEIR_TICK_SHIFT);
 }
 
+/* The coarse clock's last reading and the jiffies count it was taken at,
+ * shared by every CPU. The coarse clock moves only when the kernel's tick
+ * moves jiffies, so a packet in the jiffy of the last reading takes that
+ * reading: one load the verifier inlines (bpf_jiffies64) instead of a
+ * helper call per packet. Two CPUs refreshing it at once may leave the
+ * previous jiffy's reading for the current one: the clock then lags by a
+ * tick or two, within its own resolution (1-4 ms), which the idle
+ * timeouts (seconds) and conn_expired()'s tolerance of an atime ahead of
+ * `now` absorb. */
+struct coarse_clock {
+	__u64 jiffies;
+	__u64 ns;
+};
+struct coarse_clock coarse_clock SEC(".data.clock") = {};
+
+static __always_inline __u64 coarse_now_ns(void)
+{
+	__u64 jiffies = bpf_jiffies64();
+	__u64 cached = coarse_clock.jiffies, ns;
+
+	/* Jiffies read before the reading, and written after it: a CPU that
+	 * sees a jiffy's count sees its reading (x86 keeps loads in order and
+	 * stores in order). */
+	barrier();
+	ns = coarse_clock.ns;
+	if (cached == jiffies && ns)
+		return ns;
+	ns = bpf_ktime_get_coarse_ns();
+	coarse_clock.ns = ns;
+	barrier();
+	coarse_clock.jiffies = jiffies;
+	return ns;
+}
+
 static __always_inline __u32 now_ticks(void)
 {
-	return ticks_of(bpf_ktime_get_coarse_ns());
+	return ticks_of(coarse_now_ns());
 }
 
 static __always_inline __u32 conn_timeout(const struct weir_conn *c, __u8 proto)

@@ -1708,6 +1708,75 @@ fn an_evicted_reverse_entry_is_left_to_the_reply_with(opts: &LoadOptions) {
     h.assert_balanced("reverse entry left to the reply");
 }
 
+/// The program's clock cache (`.data.clock`, conntrack.h's coarse_clock):
+/// the map's id among the loaded program's maps.
+fn clock_cache(h: &Harness) -> libbpf_rs::MapHandle {
+    let out = std::process::Command::new("bpftool")
+        .args(["-j", "prog", "show", "id", &prog_id(h)])
+        .output()
+        .expect("running bpftool (scripts/deps.sh installs it)");
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool's JSON");
+    let ids = info["map_ids"].as_array().expect("the program's map_ids");
+    ids.iter()
+        .filter_map(|id| libbpf_rs::MapHandle::from_map_id(id.as_u64()? as u32).ok())
+        .find(|m| m.name().to_string_lossy().contains(".data.cl"))
+        .expect("weir_lb has a .data.clock map")
+}
+
+/// A hit in the jiffy of the clock cache's last reading takes that reading
+/// instead of calling the clock: a reading planted in the cache for the
+/// current jiffy (100 s ahead of the clock) is what the hit's refresh
+/// writes into the entry's atime. The plant and the hit are a few
+/// microseconds apart; an attempt that crosses into the next jiffy (the
+/// program then reads the clock itself) is repeated.
+#[test]
+fn a_hit_takes_the_clock_reading_of_its_jiffy() {
+    let h = Harness::new(&test_options());
+    let syn = tcp("192.0.2.97", 41097, "10.0.0.100", 80, TcpFlags::SYN);
+    let ack = Frame {
+        l4: L4::Tcp(TcpFlags::ACK),
+        ..syn.clone()
+    };
+    let t = syn.tuple();
+    let dip = h.fx.predict(0, &t).unwrap().clone();
+    run_cases(
+        &h,
+        vec![
+            new_flow(&h, "SYN", &syn, 0),
+            promote("ACK", &ack, &dip, 0, NAT),
+        ],
+    );
+    let cache = clock_cache(&h);
+    let ahead_ns = 100_000_000_000u64;
+    for _ in 0..200 {
+        let value = cache
+            .lookup(&0u32.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+            .unwrap()
+            .expect("the clock cache's one value");
+        let jiffies = &value[0..8];
+        let ns = u64::from_ne_bytes(value[8..16].try_into().unwrap());
+        assert_ne!(ns, 0, "the promoting ACK read the clock into the cache");
+        let planted = ns + ahead_ns;
+        let mut new_value = jiffies.to_vec();
+        new_value.extend_from_slice(&planted.to_ne_bytes());
+        edit_conn(t, |c| c.atime = ticks_ago(2))(&h);
+        cache
+            .update(&0u32.to_ne_bytes(), &new_value, libbpf_rs::MapFlags::ANY)
+            .unwrap();
+        run_cases(&h, vec![hit("hit", &ack, &dip, NAT)]);
+        let atime = h.maps.conn(&t.key()).unwrap().expect("an entry").atime;
+        if atime == (planted >> WEIR_TICK_SHIFT) as u32 {
+            return;
+        }
+        let age = now_ticks().wrapping_sub(atime);
+        assert!(
+            age < 16,
+            "the hit wrote atime {atime}: neither the planted reading nor the clock ({age} ticks off)"
+        );
+    }
+    panic!("no hit took the planted reading of its jiffy in 200 attempts");
+}
+
 /// Writes `f` into the established entry of `t` (the test's way to age it).
 fn edit_conn(t: FlowTuple, f: impl Fn(&mut weir_conn)) -> impl Fn(&Harness) {
     move |h: &Harness| {
@@ -2218,17 +2287,22 @@ with_both_lrus!(
 /// indirect call every packet on that path then pays.
 /// `bpftool prog dump xlated` of the harness's loaded `weir_lb`: the
 /// program as the verifier left it, with the calls' targets named.
-fn xlated_dump(h: &Harness) -> String {
+/// The loaded program's id.
+fn prog_id(h: &Harness) -> String {
     use std::os::fd::AsRawFd;
 
     let fd = h.lb.prog_fd().as_raw_fd();
     let fdinfo = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap();
-    let id = fdinfo
+    fdinfo
         .lines()
         .find_map(|l| l.strip_prefix("prog_id:"))
         .expect("prog_id in the program fd's fdinfo")
         .trim()
-        .to_string();
+        .to_string()
+}
+
+fn xlated_dump(h: &Harness) -> String {
+    let id = prog_id(h);
     let out = std::process::Command::new("bpftool")
         .args(["prog", "dump", "xlated", "id", &id])
         .output()
