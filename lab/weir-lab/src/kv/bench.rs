@@ -31,8 +31,9 @@ pub struct KvBenchArgs {
     /// Zipf skew of key popularity (0 = uniform).
     #[arg(long, default_value_t = 0.99)]
     pub skew: f64,
-    /// Value sizes in bytes (the seed's Fig. 4 spans 32 B to 11 KB).
-    #[arg(long, value_delimiter = ',', default_value = "32,1024,11264")]
+    /// Value sizes in bytes (the seed's Fig. 4 spans 32 B to 11 KB; 100 KB
+    /// is where the proxy's copies of the value weigh most).
+    #[arg(long, value_delimiter = ',', default_value = "32,1024,11264,102400")]
     pub value_sizes: Vec<usize>,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 3.0)]
@@ -401,6 +402,19 @@ impl Runs {
 }
 
 const DIRECT: &str = "memcached direct (server 0)";
+/// The memory each bench memcached may fill with values (it runs with
+/// `-m 64`): a larger key set would be evicted and the GETs would miss.
+const VALUE_MEMORY_PER_SERVER: usize = 40 << 20;
+
+/// The arguments of one value size's rows: no more keys than the two
+/// servers hold, so that every GET hits.
+fn row_args(args: &KvBenchArgs, value_size: usize) -> KvBenchArgs {
+    let fit = 2 * VALUE_MEMORY_PER_SERVER / (value_size + 100);
+    KvBenchArgs {
+        keys: args.keys.min(fit.max(1)),
+        ..args.clone()
+    }
+}
 const NUTCRACKER: &str = "nutcracker";
 const WEIR: &str = "weir tcp";
 
@@ -422,7 +436,13 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
     let progress = Progress::bar("weir-lab bench kv", steps as u64);
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
+    let mut fewer_keys = Vec::new();
     for &vs in &args.value_sizes {
+        let all_keys = args.keys;
+        let args = &row_args(args, vs);
+        if args.keys < all_keys {
+            fewer_keys.push(format!("{vs} B values: {} keys", args.keys));
+        }
         progress.set_message(format!(
             "{vs} B values: starting memcached, nutcracker, weir"
         ));
@@ -567,6 +587,12 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         );
     }
     println!("latency = batch round trip / depth (pipelined); ns/req (user + sys), req/cpu-s, sysc/req (system calls, from perf stat) and sleep/req (waits in epoll) are the proxy's; wr/req = weir's socket writes (clients and servers) per request; client = the load thread's CPU share of the wall clock (near 100%: the client set the pace)");
+    if !fewer_keys.is_empty() {
+        println!(
+            "fewer keys where the servers would not hold them all: {}",
+            fewer_keys.join(", ")
+        );
+    }
     println!(
         "weir over nutcracker (same run, {} rounds each in turns):",
         args.rounds
