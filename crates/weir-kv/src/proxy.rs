@@ -281,14 +281,14 @@ struct Client {
     /// In `dirty_clients` already (flushed once per turn, however many
     /// replies came for it).
     dirty: bool,
-    /// A value in a pipe, written in its place among `wbuf`'s bytes.
-    outbound: Option<splice::Outbound>,
+    /// Values in pipes, each written in its place among `wbuf`'s bytes.
+    outbound: VecDeque<splice::Outbound>,
 }
 
 impl Client {
     /// Reply bytes the socket did not take yet, piped ones included.
     fn unsent(&self) -> usize {
-        self.wbuf.len() - self.wpos + self.outbound.as_ref().map_or(0, |o| o.len)
+        self.wbuf.len() - self.wpos + self.outbound.iter().map(|o| o.len).sum::<usize>()
     }
 }
 
@@ -1215,8 +1215,8 @@ impl Worker {
             }
         }
         loop {
-            // the bytes before the piped value (all of them without one)
-            let end = c.outbound.as_ref().map_or(c.wbuf.len(), |o| o.at);
+            // the bytes before the next piped value (all of them without one)
+            let end = c.outbound.front().map_or(c.wbuf.len(), |o| o.at);
             if c.wpos < end {
                 inc(&self.stats.socket_writes, 1);
                 match c.sock.write(&c.wbuf[c.wpos..end]) {
@@ -1231,7 +1231,7 @@ impl Worker {
                 }
                 continue;
             }
-            if c.outbound.is_none() {
+            if c.outbound.is_empty() {
                 break;
             }
             match splice::drain_outbound(c, &mut self.pipes, &self.stats) {
@@ -1252,7 +1252,7 @@ impl Worker {
         } else {
             0
         };
-        if let Some(o) = c.outbound.as_mut() {
+        for o in c.outbound.iter_mut() {
             o.at -= written;
         }
         let drained = c.unsent() == 0;

@@ -89,7 +89,7 @@ impl Worker {
             first,
             paused: false,
             dirty: false,
-            outbound: None,
+            outbound: VecDeque::new(),
         });
         self.nclients.fetch_add(1, Ordering::Relaxed);
         inc(&self.stats.client_connections, 1);

@@ -4,8 +4,8 @@
 //!
 //! When a `get`/`gets` reply is cut inside a value of at least
 //! [`SPLICE_MIN`] bytes still to come, and the reply is the next one its
-//! client is owed (nothing before it in the client's order is unanswered,
-//! and the client has no other value in a pipe), the rest of the value
+//! client is owed (nothing before it in the client's order is unanswered),
+//! the rest of the value
 //! goes from the server socket into a pipe. The client gets nothing of the
 //! reply until all of it is framed: the header and the value's start that
 //! were read already, the pipe, then the rest of the reply (the value's
@@ -14,8 +14,10 @@
 //!
 //! The pipe then belongs to the client: its bytes are written in their
 //! place between the client's buffered replies as the socket takes them.
-//! A client that stops reading keeps its value in its pipe; the server
-//! connection goes on with the next reply, so no one else waits for it.
+//! A client that stops reading keeps its values in their pipes (at most
+//! [`PIPES_PER_CLIENT`]; later values are copied, and backpressure counts
+//! piped bytes as buffered ones); the server connection goes on with the
+//! next reply, so no one else waits for it.
 //!
 //! A pipe holds its size in bytes only if the pages it refers to are full.
 //! If it fills before the value is in, the value is read back from it and
@@ -43,6 +45,8 @@ pub(super) const HEADER_READ: usize = 512;
 const PIPE_BYTES: usize = 1 << 20;
 /// Empty pipes a worker keeps for the next values.
 const IDLE_PIPES: usize = 8;
+/// Values a client may have in pipes at once (two descriptors each).
+pub(super) const PIPES_PER_CLIENT: usize = 8;
 
 /// A value on its way from a server socket into a pipe.
 pub(super) struct Inbound {
@@ -119,7 +123,7 @@ impl Worker {
             .is_some_and(|c| {
                 c.gen == p.gen
                     && c.head_seq == p.seq
-                    && c.outbound.is_none()
+                    && c.outbound.len() < PIPES_PER_CLIENT
                     && c.slots.front().is_some_and(|slot| slot.split.is_none())
             });
         if !owed_next {
@@ -247,14 +251,14 @@ impl Worker {
             .clients
             .get_mut(p.client as usize)
             .and_then(|c| c.as_mut())
-            .filter(|c| c.gen == p.gen && c.head_seq == p.seq && c.outbound.is_none())
+            .filter(|c| c.gen == p.gen && c.head_seq == p.seq)
         else {
             return; // the client is gone; its pipe closes with the value in it
         };
         c.wbuf.extend_from_slice(&inb.head);
         let at = c.wbuf.len();
         c.wbuf.extend_from_slice(tail);
-        c.outbound = Some(Outbound {
+        c.outbound.push_back(Outbound {
             pipe: inb.pipe,
             len: inb.in_pipe,
             at,
@@ -265,14 +269,14 @@ impl Worker {
     }
 }
 
-/// Move the client's piped value to its socket; true once the pipe is
+/// Move the client's next piped value to its socket; true once its pipe is
 /// empty (it goes back to `pipes`), false if the socket takes no more now.
 pub(super) fn drain_outbound(
     c: &mut Client,
     pipes: &mut Vec<SplicePipe>,
     stats: &WorkerStats,
 ) -> io::Result<bool> {
-    let Some(o) = c.outbound.as_mut() else {
+    let Some(o) = c.outbound.front_mut() else {
         return Ok(true);
     };
     while o.len > 0 {
@@ -285,7 +289,7 @@ pub(super) fn drain_outbound(
             Err(e) => return Err(e),
         }
     }
-    let o = c.outbound.take().expect("checked above");
+    let o = c.outbound.pop_front().expect("checked above");
     if pipes.len() < IDLE_PIPES {
         pipes.push(o.pipe);
     }
