@@ -498,7 +498,10 @@ pub fn parse_value_tail(buf: &[u8]) -> Result<Option<Response>, Garbled> {
         None => Ok(None),
         // an error line cannot follow a value
         Some(r) if r.error => Err(Garbled),
-        Some(r) => Ok(Some(Response { len: r.len + 2, ..r })),
+        Some(r) => Ok(Some(Response {
+            len: r.len + 2,
+            ..r
+        })),
     }
 }
 

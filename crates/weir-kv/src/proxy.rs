@@ -233,6 +233,8 @@ struct Slot {
     flush: bool,
     /// Close the connection once this slot is written (quit).
     close_after: bool,
+    /// A spliced value, whose bytes go after `resp[..at]`.
+    pipe: Option<splice::Outbound>,
 }
 
 impl Slot {
@@ -244,6 +246,7 @@ impl Slot {
             split: None,
             flush: false,
             close_after: false,
+            pipe: None,
         }
     }
     fn local(reply: &[u8]) -> Slot {
@@ -945,7 +948,11 @@ impl Worker {
     /// unless the server closed (`drain`).
     fn server_read(&mut self, s: usize, drain: bool) {
         loop {
-            if self.servers[s].inbound.as_ref().is_some_and(|i| i.filling()) {
+            if self.servers[s]
+                .inbound
+                .as_ref()
+                .is_some_and(|i| i.filling())
+            {
                 match self.fill(s) {
                     splice::Fill::Done => {} // then read the rest of the reply
                     splice::Fill::Wait | splice::Fill::Failed => return,
@@ -983,7 +990,10 @@ impl Worker {
                     if !alive {
                         return;
                     }
-                    let splicing = self.servers[s].inbound.as_ref().is_some_and(|i| i.filling());
+                    let splicing = self.servers[s]
+                        .inbound
+                        .as_ref()
+                        .is_some_and(|i| i.filling());
                     if !full && !drain && !splicing {
                         return;
                     }
@@ -1034,13 +1044,16 @@ impl Worker {
             }
             match proto::parse_response(&buf[pos..], kind) {
                 Ok(None) => {
-                    if kind == RespKind::Retrieval && !no_splice && self.start_splice(s, &buf[pos..])
+                    if kind == RespKind::Retrieval
+                        && !no_splice
+                        && self.start_splice(s, &buf[pos..])
                     {
                         pos = buf.len(); // the value's pipe holds them now
                     }
                     break;
                 }
                 Ok(Some(r)) => {
+                    self.after_reply(s, kind, r.len);
                     let p = self.servers[s].inflight.pop_front().unwrap();
                     self.deliver(p, &buf[pos..pos + r.len], r);
                     pos += r.len;
@@ -1208,6 +1221,10 @@ impl Worker {
         while c.slots.front().is_some_and(|s| s.done) {
             let s = c.slots.pop_front().unwrap();
             c.head_seq += 1;
+            if let Some(mut o) = s.pipe {
+                o.at += c.wbuf.len();
+                c.outbound.push_back(o);
+            }
             c.wbuf.extend_from_slice(&s.resp);
             if s.close_after {
                 close_now = true;

@@ -94,7 +94,11 @@ fn large_values_in_pipelines_across_servers_arrive_whole_and_in_order() {
             match (step + round) % 6 {
                 // a multi-key get, split over the servers and merged in key order
                 0 => {
-                    let more = [(k + 1) % keys.len(), (k + 2) % keys.len(), (k + 3) % keys.len()];
+                    let more = [
+                        (k + 1) % keys.len(),
+                        (k + 2) % keys.len(),
+                        (k + 3) % keys.len(),
+                    ];
                     req.extend_from_slice(format!("get {}", keys[k]).as_bytes());
                     want.extend_from_slice(&value_block(&keys[k], &values[k]));
                     for &m in &more {
@@ -110,12 +114,16 @@ fn large_values_in_pipelines_across_servers_arrive_whole_and_in_order() {
                     want.extend_from_slice(b"END\r\n");
                     req.extend_from_slice(format!("set scratch{step} 0 0 2\r\nab\r\n").as_bytes());
                     want.extend_from_slice(b"STORED\r\n");
-                    req.extend_from_slice(format!("set quiet{step} 0 0 1 noreply\r\nx\r\n").as_bytes());
+                    req.extend_from_slice(
+                        format!("set quiet{step} 0 0 1 noreply\r\nx\r\n").as_bytes(),
+                    );
                 }
                 // meta commands in the same order
                 2 => {
                     req.extend_from_slice(format!("mg {} s v\r\nmn\r\n", keys[k]).as_bytes());
-                    want.extend_from_slice(format!("VA {} s{}\r\n", values[k].len(), values[k].len()).as_bytes());
+                    want.extend_from_slice(
+                        format!("VA {} s{}\r\n", values[k].len(), values[k].len()).as_bytes(),
+                    );
                     want.extend_from_slice(&values[k]);
                     want.extend_from_slice(b"\r\nMN\r\n");
                 }
@@ -232,7 +240,11 @@ fn a_slow_client_gets_every_byte_and_holds_up_no_one() {
     // meanwhile another client is answered as usual, big values included
     let started = Instant::now();
     for i in 0..100 {
-        assert_eq!(c.get("small").unwrap().as_deref(), Some(&b"tiny"[..]), "request {i}");
+        assert_eq!(
+            c.get("small").unwrap().as_deref(),
+            Some(&b"tiny"[..]),
+            "request {i}"
+        );
         if i % 10 == 0 {
             assert!(c.get("big").unwrap() == Some(big.clone()), "request {i}");
         }
@@ -258,7 +270,10 @@ fn a_slow_client_gets_every_byte_and_holds_up_no_one() {
         assert!(r > 0, "the proxy closed the slow client after {have} bytes");
         have += r;
     }
-    assert!(got == want, "the slow client's replies differ from the values");
+    assert!(
+        got == want,
+        "the slow client's replies differ from the values"
+    );
     let after = proxy.stats();
     assert!(
         after.spliced_values - before.spliced_values >= 2,
