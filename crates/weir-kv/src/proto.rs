@@ -688,7 +688,7 @@ mod tests {
         let t = parse_value_tail(b"\r\nVALUE b 0 1\r\nx\r\nEND\r\nSTORED\r\n")
             .unwrap()
             .unwrap();
-        assert_eq!((t.len, t.values, t.error), (25, 1, false));
+        assert_eq!((t.len, t.values, t.error), (23, 1, false));
         assert_eq!(parse_value_tail(b"\r\nEND\r\n").unwrap().unwrap().len, 7);
         assert_eq!(parse_value_tail(b"\r\nEN"), Ok(None));
         assert_eq!(parse_value_tail(b"\r"), Ok(None));
