@@ -233,8 +233,9 @@ struct Slot {
     flush: bool,
     /// Close the connection once this slot is written (quit).
     close_after: bool,
-    /// A spliced value, whose bytes go after `resp[..at]`.
-    pipe: Option<splice::Outbound>,
+    /// A spliced value, whose bytes go after `resp[..at]` (boxed: slots
+    /// of small replies stay small).
+    pipe: Option<Box<splice::Outbound>>,
 }
 
 impl Slot {
@@ -1223,7 +1224,7 @@ impl Worker {
             c.head_seq += 1;
             if let Some(mut o) = s.pipe {
                 o.at += c.wbuf.len();
-                c.outbound.push_back(o);
+                c.outbound.push_back(*o);
             }
             c.wbuf.extend_from_slice(&s.resp);
             if s.close_after {

@@ -282,11 +282,11 @@ impl Worker {
             slot.resp.extend_from_slice(&inb.head);
             let at = slot.resp.len();
             slot.resp.extend_from_slice(tail);
-            slot.pipe = Some(Outbound {
+            slot.pipe = Some(Box::new(Outbound {
                 pipe: inb.pipe,
                 len: inb.in_pipe,
                 at,
-            });
+            }));
             slot.frags = 0;
             slot.done = true;
             return;
