@@ -195,7 +195,7 @@ type Field<T> = fn(&T) -> u64;
 impl Collector for Exposed {
     fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
         let pools = &self.0.pools;
-        let proxy: [(&str, &str, Field<Snapshot>); 14] = [
+        let proxy: [(&str, &str, Field<Snapshot>); 16] = [
             ("weir_kv_requests", "Requests received from clients.", |s| {
                 s.requests
             }),
@@ -241,6 +241,16 @@ impl Collector for Exposed {
                 "weir_kv_idle_reads",
                 "Socket reads that found nothing to read.",
                 |s| s.idle_reads,
+            ),
+            (
+                "weir_kv_spliced_values",
+                "Values moved from a server socket to a client socket in the kernel (splice).",
+                |s| s.spliced_values,
+            ),
+            (
+                "weir_kv_spliced_bytes",
+                "Bytes of the spliced values.",
+                |s| s.spliced_bytes,
             ),
         ];
         for (name, help, field) in proxy {

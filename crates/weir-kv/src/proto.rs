@@ -448,6 +448,63 @@ pub fn parse_response(buf: &[u8], kind: RespKind) -> Result<Option<Response>, Ga
     }
 }
 
+/// A retrieval reply cut inside the data of one of its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CutValue {
+    /// Where the cut value's data starts.
+    pub data_start: usize,
+    /// The value's length (without its CRLF).
+    pub bytes: usize,
+    /// Whole `VALUE` blocks before it.
+    pub values_before: u32,
+}
+
+/// Where the start of a retrieval reply in `buf` is cut inside a value's
+/// data: None if the reply is whole, or cut elsewhere (in a line, or in a
+/// value's closing CRLF), or not a retrieval reply.
+pub fn cut_value(buf: &[u8]) -> Option<CutValue> {
+    let mut pos = 0;
+    let mut values_before = 0;
+    loop {
+        let eol = find_crlf(&buf[pos..])?;
+        let (_, bytes) = value_header(&buf[pos..pos + eol])?;
+        let data_start = pos + eol + 2;
+        if buf.len() < data_start + bytes {
+            return Some(CutValue {
+                data_start,
+                bytes,
+                values_before,
+            });
+        }
+        values_before += 1;
+        pos = data_start + bytes + 2;
+        if buf.len() < pos {
+            return None;
+        }
+    }
+}
+
+/// Frame what follows a value's data in a retrieval reply: the data's CRLF,
+/// then the reply's other `VALUE` blocks and its `END` (the length counts
+/// the CRLF; `values` the blocks after it).
+pub fn parse_value_tail(buf: &[u8]) -> Result<Option<Response>, Garbled> {
+    if buf.len() < 2 {
+        return Ok(None);
+    }
+    if &buf[..2] != b"\r\n" {
+        return Err(Garbled);
+    }
+    match parse_response(&buf[2..], RespKind::Retrieval)? {
+        None => Ok(None),
+        // an error line cannot follow a value
+        Some(r) if r.error => Err(Garbled),
+        Some(r) => Ok(Some(Response {
+            len: r.len + 2,
+            ..r
+        })),
+    }
+}
+
 /// Split a retrieval reply (without its `END`) into `VALUE` blocks:
 /// (key range, block range), ranges into `resp`.
 pub fn value_blocks(resp: &[u8]) -> Vec<((usize, usize), (usize, usize))> {
@@ -609,6 +666,34 @@ mod tests {
                 (got, want) => panic!("{what}: {got:?}, want {want:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_reply_cut_in_a_value_says_where_the_value_starts() {
+        let r = b"VALUE a 0 3\r\nabc\r\nVALUE b 1 10 77\r\nxyz";
+        let cut = cut_value(r).unwrap();
+        assert_eq!(&r[cut.data_start..], b"xyz");
+        assert_eq!((cut.bytes, cut.values_before), (10, 1));
+        assert_eq!(cut_value(b"VALUE a 0 3\r\nab").unwrap().values_before, 0);
+        // whole, or cut in a line or in the value's CRLF: not in a value
+        assert_eq!(cut_value(b"VALUE a 0 3\r\nabc\r\nEND\r\n"), None);
+        assert_eq!(cut_value(b"VALUE a 0 3\r\nabc\r"), None);
+        assert_eq!(cut_value(b"VALUE a 0 3\r\nabc\r\nVALU"), None);
+        assert_eq!(cut_value(b"VALUE a 0 3"), None);
+        assert_eq!(cut_value(b"SERVER_ERROR x\r\n"), None);
+    }
+
+    #[test]
+    fn a_value_tail_frames_the_rest_of_its_reply() {
+        let t = parse_value_tail(b"\r\nVALUE b 0 1\r\nx\r\nEND\r\nSTORED\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!((t.len, t.values, t.error), (23, 1, false));
+        assert_eq!(parse_value_tail(b"\r\nEND\r\n").unwrap().unwrap().len, 7);
+        assert_eq!(parse_value_tail(b"\r\nEN"), Ok(None));
+        assert_eq!(parse_value_tail(b"\r"), Ok(None));
+        assert_eq!(parse_value_tail(b"xx"), Err(Garbled));
+        assert_eq!(parse_value_tail(b"\r\nSERVER_ERROR x\r\n"), Err(Garbled));
     }
 
     #[test]

@@ -44,6 +44,7 @@ use crate::stats::{inc, snapshot, Snapshot, WorkerStats};
 mod handoff;
 mod meta_dispatch;
 mod reply_buf;
+mod splice;
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -232,6 +233,9 @@ struct Slot {
     flush: bool,
     /// Close the connection once this slot is written (quit).
     close_after: bool,
+    /// A spliced value, whose bytes go after `resp[..at]` (boxed: slots
+    /// of small replies stay small).
+    pipe: Option<Box<splice::Outbound>>,
 }
 
 impl Slot {
@@ -243,6 +247,7 @@ impl Slot {
             split: None,
             flush: false,
             close_after: false,
+            pipe: None,
         }
     }
     fn local(reply: &[u8]) -> Slot {
@@ -280,6 +285,15 @@ struct Client {
     /// In `dirty_clients` already (flushed once per turn, however many
     /// replies came for it).
     dirty: bool,
+    /// Values in pipes, each written in its place among `wbuf`'s bytes.
+    outbound: VecDeque<splice::Outbound>,
+}
+
+impl Client {
+    /// Reply bytes the socket did not take yet, piped ones included.
+    fn unsent(&self) -> usize {
+        self.wbuf.len() - self.wpos + self.outbound.iter().map(|o| o.len).sum::<usize>()
+    }
 }
 
 /// A request in flight on a server connection.
@@ -293,6 +307,8 @@ struct Pending {
     /// The key of a mutation, invalidated again when the reply arrives.
     inval_key: Option<Box<[u8]>>,
     sent: Instant,
+    /// Its value filled a pipe once: copy it.
+    no_splice: bool,
 }
 
 impl Pending {
@@ -307,6 +323,7 @@ impl Pending {
             swallow: false,
             inval_key: None,
             sent: Instant::now(),
+            no_splice: false,
         }
     }
 
@@ -334,6 +351,10 @@ struct ServerConn {
     wbuf: Vec<u8>,
     wpos: usize,
     inflight: VecDeque<Pending>,
+    /// The front reply's value, going into a pipe or in it.
+    inbound: Option<splice::Inbound>,
+    /// Read a header's worth first: the last value was spliced.
+    small_reads: bool,
 }
 
 struct Worker {
@@ -362,6 +383,8 @@ struct Worker {
     /// Every client read lands here first (zeroed once, not per read).
     inbuf: Box<[u8]>,
     handoff: handoff::Handoff,
+    /// Empty pipes for the next spliced values.
+    pipes: Vec<weir_sys::SplicePipe>,
 }
 
 fn errmsg(e: &io::Error) -> String {
@@ -399,6 +422,8 @@ impl Worker {
                 wbuf: Vec::new(),
                 wpos: 0,
                 inflight: VecDeque::new(),
+                inbound: None,
+                small_reads: false,
             })
             .collect();
         let (dist_generation, dist) = routing.current();
@@ -425,6 +450,7 @@ impl Worker {
             scratch: Vec::new(),
             inbuf: vec![0u8; READ_CHUNK].into_boxed_slice(),
             handoff,
+            pipes: Vec::new(),
         };
         if cfg.preconnect {
             for i in 0..w.servers.len() {
@@ -553,7 +579,7 @@ impl Worker {
     fn client_has_unsent(&self, idx: u32) -> bool {
         self.clients[idx as usize]
             .as_ref()
-            .is_some_and(|c| c.wpos < c.wbuf.len())
+            .is_some_and(|c| c.unsent() > 0)
     }
 
     /// Read what a client sent and dispatch every complete request in it.
@@ -574,7 +600,7 @@ impl Worker {
             if self.handoff.target.get().is_some() {
                 return; // the client goes to another proxy once its replies are out
             }
-            if c.slots.len() >= MAX_SLOTS || c.wbuf.len() - c.wpos >= MAX_WBUF {
+            if c.slots.len() >= MAX_SLOTS || c.unsent() >= MAX_WBUF {
                 c.paused = true;
                 return; // resumed by client_flush
             }
@@ -839,6 +865,8 @@ impl Worker {
         sc.rbuf.clear();
         sc.wbuf.clear();
         sc.wpos = 0;
+        sc.inbound = None;
+        sc.small_reads = false;
         Ok(())
     }
 
@@ -921,12 +949,27 @@ impl Worker {
     /// unless the server closed (`drain`).
     fn server_read(&mut self, s: usize, drain: bool) {
         loop {
+            if self.servers[s]
+                .inbound
+                .as_ref()
+                .is_some_and(|i| i.filling())
+            {
+                match self.fill(s) {
+                    splice::Fill::Done => {} // then read the rest of the reply
+                    splice::Fill::Wait | splice::Fill::Failed => return,
+                }
+            }
             let sc = &mut self.servers[s];
             let Some(sock) = sc.sock.as_mut() else {
                 return;
             };
+            let chunk = if sc.small_reads {
+                splice::HEADER_READ
+            } else {
+                READ_CHUNK
+            };
             inc(&self.stats.socket_reads, 1);
-            match sock.read(sc.rbuf.space(READ_CHUNK)) {
+            match sock.read(sc.rbuf.space(chunk)) {
                 Ok(0) => {
                     self.fail_server(s, "Connection closed by server");
                     return;
@@ -935,7 +978,7 @@ impl Worker {
                     sc.connected = true;
                     sc.rbuf.filled(n);
                     self.health.answered(s);
-                    let full = n == READ_CHUNK;
+                    let full = n == chunk;
                     // replies are framed where they were read
                     let mut rbuf = std::mem::take(&mut self.servers[s].rbuf);
                     let alive = self
@@ -945,7 +988,14 @@ impl Worker {
                             self.servers[s].rbuf = rbuf;
                         })
                         .is_some();
-                    if !alive || (!full && !drain) {
+                    if !alive {
+                        return;
+                    }
+                    let splicing = self.servers[s]
+                        .inbound
+                        .as_ref()
+                        .is_some_and(|i| i.filling());
+                    if !full && !drain && !splicing {
                         return;
                     }
                 }
@@ -969,15 +1019,42 @@ impl Worker {
         let mut pos = 0;
         let mut ok = true;
         loop {
-            let Some(kind) = self.servers[s].inflight.front().map(|p| p.kind) else {
+            let Some((kind, no_splice)) = self.servers[s]
+                .inflight
+                .front()
+                .map(|p| (p.kind, p.no_splice))
+            else {
                 if pos < buf.len() {
                     ok = false; // bytes nobody asked for
                 }
                 break;
             };
+            if self.value_in_pipe(s) {
+                match proto::parse_value_tail(&buf[pos..]) {
+                    Ok(None) => break,
+                    Ok(Some(r)) => {
+                        self.finish_splice(s, &buf[pos..pos + r.len], r);
+                        pos += r.len;
+                        continue;
+                    }
+                    Err(proto::Garbled) => {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
             match proto::parse_response(&buf[pos..], kind) {
-                Ok(None) => break,
+                Ok(None) => {
+                    if kind == RespKind::Retrieval
+                        && !no_splice
+                        && self.start_splice(s, &buf[pos..])
+                    {
+                        pos = buf.len(); // the value's pipe holds them now
+                    }
+                    break;
+                }
                 Ok(Some(r)) => {
+                    self.after_reply(s, kind, r.len);
                     let p = self.servers[s].inflight.pop_front().unwrap();
                     self.deliver(p, &buf[pos..pos + r.len], r);
                     pos += r.len;
@@ -1102,6 +1179,9 @@ impl Worker {
         sc.rbuf.clear();
         sc.wbuf.clear();
         sc.wpos = 0;
+        // a value half in its pipe never reaches the client: it gets the error
+        sc.inbound = None;
+        sc.small_reads = false;
         let pend: Vec<Pending> = sc.inflight.drain(..).collect();
         let reply = format!("SERVER_ERROR {msg}\r\n");
         for p in pend {
@@ -1142,40 +1222,65 @@ impl Worker {
         while c.slots.front().is_some_and(|s| s.done) {
             let s = c.slots.pop_front().unwrap();
             c.head_seq += 1;
+            if let Some(mut o) = s.pipe {
+                o.at += c.wbuf.len();
+                c.outbound.push_back(*o);
+            }
             c.wbuf.extend_from_slice(&s.resp);
             if s.close_after {
                 close_now = true;
                 break;
             }
         }
-        while c.wpos < c.wbuf.len() {
-            inc(&self.stats.socket_writes, 1);
-            match c.sock.write(&c.wbuf[c.wpos..]) {
-                Ok(0) => break,
-                Ok(n) => c.wpos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+        loop {
+            // the bytes before the next piped value (all of them without one)
+            let end = c.outbound.front().map_or(c.wbuf.len(), |o| o.at);
+            if c.wpos < end {
+                inc(&self.stats.socket_writes, 1);
+                match c.sock.write(&c.wbuf[c.wpos..end]) {
+                    Ok(0) => break,
+                    Ok(n) => c.wpos += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        c.dead = true;
+                        break;
+                    }
+                }
+                continue;
+            }
+            if c.outbound.is_empty() {
+                break;
+            }
+            match splice::drain_outbound(c, &mut self.pipes, &self.stats) {
+                Ok(true) => {}
+                Ok(false) => break,
                 Err(_) => {
                     c.dead = true;
                     break;
                 }
             }
         }
-        if c.wpos == c.wbuf.len() {
+        let written = if c.wpos == c.wbuf.len() {
             c.wbuf.clear();
-            c.wpos = 0;
+            std::mem::take(&mut c.wpos)
         } else if c.wpos > (1 << 20) {
             c.wbuf.drain(..c.wpos);
-            c.wpos = 0;
+            std::mem::take(&mut c.wpos)
+        } else {
+            0
+        };
+        for o in c.outbound.iter_mut() {
+            o.at -= written;
         }
-        let drained = c.wbuf.is_empty();
+        let drained = c.unsent() == 0;
         if c.dead || (close_now && drained) || (c.closing && drained && c.slots.is_empty()) {
             self.close_client(idx);
             return;
         }
         // resume a client paused by backpressure: parse what it sent, and
         // read what came meanwhile (to the end, as its events were missed)
-        if c.paused && c.slots.len() < MAX_SLOTS && c.wbuf.len() - c.wpos < MAX_WBUF {
+        if c.paused && c.slots.len() < MAX_SLOTS && c.unsent() < MAX_WBUF {
             c.paused = false;
             if !c.rbuf.is_empty() {
                 self.client_parse(idx);

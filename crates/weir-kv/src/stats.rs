@@ -26,6 +26,10 @@ pub struct WorkerStats {
     pub socket_writes: AtomicU64,
     /// Reads that found nothing to read.
     pub idle_reads: AtomicU64,
+    /// Values moved from a server socket to a client socket through a pipe
+    /// (never copied to user space), and their bytes.
+    pub spliced_values: AtomicU64,
+    pub spliced_bytes: AtomicU64,
     /// requests (fragments) sent to each server
     pub server_requests: Vec<AtomicU64>,
 }
@@ -70,6 +74,12 @@ pub struct Snapshot {
     pub socket_writes: u64,
     #[serde(default)]
     pub idle_reads: u64,
+    /// Values spliced from a server to a client in the kernel, and their
+    /// bytes.
+    #[serde(default)]
+    pub spliced_values: u64,
+    #[serde(default)]
+    pub spliced_bytes: u64,
     pub server_requests: Vec<u64>,
 }
 
@@ -92,6 +102,8 @@ pub fn snapshot(workers: &[Arc<WorkerStats>]) -> Snapshot {
         s.socket_reads += ld(&w.socket_reads);
         s.socket_writes += ld(&w.socket_writes);
         s.idle_reads += ld(&w.idle_reads);
+        s.spliced_values += ld(&w.spliced_values);
+        s.spliced_bytes += ld(&w.spliced_bytes);
         if s.server_requests.len() < w.server_requests.len() {
             s.server_requests.resize(w.server_requests.len(), 0);
         }

@@ -4,7 +4,7 @@
 //! NETLINK_ROUTE), signals (taken synchronously by daemons; SIGPIPE's default
 //! action for commands that print and exit), processes, namespaces, the BPF
 //! filesystem, sockets (socket options, wakeups, packet sockets), random
-//! bytes and TUN devices. Every `unsafe` block of these
+//! bytes, TUN devices and splicing between sockets. Every `unsafe` block of these
 //! wrappers lives here, each with the reason it is sound; the crates above
 //! call safe functions.
 
@@ -26,6 +26,7 @@ pub mod process;
 mod random;
 mod signals;
 pub mod socket;
+mod splice;
 mod tun;
 
 pub use addrs::interface_addrs;
@@ -46,4 +47,5 @@ pub use packet::{PacketSocket, SockFilter};
 pub use pipe::{pipe, PIPE_FD_FLOOR};
 pub use random::fill_random;
 pub use signals::{restore_default_sigpipe, SignalSet};
+pub use splice::{unread_bytes, SplicePipe};
 pub use tun::TunAnchor;

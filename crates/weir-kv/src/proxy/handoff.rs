@@ -89,6 +89,7 @@ impl Worker {
             first,
             paused: false,
             dirty: false,
+            outbound: VecDeque::new(),
         });
         self.nclients.fetch_add(1, Ordering::Relaxed);
         inc(&self.stats.client_connections, 1);
@@ -137,7 +138,7 @@ impl Worker {
             let Some(c) = self.clients[idx].as_ref() else {
                 continue;
             };
-            let idle = c.slots.is_empty() && c.wpos == c.wbuf.len() && !c.closing && !c.dead;
+            let idle = c.slots.is_empty() && c.unsent() == 0 && !c.closing && !c.dead;
             if !idle {
                 left = true;
                 continue;

@@ -31,8 +31,9 @@ pub struct KvBenchArgs {
     /// Zipf skew of key popularity (0 = uniform).
     #[arg(long, default_value_t = 0.99)]
     pub skew: f64,
-    /// Value sizes in bytes (the seed's Fig. 4 spans 32 B to 11 KB).
-    #[arg(long, value_delimiter = ',', default_value = "32,1024,11264")]
+    /// Value sizes in bytes (the seed's Fig. 4 spans 32 B to 11 KB; 100 KB
+    /// is where the proxy's copies of the value weigh most).
+    #[arg(long, value_delimiter = ',', default_value = "32,1024,11264,102400")]
     pub value_sizes: Vec<usize>,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 3.0)]
@@ -94,6 +95,9 @@ pub struct Row {
     /// weir's socket writes (to clients and servers) per request, from its
     /// own counters (None for the others).
     pub proxy_writes_per_req: Option<f64>,
+    /// The share of weir's GET replies whose value went through a pipe
+    /// (spliced in the kernel; None for the others).
+    pub spliced_share: Option<f64>,
     /// The load thread's CPU time over the wall clock: near 1 means the
     /// single-threaded client, not the path, set the pace.
     pub client_cpu_share: f64,
@@ -366,6 +370,8 @@ struct Runs {
     client_ticks: u64,
     /// weir's socket writes (its `socket_writes` counter).
     writes: Option<u64>,
+    /// weir's spliced values (its `spliced_values` counter).
+    spliced: Option<u64>,
     /// Each run's system calls (None where perf could not count them).
     syscalls: Vec<Option<u64>>,
 }
@@ -395,12 +401,26 @@ impl Runs {
                 .map(|c| c as f64 / n),
             proxy_sleeps_per_req: proxy.then(|| self.usage.sleeps as f64 / n),
             proxy_writes_per_req: self.writes.map(|w| w as f64 / n),
+            spliced_share: self.spliced.map(|s| s as f64 / n),
             client_cpu_share: self.client_ticks as f64 / ticks_per_s() / self.wall,
         }
     }
 }
 
 const DIRECT: &str = "memcached direct (server 0)";
+/// The memory each bench memcached may fill with values (it runs with
+/// `-m 64`): a larger key set would be evicted and the GETs would miss.
+const VALUE_MEMORY_PER_SERVER: usize = 40 << 20;
+
+/// The arguments of one value size's rows: no more keys than the two
+/// servers hold, so that every GET hits.
+fn row_args(args: &KvBenchArgs, value_size: usize) -> KvBenchArgs {
+    let fit = 2 * VALUE_MEMORY_PER_SERVER / (value_size + 100);
+    KvBenchArgs {
+        keys: args.keys.min(fit.max(1)),
+        ..args.clone()
+    }
+}
 const NUTCRACKER: &str = "nutcracker";
 const WEIR: &str = "weir tcp";
 
@@ -422,7 +442,13 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
     let progress = Progress::bar("weir-lab bench kv", steps as u64);
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
+    let mut fewer_keys = Vec::new();
     for &vs in &args.value_sizes {
+        let all_keys = args.keys;
+        let args = &row_args(args, vs);
+        if args.keys < all_keys {
+            fewer_keys.push(format!("{vs} B values: {} keys", args.keys));
+        }
         progress.set_message(format!(
             "{vs} B values: starting memcached, nutcracker, weir"
         ));
@@ -494,7 +520,7 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
                     .flatten();
                 let u0 = Usage::of(tasks(name));
                 let c0 = proc_cpu_ticks("/proc/thread-self/stat");
-                let w0 = proxy.stats().socket_writes;
+                let before = proxy.stats();
                 let t0 = Instant::now();
                 let (n, lat) = load(addr, args, conns, 42 + vs as u64 + round as u64)?;
                 let r = &mut runs[t];
@@ -502,7 +528,9 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
                 r.usage.add(Usage::of(tasks(name)).since(u0));
                 r.client_ticks += proc_cpu_ticks("/proc/thread-self/stat").saturating_sub(c0);
                 if name == WEIR {
-                    *r.writes.get_or_insert(0) += proxy.stats().socket_writes - w0;
+                    let after = proxy.stats();
+                    *r.writes.get_or_insert(0) += after.socket_writes - before.socket_writes;
+                    *r.spliced.get_or_insert(0) += after.spliced_values - before.spliced_values;
                 }
                 r.syscalls.push(counter.and_then(SyscallCount::stop));
                 r.requests += n;
@@ -531,7 +559,7 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         _ => println!("offered load: saturation (each batch sent when the last is answered)"),
     }
     println!(
-        "{:<28} {:>6} {:>5} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>7} {:>7}",
+        "{:<28} {:>6} {:>5} {:>9} {:>8} {:>8} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>7} {:>8} {:>7}",
         "path",
         "value",
         "conns",
@@ -545,11 +573,12 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
         "sysc/req",
         "sleep/req",
         "wr/req",
+        "spliced",
         "client"
     );
     for r in &rows {
         println!(
-            "{:<28} {:>6} {:>5} {:>9.0} {:>8.1} {:>8.1} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>7} {:>6.0}%",
+            "{:<28} {:>6} {:>5} {:>9.0} {:>8.1} {:>8.1} {:>9} {:>8} {:>8} {:>11} {:>9} {:>9} {:>7} {:>8} {:>6.0}%",
             r.path,
             r.value_size,
             r.conns,
@@ -563,10 +592,18 @@ pub fn run(args: &KvBenchArgs) -> Result<()> {
             opt(r.proxy_syscalls_per_req, 3),
             opt(r.proxy_sleeps_per_req, 3),
             opt(r.proxy_writes_per_req, 3),
+            r.spliced_share
+                .map_or("-".into(), |s| format!("{:.0}%", s * 100.0)),
             r.client_cpu_share * 100.0,
         );
     }
-    println!("latency = batch round trip / depth (pipelined); ns/req (user + sys), req/cpu-s, sysc/req (system calls, from perf stat) and sleep/req (waits in epoll) are the proxy's; wr/req = weir's socket writes (clients and servers) per request; client = the load thread's CPU share of the wall clock (near 100%: the client set the pace)");
+    println!("latency = batch round trip / depth (pipelined); ns/req (user + sys), req/cpu-s, sysc/req (system calls, from perf stat) and sleep/req (waits in epoll) are the proxy's; wr/req = weir's socket writes (clients and servers) per request; spliced = weir's replies whose value went through a pipe; client = the load thread's CPU share of the wall clock (near 100%: the client set the pace)");
+    if !fewer_keys.is_empty() {
+        println!(
+            "fewer keys where the servers would not hold them all: {}",
+            fewer_keys.join(", ")
+        );
+    }
     println!(
         "weir over nutcracker (same run, {} rounds each in turns):",
         args.rounds
