@@ -575,16 +575,17 @@ fn the_udp_path_follows_an_ejection() {
 // Several clients pipeline sets and gets over keys of every server through
 // a proxy with 2 workers; one server dies in the middle (SIGKILL, which
 // resets its connections, or SIGTERM, after which its port stays closed).
-// Every `SERVER_ERROR` is counted per client and by when its request was
-// sent:
-// - before the death: the requests in flight when the server died, which no
-//   proxy can save (the server may have executed them); a client has one
-//   batch of `DEPTH` requests in flight at a time;
-// - after the death and before the ejection: requests the proxy sent to the
-//   dead server (on a new connection, refused or reset) once it had seen the
-//   first failure. Each failed connection fails every request queued on it,
-//   as in nutcracker, so under pipelining these are more than
-//   `server_failure_limit` per worker (printed, and in the docs).
+// Every `SERVER_ERROR` is counted per client, in two parts. A client sends
+// a batch of `DEPTH` requests only once every reply of the one before came
+// back, and it is served by one worker, which has one connection to the
+// server; so the client's first batch with errors is the one that was in
+// flight on that connection when the proxy saw it fail. Those requests no
+// proxy can save (the server may have executed them), and they are at most
+// what the client had in flight. Errors in its later batches are for
+// requests sent after the failure was seen: the target allows at most
+// `server_failure_limit` of those per proxy worker. (A client with nothing
+// in flight on the dead connection has its first failed probe counted as in
+// flight: this undercounts by at most one batch per client.)
 
 /// Client connections, requests each pipelines, and the proxy's workers.
 const CLIENTS: usize = 4;
@@ -613,10 +614,12 @@ enum Death {
 #[derive(Debug, Default, Clone)]
 struct ClientCount {
     requests: u64,
-    /// `SERVER_ERROR`s for requests in flight when the server died.
-    in_flight_at_death: u64,
-    /// `SERVER_ERROR`s for requests sent after the death.
-    after_death: u64,
+    /// `SERVER_ERROR`s in the first batch that got any: in flight on the
+    /// connection when the proxy saw it fail.
+    in_flight_at_failure: u64,
+    /// `SERVER_ERROR`s in later batches: sent after the failure was seen.
+    after_failure_seen: u64,
+    first_failed_batch: Option<usize>,
     /// `SERVER_ERROR`s for a key the full ring gives to a live server.
     on_live_keys: u64,
     /// `SERVER_ERROR`s for requests sent after the ejection was seen.
@@ -629,7 +632,7 @@ struct ClientCount {
 
 impl ClientCount {
     fn errors(&self) -> u64 {
-        self.in_flight_at_death + self.after_death
+        self.in_flight_at_failure + self.after_failure_seen
     }
 }
 
@@ -650,15 +653,15 @@ impl KillCost {
         let per_client: Vec<String> = self
             .clients
             .iter()
-            .map(|c| format!("{}+{}", c.in_flight_at_death, c.after_death))
+            .map(|c| format!("{}+{}", c.in_flight_at_failure, c.after_failure_seen))
             .collect();
         format!(
-            "{who}: {} requests, SERVER_ERROR {} = {} in flight at the death + {} sent \
-             after it (per client {}), ejected {} ms after the death",
+            "{who}: {} requests, SERVER_ERROR {} = {} in flight when the failure was \
+             seen + {} sent after it (per client {}), ejected {} ms after the death",
             self.total(|c| c.requests),
             self.total(ClientCount::errors),
-            self.total(|c| c.in_flight_at_death),
-            self.total(|c| c.after_death),
+            self.total(|c| c.in_flight_at_failure),
+            self.total(|c| c.after_failure_seen),
             per_client.join(" "),
             self.to_ejection.as_millis()
         )
@@ -696,7 +699,6 @@ fn pipeline(
     owner: impl Fn(&str) -> usize,
     killed: usize,
     base: Instant,
-    died_at_us: &std::sync::atomic::AtomicU64,
     ejected_at_us: &std::sync::atomic::AtomicU64,
     stop: &std::sync::atomic::AtomicBool,
 ) -> ClientCount {
@@ -758,10 +760,10 @@ fn pipeline(
                 n.closed = Some(format!("{k}: unexpected reply {error:?}"));
                 return n;
             }
-            if sent_us < died_at_us.load(Ordering::Acquire) {
-                n.in_flight_at_death += 1;
+            if *n.first_failed_batch.get_or_insert(batch) == batch {
+                n.in_flight_at_failure += 1;
             } else {
-                n.after_death += 1;
+                n.after_failure_seen += 1;
             }
             if owner(k) != killed {
                 n.on_live_keys += 1;
@@ -790,7 +792,6 @@ fn kill_under_load(
 ) -> KillCost {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let base = Instant::now();
-    let died_at_us = AtomicU64::new(u64::MAX);
     let ejected_at_us = AtomicU64::new(u64::MAX);
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
@@ -798,7 +799,7 @@ fn kill_under_load(
             .iter()
             .enumerate()
             .map(|(me, keys)| {
-                let (died_at_us, ejected_at_us, stop) = (&died_at_us, &ejected_at_us, &stop);
+                let (ejected_at_us, stop) = (&ejected_at_us, &stop);
                 let keys = keys.clone();
                 scope.spawn(move || {
                     pipeline(
@@ -808,7 +809,6 @@ fn kill_under_load(
                         |k| full.server_for_key(k.as_bytes()),
                         killed,
                         base,
-                        died_at_us,
                         ejected_at_us,
                         stop,
                     )
@@ -830,7 +830,6 @@ fn kill_under_load(
             Death::Stop => "-TERM",
         };
         let died_at = Instant::now();
-        died_at_us.store(base.elapsed().as_micros() as u64, Ordering::Release);
         let ok = std::process::Command::new("kill")
             .args([signal, &pid])
             .status()
@@ -864,7 +863,8 @@ fn kill_under_load(
 }
 
 /// What must hold of any proxy that ejects: errors only on the killed
-/// server's keys, none after the ejection, no client connection closed.
+/// server's keys, none after the ejection, no client connection closed, and
+/// in flight when the failure was seen no more than a batch.
 fn assert_ejection_holds(cost: &KillCost, who: &str) {
     for (i, c) in cost.clients.iter().enumerate() {
         assert_eq!(c.closed, None, "{who}: client {i} lost its connection");
@@ -874,6 +874,7 @@ fn assert_ejection_holds(cost: &KillCost, who: &str) {
             c.after_ejection, 0,
             "{who}: client {i}: errors after the ejection"
         );
+        assert!(c.in_flight_at_failure <= DEPTH as u64, "{who}: client {i}");
     }
 }
 
@@ -952,11 +953,23 @@ fn weir_kill_runs(mode: &str) -> Vec<(Death, KillCost, Vec<String>)> {
             "{who}: the proxy's SERVER_ERROR count"
         );
         let h = &weir.health()[1];
+        println!(
+            "{who}: {} failures of the killed server counted",
+            h.failures
+        );
         assert_eq!((h.state, h.ejections), (ServerState::Ejected, 1), "{who}");
         assert!(
             h.failures >= FAILURE_LIMIT,
             "{who}: ejected after {} failures",
             h.failures
+        );
+        // the target: at most server_failure_limit errors per worker for
+        // requests sent after the failure was seen
+        assert!(
+            cost.total(|c| c.after_failure_seen) <= FAILURE_LIMIT * WORKERS as u64,
+            "{who}: {} errors for requests sent after the failure was seen, at most \
+             {FAILURE_LIMIT} per worker x {WORKERS} workers",
+            cost.total(|c| c.after_failure_seen)
         );
         let moved = moved_live_keys(&servers, &cost, &full, 1);
         weir.stop();
