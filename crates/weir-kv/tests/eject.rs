@@ -696,8 +696,7 @@ fn pipeline(
     proxy: SocketAddr,
     me: usize,
     keys: Vec<String>,
-    owner: impl Fn(&str) -> usize,
-    killed: usize,
+    of_killed: impl Fn(&str) -> bool,
     base: Instant,
     ejected_at_us: &std::sync::atomic::AtomicU64,
     stop: &std::sync::atomic::AtomicBool,
@@ -765,7 +764,7 @@ fn pipeline(
             } else {
                 n.after_failure_seen += 1;
             }
-            if owner(k) != killed {
+            if !of_killed(k) {
                 n.on_live_keys += 1;
             }
             if sent_us > ejected_at_us.load(Ordering::Acquire) {
@@ -806,8 +805,7 @@ fn kill_under_load(
                         proxy,
                         me,
                         keys,
-                        |k| full.server_for_key(k.as_bytes()),
-                        killed,
+                        |k| full.server_for_key(k.as_bytes()) == killed,
                         base,
                         ejected_at_us,
                         stop,
