@@ -203,6 +203,11 @@ impl Health {
         self.generation.load(Ordering::Acquire)
     }
 
+    /// Whether failing servers are ejected (`auto_eject_hosts`).
+    pub fn ejects(&self) -> bool {
+        self.policy.mode != EjectMode::Off
+    }
+
     /// Which servers are in the ring (not ejected), in the configuration's order.
     pub fn live(&self) -> Vec<bool> {
         self.servers

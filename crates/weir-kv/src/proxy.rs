@@ -355,6 +355,13 @@ struct ServerConn {
     inbound: Option<splice::Inbound>,
     /// Read a header's worth first: the last value was spliced.
     small_reads: bool,
+    /// With ejection: this worker saw the server fail and no reply since.
+    /// A new connection then carries one request (the probe) until its
+    /// reply comes or it fails, as each failed connection fails all it
+    /// carries: a failure costs one request, not a pipeline
+    /// (`waits_for_probe`). A connect alone proves little: a dying server's
+    /// listener still completes handshakes.
+    suspect: bool,
 }
 
 struct Worker {
@@ -380,6 +387,8 @@ struct Worker {
     dirty_servers: Vec<usize>,
     dirty_clients: Vec<u32>,
     scratch: Vec<u8>,
+    /// Clients whose next request waits for a probe (`ServerConn::suspect`).
+    probe_waiters: Vec<u32>,
     /// Every client read lands here first (zeroed once, not per read).
     inbuf: Box<[u8]>,
     handoff: handoff::Handoff,
@@ -424,6 +433,7 @@ impl Worker {
                 inflight: VecDeque::new(),
                 inbound: None,
                 small_reads: false,
+                suspect: false,
             })
             .collect();
         let (dist_generation, dist) = routing.current();
@@ -448,6 +458,7 @@ impl Worker {
             dirty_servers: Vec::new(),
             dirty_clients: Vec::new(),
             scratch: Vec::new(),
+            probe_waiters: Vec::new(),
             inbuf: vec![0u8; READ_CHUNK].into_boxed_slice(),
             handoff,
             pipes: Vec::new(),
@@ -496,6 +507,7 @@ impl Worker {
                     }
                 }
             }
+            self.resume_probe_waiters();
             self.flush();
             if let Some(t) = self.timeout {
                 self.check_timeouts(t);
@@ -659,6 +671,7 @@ impl Worker {
         // An ejection can come between a reply and the next request it
         // prompted, within one turn of the event loop.
         self.follow_routing();
+        let probing = self.servers.iter().any(|sc| sc.suspect);
         let mut pos = 0;
         if c.first && !buf.is_empty() {
             c.first = false;
@@ -685,6 +698,18 @@ impl Worker {
                     if close {
                         c.closing = true;
                     }
+                }
+                Parsed::Request(r) if probing && self.waits_for_probe(&rest[..r.len], &r) => {
+                    self.wait_for_probe(idx);
+                    break;
+                }
+                Parsed::Meta(m)
+                    if probing
+                        && m.stored_key(&rest[..m.len])
+                            .is_some_and(|k| self.probe_pending(self.dist.server_for_key(k))) =>
+                {
+                    self.wait_for_probe(idx);
+                    break;
                 }
                 Parsed::Request(r) => {
                     self.dispatch(idx, &mut c, &rest[..r.len], &r);
@@ -976,6 +1001,7 @@ impl Worker {
                 }
                 Ok(n) => {
                     sc.connected = true;
+                    sc.suspect = false;
                     sc.rbuf.filled(n);
                     self.health.answered(s);
                     let full = n == chunk;
@@ -1172,6 +1198,7 @@ impl Worker {
     fn fail_server(&mut self, s: usize, msg: &str) {
         self.health.failed(s, msg);
         let sc = &mut self.servers[s];
+        sc.suspect = self.health.ejects();
         if let Some(mut sock) = sc.sock.take() {
             let _ = self.poll.registry().deregister(&mut sock);
         }
@@ -1191,6 +1218,38 @@ impl Worker {
                 error: true,
             };
             self.deliver(p, reply.as_bytes(), r);
+        }
+    }
+
+    /// Whether a request must wait: one of its servers has a probe on the
+    /// way (`ServerConn::suspect`).
+    fn waits_for_probe(&self, req: &[u8], r: &proto::Request) -> bool {
+        match r.cmd {
+            Cmd::FlushAll => (0..self.servers.len()).any(|s| self.probe_pending(s)),
+            _ => r
+                .keys
+                .iter()
+                .any(|&(s, e)| self.probe_pending(self.dist.server_for_key(&req[s..e]))),
+        }
+    }
+
+    fn probe_pending(&self, s: usize) -> bool {
+        let sc = &self.servers[s];
+        sc.suspect && !sc.inflight.is_empty()
+    }
+
+    fn wait_for_probe(&mut self, idx: u32) {
+        if !self.probe_waiters.contains(&idx) {
+            self.probe_waiters.push(idx);
+        }
+    }
+
+    /// Parses again what the clients waiting for a probe sent: once the
+    /// probe's reply came their requests go to the server; once it failed the next
+    /// one probes, or, with the server ejected, they go to the live ones.
+    fn resume_probe_waiters(&mut self) {
+        for idx in std::mem::take(&mut self.probe_waiters) {
+            self.client_parse(idx);
         }
     }
 

@@ -569,3 +569,486 @@ fn the_udp_path_follows_an_ejection() {
     .unwrap();
     running.stop();
 }
+
+// ---- A server that dies under pipelined load ----------------------------
+//
+// Several clients pipeline sets and gets over keys of every server through
+// a proxy with 2 workers; one server dies in the middle (SIGKILL, which
+// resets its connections, or SIGTERM, after which its port stays closed).
+// Every `SERVER_ERROR` is counted per client, in two parts. A client sends
+// a batch of `DEPTH` requests only once every reply of the one before came
+// back, and it is served by one worker, which has one connection to the
+// server; so the client's first batch with errors is the one that was in
+// flight on that connection when the proxy saw it fail. Those requests no
+// proxy can save (the server may have executed them), and they are at most
+// what the client had in flight. Errors in its later batches are for
+// requests sent after the failure was seen: the target allows at most
+// `server_failure_limit` of those per proxy worker. (A client with nothing
+// in flight on the dead connection has its first failed probe counted as in
+// flight: this undercounts by at most one batch per client.)
+
+/// Client connections, requests each pipelines, and the proxy's workers.
+const CLIENTS: usize = 4;
+const DEPTH: usize = 16;
+const WORKERS: usize = 2;
+const FAILURE_LIMIT: u64 = 4;
+/// Keys per client (disjoint, so each client knows its keys' last values).
+const CLIENT_KEYS: usize = 60;
+/// Bounds on each client's load: batches, and time.
+const MAX_BATCHES: usize = 200_000;
+const MAX_LOAD: Duration = Duration::from_secs(20);
+/// Load before the death, and after the ejection was seen.
+const BEFORE: Duration = Duration::from_millis(300);
+const AFTER: Duration = Duration::from_millis(400);
+
+/// How the server dies.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Death {
+    /// SIGKILL: its connections are reset or closed at once.
+    Kill,
+    /// SIGTERM, and the test waits until its port refuses connections.
+    Stop,
+}
+
+/// The load and the errors one client saw.
+#[derive(Debug, Default, Clone)]
+struct ClientCount {
+    requests: u64,
+    /// `SERVER_ERROR`s in the first batch that got any: in flight on the
+    /// connection when the proxy saw it fail.
+    in_flight_at_failure: u64,
+    /// `SERVER_ERROR`s in later batches: sent after the failure was seen.
+    after_failure_seen: u64,
+    first_failed_batch: Option<usize>,
+    /// `SERVER_ERROR`s for a key the full ring gives to a live server.
+    on_live_keys: u64,
+    /// `SERVER_ERROR`s for requests sent after the ejection was seen.
+    after_ejection: u64,
+    /// The client's connection closed (or a reply was not understood).
+    closed: Option<String>,
+    /// Each key's value as last stored.
+    stored: std::collections::HashMap<String, String>,
+}
+
+impl ClientCount {
+    fn errors(&self) -> u64 {
+        self.in_flight_at_failure + self.after_failure_seen
+    }
+}
+
+/// The whole run.
+#[derive(Debug)]
+struct KillCost {
+    clients: Vec<ClientCount>,
+    /// From the death to the ejection, as the test saw it.
+    to_ejection: Duration,
+}
+
+impl KillCost {
+    fn total(&self, f: impl Fn(&ClientCount) -> u64) -> u64 {
+        self.clients.iter().map(f).sum()
+    }
+
+    fn summary(&self, who: &str) -> String {
+        let per_client: Vec<String> = self
+            .clients
+            .iter()
+            .map(|c| format!("{}+{}", c.in_flight_at_failure, c.after_failure_seen))
+            .collect();
+        format!(
+            "{who}: {} requests, SERVER_ERROR {} = {} in flight when the failure was \
+             seen + {} sent after it (per client {}), ejected {} ms after the death",
+            self.total(|c| c.requests),
+            self.total(ClientCount::errors),
+            self.total(|c| c.in_flight_at_failure),
+            self.total(|c| c.after_failure_seen),
+            per_client.join(" "),
+            self.to_ejection.as_millis()
+        )
+    }
+}
+
+/// Holds the tests that load the CPU to one at a time.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `CLIENT_KEYS` keys for each client; each client has keys of every server.
+fn client_keys(full: &weir_kv::route::Distribution, servers: usize) -> Vec<Vec<String>> {
+    (0..CLIENTS)
+        .map(|c| {
+            let keys: Vec<String> = (0..CLIENT_KEYS).map(|i| format!("load:{c}:{i}")).collect();
+            for s in 0..servers {
+                assert!(
+                    keys.iter().any(|k| full.server_for_key(k.as_bytes()) == s),
+                    "client {c} has no key of server {s}"
+                );
+            }
+            keys
+        })
+        .collect()
+}
+
+/// One client's pipelined load until `stop` (or its bounds): batches of
+/// `DEPTH` requests, sets and gets alternating, its keys in turn.
+fn pipeline(
+    proxy: SocketAddr,
+    me: usize,
+    keys: Vec<String>,
+    of_killed: impl Fn(&str) -> bool,
+    base: Instant,
+    ejected_at_us: &std::sync::atomic::AtomicU64,
+    stop: &std::sync::atomic::AtomicBool,
+) -> ClientCount {
+    use std::sync::atomic::Ordering;
+    let mut n = ClientCount::default();
+    let mut c = match McClient::connect(proxy) {
+        Ok(c) => c,
+        Err(e) => {
+            n.closed = Some(format!("connect: {e:#}"));
+            return n;
+        }
+    };
+    let mut next = 0;
+    for batch in 0..MAX_BATCHES {
+        if stop.load(Ordering::Relaxed) || base.elapsed() > MAX_LOAD {
+            break;
+        }
+        let sent_us = base.elapsed().as_micros() as u64;
+        let mut out = Vec::new();
+        let mut sent = Vec::with_capacity(DEPTH);
+        for i in 0..DEPTH {
+            let k = &keys[next % keys.len()];
+            next += 1;
+            if i % 2 == 0 {
+                let v = format!("{me}-{batch}-{i}");
+                out.extend_from_slice(format!("set {k} 0 0 {}\r\n{v}\r\n", v.len()).as_bytes());
+                sent.push((k, Some(v)));
+            } else {
+                out.extend_from_slice(format!("get {k}\r\n").as_bytes());
+                sent.push((k, None));
+            }
+        }
+        if let Err(e) = c.send(&out) {
+            n.closed = Some(format!("send: {e:#}"));
+            return n;
+        }
+        for (k, v) in sent {
+            n.requests += 1;
+            let reply = match &v {
+                Some(_) => c
+                    .line()
+                    .map(|l| if l == "STORED\r\n" { Ok(()) } else { Err(l) }),
+                None => c.values().map(|r| r.map(|_| ())),
+            };
+            let error = match reply {
+                Ok(Ok(())) => {
+                    if let Some(v) = v {
+                        n.stored.insert(k.clone(), v);
+                    }
+                    continue;
+                }
+                Ok(Err(line)) => line,
+                Err(e) => {
+                    n.closed = Some(format!("{k}: {e:#}"));
+                    return n;
+                }
+            };
+            if !error.starts_with("SERVER_ERROR") {
+                n.closed = Some(format!("{k}: unexpected reply {error:?}"));
+                return n;
+            }
+            if *n.first_failed_batch.get_or_insert(batch) == batch {
+                n.in_flight_at_failure += 1;
+            } else {
+                n.after_failure_seen += 1;
+            }
+            if !of_killed(k) {
+                n.on_live_keys += 1;
+            }
+            if sent_us > ejected_at_us.load(Ordering::Acquire) {
+                n.after_ejection += 1;
+            }
+            // the server may have stored it before it died: its value is unknown
+            n.stored.remove(k);
+        }
+    }
+    n
+}
+
+/// Runs the load against `proxy`, kills server `killed` of `servers` as
+/// `death` says once the load runs, and returns what the clients saw.
+/// `ejected` says whether the proxy has ejected the server.
+fn kill_under_load(
+    proxy: SocketAddr,
+    servers: &mut Servers,
+    killed: usize,
+    death: Death,
+    keys: &[Vec<String>],
+    full: &weir_kv::route::Distribution,
+    ejected: impl Fn() -> bool,
+) -> KillCost {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let base = Instant::now();
+    let ejected_at_us = AtomicU64::new(u64::MAX);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let clients: Vec<_> = keys
+            .iter()
+            .enumerate()
+            .map(|(me, keys)| {
+                let (ejected_at_us, stop) = (&ejected_at_us, &stop);
+                let keys = keys.clone();
+                scope.spawn(move || {
+                    pipeline(
+                        proxy,
+                        me,
+                        keys,
+                        |k| full.server_for_key(k.as_bytes()) == killed,
+                        base,
+                        ejected_at_us,
+                        stop,
+                    )
+                })
+            })
+            .collect();
+        // whatever fails below, the clients stop
+        struct StopOnDrop<'a>(&'a AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = StopOnDrop(&stop);
+        std::thread::sleep(BEFORE);
+        let pid = servers.procs[killed].as_ref().unwrap().pid().to_string();
+        let signal = match death {
+            Death::Kill => "-KILL",
+            Death::Stop => "-TERM",
+        };
+        let died_at = Instant::now();
+        let ok = std::process::Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "kill {signal} {pid}");
+        if death == Death::Stop {
+            let addr: SocketAddr = format!("127.0.0.1:{}", servers.ports[killed])
+                .parse()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while std::net::TcpStream::connect(addr).is_ok() {
+                assert!(Instant::now() < deadline, "memcached ignored SIGTERM");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        servers.stop(killed);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !ejected() {
+            assert!(Instant::now() < deadline, "server {killed} never ejected");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let to_ejection = died_at.elapsed();
+        ejected_at_us.store(base.elapsed().as_micros() as u64, Ordering::Release);
+        std::thread::sleep(AFTER);
+        stop.store(true, Ordering::Relaxed);
+        KillCost {
+            clients: clients.into_iter().map(|c| c.join().unwrap()).collect(),
+            to_ejection,
+        }
+    })
+}
+
+/// What must hold of any proxy that ejects: errors only on the killed
+/// server's keys, none after the ejection, no client connection closed, and
+/// in flight when the failure was seen no more than a batch.
+fn assert_ejection_holds(cost: &KillCost, who: &str) {
+    for (i, c) in cost.clients.iter().enumerate() {
+        assert_eq!(c.closed, None, "{who}: client {i} lost its connection");
+        assert!(c.requests > 0, "{who}: client {i} sent nothing");
+        assert_eq!(c.on_live_keys, 0, "{who}: client {i}: errors on live keys");
+        assert_eq!(
+            c.after_ejection, 0,
+            "{who}: client {i}: errors after the ejection"
+        );
+        assert!(c.in_flight_at_failure <= DEPTH as u64, "{who}: client {i}");
+    }
+}
+
+/// Keys of live servers whose last stored value is not on the server the
+/// full ring gives them (moved by the ejection).
+fn moved_live_keys(
+    servers: &Servers,
+    cost: &KillCost,
+    full: &weir_kv::route::Distribution,
+    killed: usize,
+) -> Vec<String> {
+    let mut direct: Vec<Option<McClient>> = (0..servers.ports.len())
+        .map(|i| servers.procs[i].as_ref().map(|_| servers.direct(i)))
+        .collect();
+    let mut moved = Vec::new();
+    let mut checked = 0;
+    for c in &cost.clients {
+        for (k, v) in &c.stored {
+            let s = full.server_for_key(k.as_bytes());
+            if s == killed {
+                continue;
+            }
+            checked += 1;
+            let on = direct[s].as_mut().unwrap().get(k).unwrap();
+            if on.as_deref() != Some(v.as_bytes()) {
+                moved.push(k.clone());
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} keys of live servers checked");
+    moved
+}
+
+/// weir with 2 workers and `eject_mode` over 3 memcached servers; server 1
+/// dies under load each way in turn.
+fn weir_kill_runs(mode: &str) -> Vec<(Death, KillCost, Vec<String>)> {
+    let mut servers = Servers::start();
+    let mut runs = Vec::new();
+    for death in [Death::Kill, Death::Stop] {
+        servers.restart(1);
+        servers.flush_live();
+        let extra = format!(
+            "  eject_mode: {mode}\n  server_failure_limit: {FAILURE_LIMIT}\n  \
+             server_retry_timeout: 60000\n"
+        );
+        let mut cfg = parse_nutcracker(
+            "weir.yml",
+            &servers.yaml("127.0.0.1:0".parse().unwrap(), "md5", "ketama", &extra),
+            None,
+        )
+        .unwrap();
+        cfg.workers = WORKERS;
+        let full = cfg.distribution();
+        let keys = client_keys(&full, 3);
+        let weir = start_weir(&cfg);
+        let cost = kill_under_load(
+            weir.local_addr(),
+            &mut servers,
+            1,
+            death,
+            &keys,
+            &full,
+            || weir.health()[1].state == ServerState::Ejected,
+        );
+        let who = format!("weir {mode} {death:?}");
+        println!("{}", cost.summary(&who));
+        assert_ejection_holds(&cost, &who);
+        let stats = weir.stats();
+        assert_eq!(
+            stats.client_connections_total, CLIENTS as u64,
+            "{who}: client connections the proxy accepted (a closed one reconnects)"
+        );
+        assert_eq!(
+            stats.server_errors,
+            cost.total(ClientCount::errors),
+            "{who}: the proxy's SERVER_ERROR count"
+        );
+        let h = &weir.health()[1];
+        println!(
+            "{who}: {} failures of the killed server counted",
+            h.failures
+        );
+        assert_eq!((h.state, h.ejections), (ServerState::Ejected, 1), "{who}");
+        assert!(
+            h.failures >= FAILURE_LIMIT,
+            "{who}: ejected after {} failures",
+            h.failures
+        );
+        // the target: at most server_failure_limit errors per worker for
+        // requests sent after the failure was seen
+        assert!(
+            cost.total(|c| c.after_failure_seen) <= FAILURE_LIMIT * WORKERS as u64,
+            "{who}: {} errors for requests sent after the failure was seen, at most \
+             {FAILURE_LIMIT} per worker x {WORKERS} workers",
+            cost.total(|c| c.after_failure_seen)
+        );
+        let moved = moved_live_keys(&servers, &cost, &full, 1);
+        weir.stop();
+        runs.push((death, cost, moved));
+    }
+    runs
+}
+
+#[test]
+fn a_server_killed_under_pipelined_load_costs_at_most_the_failure_limit_per_worker() {
+    let _serial = serial();
+    for (death, cost, moved) in weir_kill_runs("rehash") {
+        // nutcracker's rehash moves a few keys of live servers (ketama)
+        println!(
+            "weir rehash {death:?}: {} keys of live servers moved",
+            moved.len()
+        );
+        assert!(cost.total(|c| c.requests) > 0);
+    }
+}
+
+#[test]
+fn failover_mode_under_pipelined_load_moves_no_key_of_a_live_server() {
+    let _serial = serial();
+    for (death, _, moved) in weir_kill_runs("failover") {
+        assert_eq!(
+            moved,
+            Vec::<String>::new(),
+            "failover {death:?}: keys of live servers moved"
+        );
+    }
+}
+
+/// Whether the nutcracker at `stats` has ejected a server of pool `pool`
+/// (its stats JSON gives `server_ejected_at` per server).
+fn nutcracker_ejected_any(stats: SocketAddr) -> bool {
+    use std::io::Read;
+    let Ok(mut s) = std::net::TcpStream::connect(stats) else {
+        return false;
+    };
+    let mut text = String::new();
+    if s.read_to_string(&mut text).is_err() {
+        return false;
+    }
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return false;
+    };
+    v["pool"].as_object().is_some_and(|pool| {
+        pool.values()
+            .any(|srv| srv["server_ejected_at"].as_u64().is_some_and(|t| t > 0))
+    })
+}
+
+#[test]
+fn nutcracker_under_the_same_load_and_death_as_the_reference() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("weir-kv-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut servers = Servers::start();
+    for death in [Death::Kill, Death::Stop] {
+        servers.restart(1);
+        servers.flush_live();
+        let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let extra =
+            format!("  server_failure_limit: {FAILURE_LIMIT}\n  server_retry_timeout: 60000\n");
+        let yml = servers.yaml(listen, "md5", "ketama", &extra);
+        let conf = dir.join("kill.yml");
+        std::fs::write(&conf, &yml).unwrap();
+        let full = parse_nutcracker("nc.yml", &yml, None)
+            .unwrap()
+            .distribution();
+        let keys = client_keys(&full, 3);
+        let stats: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let nc = nutcracker(&conf, listen, stats.port()).unwrap();
+        let cost = kill_under_load(listen, &mut servers, 1, death, &keys, &full, || {
+            nutcracker_ejected_any(stats)
+        });
+        drop(nc);
+        let who = format!("nutcracker {death:?}");
+        println!("{}", cost.summary(&who));
+        assert_ejection_holds(&cost, &who);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
