@@ -186,9 +186,9 @@ pub fn in_netns<T: Send>(ns: &str, f: impl FnOnce() -> Result<T> + Send) -> Resu
 
 /// Attaches weir_xsk_redirect to `iface` (native XDP) in the calling
 /// thread's namespace, until the attachment is dropped.
-pub fn attach_redirect<'a>(
+pub fn attach_redirect(
     iface: &str,
-    skel: &'a weir_traffic::xsk_redirect::WeirXskRedirectSkel<'static>,
+    skel: &weir_traffic::xsk_redirect::WeirXskRedirectSkel<'static>,
 ) -> Result<weir_dataplane::attach::Attachment> {
     use std::os::fd::AsFd;
     let ifindex = weir_dataplane::iface::Iface::by_name(iface)?.ifindex;
