@@ -232,7 +232,7 @@ mod tests {
     /// One row: dsr at 0.7x Katran, nat at 1.2x.
     fn sample() -> Report {
         let size = ProgramSize {
-            features: None,
+            features: Some("dsr, nat".into()),
             xlated_bytes: 800,
             jited_bytes: 1000,
             baseline_xlated_bytes: None,
@@ -288,7 +288,9 @@ mod tests {
         let line = text.lines().find(|l| l.starts_with("v4")).unwrap();
         assert!(line.contains("0.70 ok"), "{line}");
         assert!(line.contains("1.20 MISS"), "{line}");
-        assert!(text.contains("weir_lb 800 / 1000, Katran 1000 / 1000 (weir/Katran 0.80 / 1.00)"));
+        assert!(text.contains(
+            "weir_lb 800 / 1000 (carrying dsr, nat), Katran 1000 / 1000 (weir/Katran 0.80 / 1.00)"
+        ));
         assert!(text.contains("1 of 2 figures"));
     }
 
