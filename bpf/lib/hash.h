@@ -29,22 +29,25 @@ static __always_inline __u32 fmix32(__u32 h)
 	return h;
 }
 
+/* One Murmur3-32 block: word k mixed into the running hash h. */
+static __always_inline __u32 murmur3_block(__u32 h, __u32 k)
+{
+	k *= 0xcc9e2d51;
+	k = rotl32(k, 15);
+	k *= 0x1b873593;
+	h ^= k;
+	h = rotl32(h, 13);
+	return h * 5 + 0xe6546b64;
+}
+
 static __always_inline __u32 weir_flow_hash(const struct weir_flow_key *key, __u32 seed)
 {
 	const __u32 *w = (const __u32 *)key;
 	__u32 h = seed;
 
 #pragma unroll
-	for (int i = 0; i < (int)(sizeof(*key) / 4); i++) {
-		__u32 k = w[i];
-
-		k *= 0xcc9e2d51;
-		k = rotl32(k, 15);
-		k *= 0x1b873593;
-		h ^= k;
-		h = rotl32(h, 13);
-		h = h * 5 + 0xe6546b64;
-	}
+	for (int i = 0; i < (int)(sizeof(*key) / 4); i++)
+		h = murmur3_block(h, w[i]);
 	h ^= sizeof(*key);
 	return fmix32(h);
 }

@@ -196,16 +196,8 @@ static __always_inline __u32 quic_handshake_id(void *data, void *data_end,
 		octets[i] = dcid[i];
 	}
 #pragma unroll
-	for (int i = 0; i < WEIR_QUIC_CID_MAX / 4; i++) {
-		__u32 k = w[i];
-
-		k *= 0xcc9e2d51;
-		k = rotl32(k, 15);
-		k *= 0x1b873593;
-		h ^= k;
-		h = rotl32(h, 13);
-		h = h * 5 + 0xe6546b64;
-	}
+	for (int i = 0; i < WEIR_QUIC_CID_MAX / 4; i++)
+		h = murmur3_block(h, w[i]);
 	h = fmix32(h ^ len) & 0xffffff;
 	return h ? h : 1;
 }

@@ -16,9 +16,10 @@ fn fmix32(mut h: u32) -> u32 {
     h
 }
 
-/// Hash of a flow key, as `weir_flow_hash()` computes it in BPF.
-pub fn flow_hash(key: &weir_flow_key, seed: u32) -> u32 {
-    let bytes = key.as_bytes();
+/// Murmur3-32 with `seed` over the little-endian words of `bytes` (a
+/// multiple of 4 long), finished with `len` as the length
+/// (`murmur3_block()` and `fmix32()` in bpf/lib/hash.h).
+pub fn murmur3_32(bytes: &[u8], seed: u32, len: u32) -> u32 {
     let mut h = seed;
     for chunk in bytes.chunks_exact(4) {
         let mut k = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
@@ -29,8 +30,13 @@ pub fn flow_hash(key: &weir_flow_key, seed: u32) -> u32 {
         h = h.rotate_left(13);
         h = h.wrapping_mul(5).wrapping_add(0xe654_6b64);
     }
-    h ^= bytes.len() as u32;
-    fmix32(h)
+    fmix32(h ^ len)
+}
+
+/// Hash of a flow key, as `weir_flow_hash()` computes it in BPF.
+pub fn flow_hash(key: &weir_flow_key, seed: u32) -> u32 {
+    let bytes = key.as_bytes();
+    murmur3_32(bytes, seed, bytes.len() as u32)
 }
 
 /// The stage-2 hash derived from a flow hash (`weir_rehash()` in BPF).

@@ -9,6 +9,7 @@
 //! connection's Initial on a reused client address and port from a
 //! retransmitted one.
 
+use crate::flow_hash::murmur3_32;
 use weir_abi::{WEIR_QUIC_CID_MAX, WEIR_QUIC_CONFIG_ID_MAX, WEIR_QUIC_SID_MAX};
 
 /// The longest server ID (octets).
@@ -139,16 +140,6 @@ pub fn client_dcid(payload: &[u8]) -> Option<&[u8]> {
     payload.get(6..6 + len)
 }
 
-/// Murmur3-32 finalizer, as `fmix32()` in bpf/lib/hash.h.
-fn fmix32(mut h: u32) -> u32 {
-    h ^= h >> 16;
-    h = h.wrapping_mul(0x85eb_ca6b);
-    h ^= h >> 13;
-    h = h.wrapping_mul(0xc2b2_ae35);
-    h ^= h >> 16;
-    h
-}
-
 /// The handshake a client's Initial or 0-RTT `payload` belongs to, as the
 /// XDP tier keeps it in the 5-tuple entry the packet opens
 /// (`weir_conn.quic_handshake`, bpf/lib/quic.h): Murmur3-32 with the flow
@@ -161,15 +152,7 @@ pub fn handshake_id(payload: &[u8], seed: u32) -> u32 {
     };
     let mut padded = [0u8; CID_MAX];
     padded[..dcid.len()].copy_from_slice(dcid);
-    let mut h = seed;
-    for w in padded.chunks_exact(4) {
-        let mut k = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-        k = k.wrapping_mul(0xcc9e_2d51).rotate_left(15);
-        k = k.wrapping_mul(0x1b87_3593);
-        h ^= k;
-        h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
-    }
-    match fmix32(h ^ dcid.len() as u32) & 0xff_ffff {
+    match murmur3_32(&padded, seed, dcid.len() as u32) & 0xff_ffff {
         0 => 1,
         id => id,
     }
