@@ -17,18 +17,14 @@ fn f(v: &Value, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("{key} missing: {v:#}"))
 }
 
-/// One bench at a time: each loads both CPUs.
-static HEAVY: Mutex<()> = Mutex::new(());
-
-#[test]
-fn ipip_and_haproxy_carry_packets_and_a_tcp_flow() {
-    let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
-    let json = std::env::temp_dir().join(format!("weir-forward-test-{}.json", std::process::id()));
+/// Runs `weir-lab bench forward ARGS --json FILE`, which must succeed, and
+/// returns what it printed and its JSON report.
+fn bench_forward(tag: &str, args: &[&str]) -> (String, Value) {
+    let json = std::env::temp_dir().join(format!("weir-forward-{tag}-{}.json", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_weir-lab"))
-        .args(["bench", "forward", "--balancers", "weir-ipip,haproxy"])
-        .args(["--trials", "udp,tcp"])
-        .args(["--flows", "100", "--dips", "2", "--duration", "0.5"])
-        .args(["--runs", "1", "--tcp-seconds", "1", "--json"])
+        .args(["bench", "forward"])
+        .args(args)
+        .arg("--json")
         .arg(&json)
         .output()
         .expect("running weir-lab bench forward");
@@ -37,10 +33,37 @@ fn ipip_and_haproxy_carry_packets_and_a_tcp_flow() {
         "weir-lab bench forward failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("One long TCP flow"), "{stdout}");
     let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
+    (String::from_utf8_lossy(&out.stdout).into_owned(), r)
+}
+
+/// One bench at a time: each loads both CPUs.
+static HEAVY: Mutex<()> = Mutex::new(());
+
+#[test]
+fn ipip_and_haproxy_carry_packets_and_a_tcp_flow() {
+    let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
+    let (stdout, r) = bench_forward(
+        "udp-tcp",
+        &[
+            "--balancers",
+            "weir-ipip,haproxy",
+            "--trials",
+            "udp,tcp",
+            "--flows",
+            "100",
+            "--dips",
+            "2",
+            "--duration",
+            "0.5",
+            "--runs",
+            "1",
+            "--tcp-seconds",
+            "1",
+        ],
+    );
+    assert!(stdout.contains("One long TCP flow"), "{stdout}");
 
     // HAProxy does not carry UDP: one packet-rate row, weir ipip's.
     let rows = r["rows"].as_array().unwrap();
@@ -71,35 +94,26 @@ fn ipip_and_haproxy_carry_packets_and_a_tcp_flow() {
 #[test]
 fn weir_nat_and_nftables_carry_http_keep_alive_and_close() {
     let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
-    let json = std::env::temp_dir().join(format!(
-        "weir-forward-http-test-{}.json",
-        std::process::id()
-    ));
-    let out = Command::new(env!("CARGO_BIN_EXE_weir-lab"))
-        .args(["bench", "forward", "--trials", "http"])
-        .args([
+    let (stdout, r) = bench_forward(
+        "http",
+        &[
+            "--trials",
+            "http",
             "--balancers",
             "weir-nat,nftables",
             "--dips",
             "2",
             "--runs",
             "1",
-        ])
-        .args(["--http-seconds", "2", "--http-connections", "8", "--json"])
-        .arg(&json)
-        .output()
-        .expect("running weir-lab bench forward");
-    assert!(
-        out.status.success(),
-        "weir-lab bench forward failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+            "--http-seconds",
+            "2",
+            "--http-connections",
+            "8",
+        ],
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("Connection: close"), "{stdout}");
     assert!(stdout.contains("the daemon's threads"), "{stdout}");
     assert!(stdout.contains("XDP packets per connection"), "{stdout}");
-    let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
 
     let trials = r["http_trials"].as_array().unwrap();
     assert_eq!(trials.len(), 4, "{trials:#?}");
@@ -168,25 +182,25 @@ fn weir_nat_and_nftables_carry_http_keep_alive_and_close() {
 #[test]
 fn dsr_replies_skip_the_load_balancer_unless_routed_through_it() {
     let _heavy = HEAVY.lock().unwrap_or_else(|e| e.into_inner());
-    let json = std::env::temp_dir().join(format!(
-        "weir-forward-dsr-return-test-{}.json",
-        std::process::id()
-    ));
-    let out = Command::new(env!("CARGO_BIN_EXE_weir-lab"))
-        .args(["bench", "forward", "--trials", "http"])
-        .args(["--balancers", "weir-dsr,weir-dsr-via-lb", "--dips", "2"])
-        .args(["--runs", "1", "--http-modes", "keep-alive"])
-        .args(["--http-seconds", "2", "--http-connections", "8", "--json"])
-        .arg(&json)
-        .output()
-        .expect("running weir-lab bench forward");
-    assert!(
-        out.status.success(),
-        "weir-lab bench forward failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (_, r) = bench_forward(
+        "dsr-return",
+        &[
+            "--trials",
+            "http",
+            "--balancers",
+            "weir-dsr,weir-dsr-via-lb",
+            "--dips",
+            "2",
+            "--runs",
+            "1",
+            "--http-modes",
+            "keep-alive",
+            "--http-seconds",
+            "2",
+            "--http-connections",
+            "8",
+        ],
     );
-    let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let _ = std::fs::remove_file(&json);
 
     let trials = r["http_trials"].as_array().unwrap();
     assert_eq!(trials.len(), 2, "{trials:#?}");
